@@ -1,0 +1,83 @@
+// safetensors reader: memory-mapped, header validated, sharded checkpoints.
+//
+// Format: 8-byte little-endian header length N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}},
+// then the data buffer; offsets are relative to the buffer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace hubzoo {
+
+struct TensorInfo {
+  DType dtype;
+  Shape shape;
+  uint64_t begin = 0;  // offsets into the data buffer
+  uint64_t end = 0;
+};
+
+// One mapped .safetensors file. Validates on open: header length bound
+// (<= 100 MB and inside the file), well-formed JSON, known dtypes, offsets
+// inside the buffer, no overlapping ranges, bytes == numel * dtype size.
+// Throws FileError / FormatError naming the file (and tensor).
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Zero-copy view into the mapping. Throws TensorMappingError if absent.
+  TensorView view(const std::string& name) const;
+  // Tells the kernel the mapped pages of `name` are no longer needed
+  // (used after a tensor was repacked into another layout).
+  void release(const std::string& name) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data buffer
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All tensors of a checkpoint directory: `model.safetensors`, or the shards
+// listed by `model.safetensors.index.json` (weight_map), or (failing both) every
+// *.safetensors file in the directory. A tensor name present in two files, a
+// shard listed but missing, or an index naming a tensor its shard lacks is an error.
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::filesystem::path& dir);
+
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const;
+  const TensorInfo& info(const std::string& name) const;
+  TensorView view(const std::string& name) const;
+  void release(const std::string& name) const;
+  // The file holding `name`, for error messages.
+  const std::filesystem::path& file_of(const std::string& name) const;
+
+ private:
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> where_;
+};
+
+// Writes tensors (used by tests and tools). Data is copied from the views.
+void write_safetensors(const std::filesystem::path& path,
+                       const std::map<std::string, TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace hubzoo

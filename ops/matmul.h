@@ -1,0 +1,58 @@
+// Batch-invariant matmul: y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]).
+//
+// Contract (shared/design.md, batch invariance): every output element is one
+// FMA chain over k = 0, 1, ..., K-1 in that order, starting from 0.0f; bias is
+// added after the chain. The result of an element therefore does not depend on
+// M, on which rows share a tile, on the thread count or on the ISA: it equals
+// matmul_reference() bit for bit.
+//
+// W is packed once at load into column panels of kPanel columns:
+// panel p, element (n, k) lives at data[(p * K + k) * kPanel + (n - p * kPanel)],
+// with zero padding past N. Threads split rows and panels, never K.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ops/thread_pool.h"
+
+namespace hubzoo {
+
+constexpr int64_t kPanel = 32;  // columns per packed panel (2 AVX-512 vectors)
+
+struct PackedMatrix {
+  int64_t n = 0;  // output features (rows of W)
+  int64_t k = 0;  // input features
+  std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};  // 64-byte aligned
+  int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
+  // Element W[row, col] read back from the packed layout (embedding lookup of tied weights).
+  float at(int64_t row, int64_t col) const {
+    return data[((row / kPanel) * k + col) * kPanel + row % kPanel];
+  }
+  void copy_row(int64_t row, float* out) const;  // W[row, :] -> out[0..k)
+};
+
+// Packs row-major W [n, k] (float32).
+PackedMatrix pack_weights(const float* w, int64_t n, int64_t k);
+
+// x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).
+// bias may be null.
+struct MatmulArgs {
+  const float* x = nullptr;
+  int64_t m = 0;
+  int64_t ldx = 0;
+  const PackedMatrix* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+void matmul(const MatmulArgs& a, ThreadPool& pool);
+
+// Scalar reference with the same per-element order (std::fma chain).
+void matmul_reference(const MatmulArgs& a);
+
+// Name of the SIMD target the dispatcher picked, e.g. "AVX3" (for reports).
+const char* matmul_target_name();
+
+}  // namespace hubzoo

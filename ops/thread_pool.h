@@ -1,0 +1,43 @@
+// The one parallelism primitive: a persistent pool running parallel_for.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace hubzoo {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n), each chunk a
+  // multiple of `grain` (except the last). The calling thread takes part.
+  // Blocks until all chunks are done. Chunking never affects results: callers
+  // only split independent work (rows, columns), never a reduction.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  // Implementation detail, see thread_pool.cc.
+  void worker(int index);
+  int num_threads_ = 1;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace hubzoo
