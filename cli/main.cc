@@ -1,0 +1,163 @@
+// The `hubzoo` command: thin over the library; errors become one line on
+// stderr and a non-zero exit.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.h"
+#include "engine/generate.h"
+#include "models/causal_lm.h"
+#include "ops/matmul.h"
+
+namespace hubzoo {
+namespace {
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw InvalidArgument("--ids: '" + item + "' is not an integer");
+    }
+  }
+  if (ids.empty()) throw InvalidArgument("--ids: no token ids given");
+  return ids;
+}
+
+struct GenerateArgs {
+  std::string model, ids, dtype = "float32", mode = "fused", format = "text";
+  int64_t max_new_tokens = 32;
+  float temperature = 0.0f, top_p = 1.0f;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+void check_dtype(const std::string& dtype) {
+  if (dtype != "float32") {
+    throw InvalidArgument("--dtype " + dtype + " is not supported yet (only float32)");
+  }
+}
+
+int run_generate(const GenerateArgs& a) {
+  check_dtype(a.dtype);
+  auto model = load_causal_lm(a.model, {a.threads});
+  GenerateOptions opt;
+  opt.max_new_tokens = a.max_new_tokens;
+  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  const bool json = a.format == "json";
+  if (!json) {
+    opt.on_token = [](int64_t, int64_t id) {
+      std::printf("%lld ", static_cast<long long>(id));
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  GenerateResult r = generate(*model, {parse_ids(a.ids)}, opt);
+  if (json) {
+    // Generated ids only; `text` is null until the tokenizer is part of hubzoo.
+    nlohmann::json out = {{"ids", r.tokens[0]}, {"text", nullptr}};
+    std::cout << out.dump() << "\n";
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "prefill %lld tokens in %.3f s; decode %lld steps at %.2f tok/s\n",
+                 static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
+                 static_cast<long long>(r.decode_steps),
+                 r.decode_steps / std::max(r.decode_seconds, 1e-9));
+  }
+  return 0;
+}
+
+int run_inspect(const std::string& model_ref, int threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = load_causal_lm(model_ref, {threads});
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const ModelInfo& i = model->info();
+  nlohmann::json out = {
+      {"architecture", i.architecture},
+      {"snapshot", i.snapshot.string()},
+      {"num_layers", i.num_layers},
+      {"hidden_size", i.hidden_size},
+      {"vocab_size", i.vocab_size},
+      {"max_position_embeddings", i.max_position_embeddings},
+      {"num_parameters", i.num_parameters},
+      {"eos_token_ids", i.eos_token_ids},
+      {"bos_token_id", i.bos_token_id},
+      {"pad_token_id", i.pad_token_id},
+      {"ignored_tensors", i.ignored_tensors},
+      {"dtype", "float32"},
+      {"matmul_target", matmul_target_name()},
+      {"load_seconds", load_s},
+      {"hubzoo_version", HUBZOO_VERSION},
+      {"git_commit", HUBZOO_GIT_COMMIT},
+  };
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"hubzoo: Hugging Face Hub models in native C++, verified against transformers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(HUBZOO_VERSION) + " (" + HUBZOO_GIT_COMMIT + ")");
+
+  GenerateArgs g;
+  auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
+  gen->add_option("-m,--model", g.model, "snapshot directory or repo id in the HF cache")
+      ->required();
+  gen->add_option("--ids", g.ids, "prompt token ids, comma-separated")->required();
+  gen->add_option("--max-new-tokens", g.max_new_tokens)->check(CLI::NonNegativeNumber);
+  gen->add_option("--dtype", g.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused"}));
+  gen->add_option("--temperature", g.temperature)->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-k", g.top_k)->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", g.top_p)->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", g.seed);
+  gen->add_option("--threads", g.threads, "worker threads (0: all cores)");
+  gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
+
+  std::string inspect_model;
+  int inspect_threads = 0;
+  auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
+  inspect->add_option("-m,--model", inspect_model)->required();
+  inspect->add_option("--threads", inspect_threads);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  if (gen->parsed()) return run_generate(g);
+  return run_inspect(inspect_model, inspect_threads);
+}
+
+}  // namespace
+}  // namespace hubzoo
+
+int main(int argc, char** argv) {
+  try {
+    return hubzoo::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,45 @@
+// Causal self-attention with grouped KV heads (MHA/GQA/MQA), optional per-head
+// q/k RMSNorm (Qwen3), RoPE, and a KV cache. Rows are a ragged TokenBatch.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "layers/batch.h"
+#include "layers/kv_cache.h"
+#include "layers/linear.h"
+#include "layers/rope.h"
+
+namespace hubzoo {
+
+struct AttentionOptions {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;  // RMSNorm over head_dim of q and k before RoPE
+  float rms_norm_eps = 1e-6f;
+};
+
+class Attention {
+ public:
+  // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight.
+  Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
+            const Rope* rope);
+
+  // x: [M, hidden] (already normed) -> out: [M, hidden]. Writes this layer's
+  // keys/values for every row into `cache` (slot, pos) before attending, so a
+  // row sees its own sequence's positions 0..pos and nothing else.
+  void forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache, int64_t layer,
+               ThreadPool& pool) const;
+
+ private:
+  AttentionOptions opt_;
+  const Rope* rope_;
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  std::optional<RMSNorm> q_norm_, k_norm_;
+};
+
+}  // namespace hubzoo

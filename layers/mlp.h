@@ -1,0 +1,22 @@
+// Gated MLP: down(act(gate(x)) * up(x)), act = SiLU.
+#pragma once
+
+#include <string>
+
+#include "layers/linear.h"
+
+namespace hubzoo {
+
+class GatedMlp {
+ public:
+  // Tensors: {prefix}.{gate,up,down}_proj.weight (+ .bias when `bias`).
+  GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
+           bool bias);
+  // x: [M, hidden] -> out: [M, hidden]
+  void forward(const float* x, int64_t m, float* out, ThreadPool& pool) const;
+
+ private:
+  Linear gate_, up_, down_;
+};
+
+}  // namespace hubzoo

@@ -1,0 +1,89 @@
+#include "layers/weights.h"
+
+#include "base/error.h"
+
+namespace hubzoo {
+
+WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint)
+    : ckpt_(std::move(checkpoint)) {
+  for (const auto& name : ckpt_->names()) used_[name] = false;
+}
+
+bool WeightLoader::contains(const std::string& name) const { return used_.count(name) != 0; }
+
+const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
+  auto it = used_.find(name);
+  if (it == used_.end()) {
+    throw TensorMappingError("checkpoint is missing tensor '" + name + "' (expected shape " +
+                             shape_str(shape) + ")");
+  }
+  if (it->second) throw TensorMappingError("tensor '" + name + "' is used twice");
+  const TensorInfo& info = ckpt_->info(name);
+  const std::string file = ckpt_->file_of(name).string();
+  if (info.shape != shape) {
+    throw TensorMappingError(file + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
+                             ", the config implies " + shape_str(shape));
+  }
+  if (!is_float_weight_dtype(info.dtype)) {
+    throw TensorMappingError(file + ": tensor '" + name + "' has dtype " +
+                             std::string(dtype_name(info.dtype)) +
+                             "; weights must be F32, BF16 or F16");
+  }
+  it->second = true;
+  return info;
+}
+
+FloatWeights WeightLoader::take(const std::string& name, const Shape& shape) {
+  const TensorInfo& info = claim(name, shape);
+  TensorView v = ckpt_->view(name);
+  FloatWeights w;
+  w.size_ = v.numel();
+  if (info.dtype == DType::F32) {
+    w.data_ = static_cast<const float*>(v.data);
+  } else {
+    w.owned_.resize(w.size_);
+    convert_to_f32(info.dtype, v.data, w.owned_.data(), w.size_);
+    w.data_ = w.owned_.data();
+  }
+  return w;
+}
+
+PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
+  const TensorInfo& info = claim(name, {n, k});
+  TensorView v = ckpt_->view(name);
+  PackedMatrix packed;
+  if (info.dtype == DType::F32) {
+    packed = pack_weights(static_cast<const float*>(v.data), n, k);
+  } else {
+    std::vector<float> tmp(static_cast<size_t>(n * k));
+    convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
+    packed = pack_weights(tmp.data(), n, k);
+  }
+  ckpt_->release(name);  // the packed copy is the only one kept resident
+  return packed;
+}
+
+void WeightLoader::ignore(const std::string& name, const std::string& reason) {
+  auto it = used_.find(name);
+  if (it == used_.end()) return;
+  it->second = true;
+  ignored_[name] = reason;
+}
+
+void WeightLoader::finish() const {
+  std::string unused;
+  int count = 0;
+  for (const auto& [name, used] : used_) {
+    if (used) continue;
+    if (count++ < 8)
+      unused +=
+          (unused.empty() ? "" : ", ") + ckpt_->file_of(name).filename().string() + ":" + name;
+  }
+  if (count > 0) {
+    throw TensorMappingError("checkpoint has " + std::to_string(count) +
+                             " tensor(s) the model does not use: " + unused +
+                             (count > 8 ? ", ..." : ""));
+  }
+}
+
+}  // namespace hubzoo

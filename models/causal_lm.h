@@ -1,0 +1,81 @@
+// A decoder-only language model: the interface the engine, CLI and bindings
+// use, and the registry keyed by config.json `architectures`.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+#include "layers/batch.h"
+#include "layers/kv_cache.h"
+#include "ops/thread_pool.h"
+
+namespace hubzoo {
+
+// What every causal LM reports about itself (from config.json and
+// generation_config.json).
+struct ModelInfo {
+  std::string architecture;
+  std::filesystem::path snapshot;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t max_position_embeddings = 0;
+  std::vector<int64_t> eos_token_ids;  // generation_config.json, else config.json
+  int64_t bos_token_id = -1;
+  int64_t pad_token_id = -1;
+  std::map<std::string, std::string> ignored_tensors;  // name -> reason
+  int64_t num_parameters = 0;
+  int64_t weight_bytes = 0;  // resident, as packed for compute
+};
+
+struct ForwardOptions {
+  // Row indices of the batch whose logits are wanted; empty means every row.
+  std::vector<int64_t> logits_rows;
+  // Named intermediates to record: "embed", "layers.{i}", "layers.{i}.self_attn",
+  // "layers.{i}.mlp", "norm", "logits".
+  std::set<std::string> capture;
+};
+
+struct ForwardResult {
+  std::vector<float> logits;                           // [rows, vocab]
+  std::map<std::string, std::vector<float>> captured;  // name -> [M, features]
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelInfo& info() const = 0;
+  // A cache for `num_slots` independent sequences.
+  virtual KvCache new_cache(int64_t num_slots) const = 0;
+  // Runs the batch: every row's token enters its slot's cache at its position
+  // (positions of a slot must continue where its cache ends, in order).
+  virtual void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& options,
+                       ForwardResult& result) = 0;
+  // Names of the intermediates forward() can capture.
+  virtual std::vector<std::string> capture_names() const = 0;
+};
+
+// Everything a model family's loader gets.
+struct LoadContext {
+  std::filesystem::path snapshot;
+  JsonObject config;
+  std::shared_ptr<ThreadPool> pool;
+};
+
+// Architectures (config.json `architectures[0]`) this build can load.
+std::vector<std::string> supported_causal_lms();
+
+struct LoadOptions {
+  int num_threads = 0;  // 0: all cores
+};
+
+// Loads the snapshot at `model` (a directory or a repo id in the HF cache).
+// Throws ConfigError for an unknown architecture, naming it and the supported ones.
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOptions& options = {});
+
+}  // namespace hubzoo

@@ -1,0 +1,15 @@
+// Entry points of the model families, one per models/*.cc file; the registry
+// (models/registry.cc) maps config.json `architectures` to them.
+#pragma once
+
+#include <memory>
+
+#include "models/causal_lm.h"
+
+namespace hubzoo {
+
+std::unique_ptr<CausalLM> load_llama(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_qwen2(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx);
+
+}  // namespace hubzoo

@@ -1,0 +1,267 @@
+// Llama (and, through LlamaVariant, Qwen2 and Qwen3): config mapping, the
+// tensors under their Hugging Face names, and the forward pass.
+#include "models/llama.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "layers/attention.h"
+#include "layers/mlp.h"
+#include "layers/weights.h"
+#include "models/families.h"
+#include "models/model_info.h"
+#include "ops/elementwise.h"
+
+namespace hubzoo {
+namespace {
+
+struct LlamaConfig {
+  int64_t vocab_size, hidden_size, intermediate_size, num_layers, max_position_embeddings;
+  AttentionOptions attn;
+  bool mlp_bias = false;
+  bool tie_word_embeddings = false;
+  float rms_norm_eps = 1e-6f;
+  RopeParams rope;
+};
+
+LlamaConfig parse_config(const JsonObject& c, const LlamaVariant& v) {
+  reject_unsupported_common_options(c);
+  LlamaConfig cfg;
+  auto positive = [&](const char* key, int64_t fallback) {
+    const int64_t x = c.get_or<int64_t>(key, fallback);
+    if (x <= 0) throw ConfigError(c.where() + ": field '" + key + "' must be positive");
+    return x;
+  };
+  cfg.vocab_size = positive("vocab_size", v.default_vocab_size);
+  cfg.hidden_size = positive("hidden_size", 4096);
+  cfg.intermediate_size = positive("intermediate_size", 11008);
+  cfg.num_layers = positive("num_hidden_layers", 32);
+  cfg.max_position_embeddings =
+      positive("max_position_embeddings", v.default_max_position_embeddings);
+  auto& a = cfg.attn;
+  a.hidden_size = cfg.hidden_size;
+  a.num_heads = positive("num_attention_heads", 32);
+  a.num_kv_heads = positive("num_key_value_heads", a.num_heads);
+  if (a.num_heads % a.num_kv_heads != 0) {
+    throw ConfigError(c.where() + ": num_attention_heads (" + std::to_string(a.num_heads) +
+                      ") is not a multiple of num_key_value_heads (" +
+                      std::to_string(a.num_kv_heads) + ")");
+  }
+  const int64_t derived_head_dim = cfg.hidden_size / a.num_heads;
+  a.head_dim = positive("head_dim", v.default_head_dim ? v.default_head_dim : derived_head_dim);
+  if (a.head_dim % 2 != 0 || a.head_dim > 1024) {
+    throw ConfigError(c.where() + ": head_dim " + std::to_string(a.head_dim) +
+                      " is not supported (must be even and <= 1024)");
+  }
+  cfg.rms_norm_eps = static_cast<float>(c.get_or<double>("rms_norm_eps", 1e-6));
+  cfg.tie_word_embeddings = c.get_or<bool>("tie_word_embeddings", false);
+  const std::string act = c.get_or<std::string>("hidden_act", "silu");
+  if (act != "silu") {
+    throw ConfigError(c.where() + ": hidden_act '" + act + "' is not supported (only 'silu')");
+  }
+  const bool attention_bias = v.attention_bias_key && c.get_or<bool>("attention_bias", false);
+  a.qkv_bias = v.qkv_bias_always || attention_bias;
+  a.o_bias = attention_bias;
+  a.qk_norm = v.qk_norm;
+  a.rms_norm_eps = cfg.rms_norm_eps;
+  cfg.mlp_bias = v.mlp_bias_key && c.get_or<bool>("mlp_bias", false);
+  if (c.get_or<bool>("use_sliding_window", false)) {
+    throw ConfigError(c.where() + ": use_sliding_window=true is not supported yet");
+  }
+  if (c.has("layer_types")) {
+    for (const auto& t : c.get<std::vector<std::string>>("layer_types")) {
+      if (t != "full_attention") {
+        throw ConfigError(c.where() + ": layer_types entry '" + t + "' is not supported yet");
+      }
+    }
+  }
+  cfg.rope = parse_rope_params(c);
+  return cfg;
+}
+
+struct DecoderLayer {
+  RMSNorm input_layernorm, post_attention_layernorm;
+  Attention self_attn;
+  GatedMlp mlp;
+};
+
+class LlamaModel final : public CausalLM {
+ public:
+  LlamaModel(const LoadContext& ctx, const LlamaVariant& variant)
+      : pool_(ctx.pool), cfg_(parse_config(ctx.config, variant)) {
+    auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(ctx.snapshot));
+    checkpoint_ = ckpt;
+    WeightLoader w(ckpt);
+    const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
+    rope_ = std::make_unique<Rope>(cfg_.rope, cfg_.attn.head_dim, cfg_.max_position_embeddings);
+    // (V, H): embed_tokens; lm_head shares it when tied.
+    if (cfg_.tie_word_embeddings) {
+      lm_head_ = w.take_packed("model.embed_tokens.weight", v, h);
+      w.ignore("lm_head.weight", "tie_word_embeddings: lm_head shares model.embed_tokens.weight");
+    } else {
+      embed_tokens_ = w.take("model.embed_tokens.weight", {v, h});
+      lm_head_ = w.take_packed("lm_head.weight", v, h);
+    }
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i);
+      layers_.push_back(DecoderLayer{
+          RMSNorm::load(w, p + ".input_layernorm.weight", h, cfg_.rms_norm_eps),
+          RMSNorm::load(w, p + ".post_attention_layernorm.weight", h, cfg_.rms_norm_eps),
+          Attention(w, p + ".self_attn", cfg_.attn, rope_.get()),
+          GatedMlp(w, p + ".mlp", h, cfg_.intermediate_size, cfg_.mlp_bias),
+      });
+    }
+    norm_ = RMSNorm::load(w, "model.norm.weight", h, cfg_.rms_norm_eps);
+    // transformers recomputes rotary inv_freq; old checkpoints may still store it.
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      w.ignore("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq",
+               "RoPE frequencies are recomputed from the config");
+    }
+    w.finish();
+
+    info_.architecture = ctx.config.get<std::vector<std::string>>("architectures")[0];
+    info_.snapshot = ctx.snapshot;
+    info_.vocab_size = v;
+    info_.hidden_size = h;
+    info_.num_layers = cfg_.num_layers;
+    info_.max_position_embeddings = cfg_.max_position_embeddings;
+    info_.ignored_tensors = w.ignored();
+    for (const auto& name : ckpt->names()) {
+      if (!info_.ignored_tensors.count(name))
+        info_.num_parameters += num_elements(ckpt->info(name).shape);
+    }
+    read_special_token_ids(ctx, info_);
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  KvCache new_cache(int64_t num_slots) const override {
+    return KvCache(cfg_.num_layers, num_slots, cfg_.attn.num_kv_heads * cfg_.attn.head_dim);
+  }
+
+  std::vector<std::string> capture_names() const override {
+    std::vector<std::string> names = {"embed"};
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      const std::string p = "layers." + std::to_string(i);
+      names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
+    }
+    names.insert(names.end(), {"norm", "logits"});
+    return names;
+  }
+
+  void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+               ForwardResult& out) override {
+    const int64_t m = batch.size(), h = cfg_.hidden_size, v = cfg_.vocab_size;
+    const auto new_lengths = check_batch(batch, cache);
+    for (const auto& [slot, len] : new_lengths) cache.reserve(slot, len);
+    for (const auto& name : opt.capture) {
+      if (!capture_known(name)) throw InvalidArgument("unknown capture name '" + name + "'");
+    }
+    auto capture = [&](const std::string& name, const float* data, int64_t rows, int64_t cols) {
+      if (opt.capture.count(name)) out.captured[name].assign(data, data + rows * cols);
+    };
+
+    std::vector<float> x(m * h), normed(m * h), branch(m * h);  // [M, H]
+    for (int64_t t = 0; t < m; ++t) {
+      if (cfg_.tie_word_embeddings) {
+        lm_head_.copy_row(batch.ids[t], &x[t * h]);
+      } else {
+        std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, &x[t * h]);
+      }
+    }
+    capture("embed", x.data(), m, h);
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      const DecoderLayer& layer = layers_[i];
+      const std::string p = "layers." + std::to_string(i);
+      layer.input_layernorm.forward(x.data(), m, normed.data());
+      layer.self_attn.forward(batch, normed.data(), branch.data(), cache, i, *pool_);
+      capture(p + ".self_attn", branch.data(), m, h);
+      add_inplace(x.data(), branch.data(), m * h);
+      layer.post_attention_layernorm.forward(x.data(), m, normed.data());
+      layer.mlp.forward(normed.data(), m, branch.data(), *pool_);
+      capture(p + ".mlp", branch.data(), m, h);
+      add_inplace(x.data(), branch.data(), m * h);
+      capture(p, x.data(), m, h);
+    }
+    norm_.forward(x.data(), m, normed.data());
+    capture("norm", normed.data(), m, h);
+
+    // (rows, V) logits, only for the rows asked for.
+    const float* lm_in = normed.data();
+    int64_t rows = m;
+    std::vector<float> gathered;
+    if (!opt.logits_rows.empty()) {
+      rows = static_cast<int64_t>(opt.logits_rows.size());
+      gathered.resize(rows * h);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t t = opt.logits_rows[r];
+        if (t < 0 || t >= m)
+          throw InvalidArgument("logits row " + std::to_string(t) + " out of range");
+        std::copy_n(&normed[t * h], h, &gathered[r * h]);
+      }
+      lm_in = gathered.data();
+    }
+    out.logits.resize(rows * v);
+    MatmulArgs a{lm_in, rows, h, &lm_head_, nullptr, out.logits.data(), v};
+    matmul(a, *pool_);
+    capture("logits", out.logits.data(), rows, v);
+    for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
+  }
+
+ private:
+  bool capture_known(const std::string& name) const {
+    const auto names = capture_names();
+    return std::find(names.begin(), names.end(), name) != names.end();
+  }
+
+  // Validates ids, slots and positions; returns each touched slot's new length.
+  std::map<int64_t, int64_t> check_batch(const TokenBatch& batch, const KvCache& cache) const {
+    if (batch.slot.size() != batch.ids.size() || batch.pos.size() != batch.ids.size()) {
+      throw InvalidArgument("batch ids/slot/pos sizes differ");
+    }
+    std::map<int64_t, int64_t> next;
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const int64_t id = batch.ids[t], slot = batch.slot[t];
+      if (id < 0 || id >= cfg_.vocab_size) {
+        throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(cfg_.vocab_size) + ")");
+      }
+      if (slot < 0 || slot >= cache.num_slots()) {
+        throw InvalidArgument("cache slot " + std::to_string(slot) + " out of range");
+      }
+      auto [it, fresh] = next.try_emplace(slot, cache.length(slot));
+      if (batch.pos[t] != it->second) {
+        throw InvalidArgument("position " + std::to_string(batch.pos[t]) + " of slot " +
+                              std::to_string(slot) + " does not continue its cache (expected " +
+                              std::to_string(it->second) + ")");
+      }
+      ++it->second;
+    }
+    return next;
+  }
+
+  std::shared_ptr<ThreadPool> pool_;
+  LlamaConfig cfg_;
+  std::shared_ptr<const Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
+  ModelInfo info_;
+  std::unique_ptr<Rope> rope_;
+  FloatWeights embed_tokens_;  // (V, H), untied only
+  PackedMatrix lm_head_;       // (V, H)
+  std::vector<DecoderLayer> layers_;
+  RMSNorm norm_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_llama_variant(const LoadContext& ctx, const LlamaVariant& variant) {
+  return std::make_unique<LlamaModel>(ctx, variant);
+}
+
+std::unique_ptr<CausalLM> load_llama(const LoadContext& ctx) {
+  LlamaVariant v;
+  v.attention_bias_key = true;
+  v.mlp_bias_key = true;
+  return load_llama_variant(ctx, v);
+}
+
+}  // namespace hubzoo

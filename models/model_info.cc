@@ -1,0 +1,49 @@
+#include "models/model_info.h"
+
+#include "base/error.h"
+
+namespace hubzoo {
+namespace {
+
+std::vector<int64_t> id_list(const nlohmann::json& j, const std::string& where) {
+  std::vector<int64_t> ids;
+  if (j.is_null()) return ids;
+  if (j.is_number_integer()) return {j.get<int64_t>()};
+  if (j.is_array()) {
+    for (const auto& x : j) {
+      if (!x.is_number_integer()) throw ConfigError(where + ": eos_token_id must hold integers");
+      ids.push_back(x.get<int64_t>());
+    }
+    return ids;
+  }
+  throw ConfigError(where + ": eos_token_id must be an integer or a list of integers");
+}
+
+}  // namespace
+
+void read_special_token_ids(const LoadContext& ctx, ModelInfo& info) {
+  const auto& c = ctx.config;
+  auto get_id = [](const JsonObject& o, const char* key, int64_t fallback) {
+    return o.has(key) ? o.get<int64_t>(key) : fallback;
+  };
+  info.eos_token_ids =
+      c.has("eos_token_id") ? id_list(c.json()["eos_token_id"], c.where()) : std::vector<int64_t>{};
+  info.bos_token_id = get_id(c, "bos_token_id", -1);
+  info.pad_token_id = get_id(c, "pad_token_id", -1);
+  const auto gen_path = ctx.snapshot / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    JsonObject g(read_json_file(gen_path), gen_path.string());
+    if (g.has("eos_token_id")) info.eos_token_ids = id_list(g.json()["eos_token_id"], g.where());
+    info.bos_token_id = get_id(g, "bos_token_id", info.bos_token_id);
+    info.pad_token_id = get_id(g, "pad_token_id", info.pad_token_id);
+  }
+}
+
+void reject_unsupported_common_options(const JsonObject& config) {
+  if (config.has("quantization_config")) {
+    throw ConfigError(config.where() +
+                      ": quantization_config is not supported (load an unquantized checkpoint)");
+  }
+}
+
+}  // namespace hubzoo

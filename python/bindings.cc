@@ -1,0 +1,181 @@
+// nanobind module `hubzoo._hubzoo`: numpy in, numpy out, over the C++ API.
+// Padding is resolved here: each row's real tokens (mask != 0) become one
+// sequence of a ragged TokenBatch; outputs are scattered back to [B, S, ...].
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "base/error.h"
+#include "engine/generate.h"
+#include "models/causal_lm.h"
+#include "ops/matmul.h"
+
+namespace nb = nanobind;
+using namespace hubzoo;
+
+namespace {
+
+using IdArray = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using FloatArray = nb::ndarray<nb::numpy, float>;
+
+nb::ndarray<nb::numpy, float> make_array(std::vector<float>&& v, std::vector<size_t> shape) {
+  auto* data = new std::vector<float>(std::move(v));
+  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float>(data->data(), shape.size(), shape.data(), owner);
+}
+
+struct Row {
+  int64_t b, c;  // batch row and column of a token
+};
+
+class PyCausalLM {
+ public:
+  PyCausalLM(const std::string& model, int threads) : model_(load_causal_lm(model, {threads})) {}
+
+  nb::dict info() const {
+    const ModelInfo& i = model_->info();
+    nb::dict d;
+    d["architecture"] = i.architecture;
+    d["snapshot"] = i.snapshot.string();
+    d["vocab_size"] = i.vocab_size;
+    d["hidden_size"] = i.hidden_size;
+    d["num_layers"] = i.num_layers;
+    d["eos_token_ids"] = i.eos_token_ids;
+    d["bos_token_id"] = i.bos_token_id;
+    d["pad_token_id"] = i.pad_token_id;
+    d["num_parameters"] = i.num_parameters;
+    d["ignored_tensors"] = i.ignored_tensors;
+    d["matmul_target"] = std::string(matmul_target_name());
+    return d;
+  }
+
+  // Full forward (prefill_len < 0) or prefill of columns [0, prefill_len) then
+  // one decode step per later column.
+  nb::tuple forward(IdArray ids, std::optional<IdArray> mask, std::vector<std::string> capture,
+                    int64_t prefill_len) {
+    const int64_t batch = ids.shape(0), seq = ids.shape(1);
+    if (mask && (mask->shape(0) != static_cast<size_t>(batch) ||
+                 mask->shape(1) != static_cast<size_t>(seq))) {
+      throw InvalidArgument("attention_mask shape differs from input_ids shape");
+    }
+    const int64_t vocab = model_->info().vocab_size;
+    auto real = [&](int64_t b, int64_t c) { return !mask || (*mask)(b, c) != 0; };
+    std::vector<float> logits(batch * seq * vocab, 0.0f);
+    std::map<std::string, std::vector<float>> captured;
+    std::map<std::string, int64_t> widths;
+    ForwardOptions opt;
+    opt.capture.insert(capture.begin(), capture.end());
+    {
+      nb::gil_scoped_release release;
+      KvCache cache = model_->new_cache(batch);
+      std::vector<int64_t> length(batch, 0);
+      auto run = [&](int64_t c0, int64_t c1) {
+        TokenBatch step;
+        std::vector<Row> rows;
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t c = c0; c < c1; ++c) {
+            if (!real(b, c)) continue;
+            step.add(static_cast<int32_t>(ids(b, c)), static_cast<int32_t>(b),
+                     static_cast<int32_t>(length[b]++));
+            rows.push_back({b, c});
+          }
+        }
+        if (step.size() == 0) return;
+        ForwardResult out;
+        model_->forward(step, cache, opt, out);
+        for (size_t r = 0; r < rows.size(); ++r) {
+          std::memcpy(&logits[(rows[r].b * seq + rows[r].c) * vocab], &out.logits[r * vocab],
+                      vocab * sizeof(float));
+        }
+        for (auto& [name, values] : out.captured) {
+          const int64_t width = static_cast<int64_t>(values.size() / rows.size());
+          auto& dst = captured[name];
+          if (dst.empty()) dst.assign(batch * seq * width, 0.0f);
+          widths[name] = width;
+          for (size_t r = 0; r < rows.size(); ++r) {
+            std::memcpy(&dst[(rows[r].b * seq + rows[r].c) * width], &values[r * width],
+                        width * sizeof(float));
+          }
+        }
+      };
+      if (prefill_len < 0 || prefill_len >= seq) {
+        run(0, seq);
+      } else {
+        run(0, std::max<int64_t>(prefill_len, 0));
+        for (int64_t c = std::max<int64_t>(prefill_len, 0); c < seq; ++c) run(c, c + 1);
+      }
+    }
+    nb::dict caps;
+    for (auto& [name, values] : captured) {
+      caps[name.c_str()] =
+          make_array(std::move(values), {static_cast<size_t>(batch), static_cast<size_t>(seq),
+                                         static_cast<size_t>(widths[name])});
+    }
+    auto arr = make_array(std::move(logits), {static_cast<size_t>(batch), static_cast<size_t>(seq),
+                                              static_cast<size_t>(vocab)});
+    return nb::make_tuple(arr, caps);
+  }
+
+  nb::ndarray<nb::numpy, int64_t> generate(IdArray ids, std::optional<IdArray> mask,
+                                           int64_t max_new_tokens, float temperature, int64_t top_k,
+                                           float top_p, uint64_t seed) {
+    const int64_t batch = ids.shape(0), seq = ids.shape(1);
+    std::vector<std::vector<int64_t>> prompts(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t c = 0; c < seq; ++c) {
+        if (!mask || (*mask)(b, c) != 0) prompts[b].push_back(ids(b, c));
+      }
+    }
+    GenerateOptions opt;
+    opt.max_new_tokens = max_new_tokens;
+    opt.sampling = {temperature, top_k, top_p, seed};
+    GenerateResult r;
+    {
+      nb::gil_scoped_release release;
+      r = hubzoo::generate(*model_, prompts, opt);
+    }
+    const size_t steps = r.tokens.empty() ? 0 : r.tokens[0].size();
+    auto* data = new std::vector<int64_t>(batch * steps);
+    for (int64_t b = 0; b < batch; ++b) {
+      std::copy(r.tokens[b].begin(), r.tokens[b].end(), data->begin() + b * steps);
+    }
+    nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+    size_t shape[2] = {static_cast<size_t>(batch), steps};
+    return nb::ndarray<nb::numpy, int64_t>(data->data(), 2, shape, owner);
+  }
+
+  std::vector<std::string> capture_names() const { return model_->capture_names(); }
+
+ private:
+  std::unique_ptr<CausalLM> model_;
+};
+
+}  // namespace
+
+NB_MODULE(_hubzoo, m) {
+  m.attr("__version__") = HUBZOO_VERSION;
+  m.attr("git_commit") = HUBZOO_GIT_COMMIT;
+  auto error = nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+  nb::exception<FileError>(m, "FileError", error);
+  nb::exception<FormatError>(m, "FormatError", error);
+  nb::exception<ConfigError>(m, "ConfigError", error);
+  nb::exception<TensorMappingError>(m, "TensorMappingError", error);
+  nb::exception<NotFoundError>(m, "NotFoundError", error);
+  nb::exception<InvalidArgument>(m, "InvalidArgument", error);
+  m.def("matmul_target", [] { return std::string(matmul_target_name()); });
+
+  nb::class_<PyCausalLM>(m, "CausalLM")
+      .def(nb::init<const std::string&, int>(), nb::arg("model"), nb::arg("threads") = 0)
+      .def("info", &PyCausalLM::info)
+      .def("capture_names", &PyCausalLM::capture_names)
+      .def("forward", &PyCausalLM::forward, nb::arg("ids"), nb::arg("mask").none(),
+           nb::arg("capture"), nb::arg("prefill_len"))
+      .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
+           nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
+           nb::arg("seed"));
+}

@@ -1,0 +1,104 @@
+"""hubzoo: Hugging Face Hub models in native C++, verified against transformers.
+
+numpy in, numpy out. Errors are typed: hubzoo.Error and its subclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from . import _hubzoo
+from ._hubzoo import (  # noqa: F401  (re-exported)
+    ConfigError,
+    Error,
+    FileError,
+    FormatError,
+    InvalidArgument,
+    NotFoundError,
+    TensorMappingError,
+)
+
+__version__ = _hubzoo.__version__
+git_commit = _hubzoo.git_commit
+
+_DTYPES = ("float32",)
+_MODES = ("eager", "fused")
+
+
+def _as_ids(input_ids, name="input_ids") -> np.ndarray:
+    a = np.asarray(input_ids)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise InvalidArgument(f"{name} must be [batch, seq], got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_:
+        raise InvalidArgument(f"{name} must hold integers, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+class CausalLM:
+    """A decoder-only LM loaded from a Hub snapshot directory or a cached repo id."""
+
+    def __init__(self, model: "_hubzoo.CausalLM", dtype: str, mode: str):
+        self._model = model
+        self.dtype = dtype
+        self.mode = mode
+        info = model.info()
+        self.info = info
+        self.num_layers = info["num_layers"]
+        self.vocab_size = info["vocab_size"]
+        self.eos_token_ids = list(info["eos_token_ids"])
+        import json
+        import os
+
+        with open(os.path.join(info["snapshot"], "config.json")) as f:
+            self.config = json.load(f)
+
+    @classmethod
+    def from_pretrained(cls, path_or_id, dtype: str = "float32", mode: str = "fused",
+                        num_threads: int = 0) -> "CausalLM":
+        if dtype not in _DTYPES:
+            raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
+        if mode not in _MODES:
+            raise InvalidArgument(f"mode must be one of {_MODES}, got {mode!r}")
+        return cls(_hubzoo.CausalLM(str(path_or_id), num_threads), dtype, mode)
+
+    def _inputs(self, input_ids, attention_mask):
+        ids = _as_ids(input_ids)
+        mask = None if attention_mask is None else _as_ids(attention_mask, "attention_mask")
+        return ids, mask
+
+    def forward(self, input_ids, attention_mask=None, capture: Iterable[str] | None = None):
+        """Logits float32 [batch, seq, vocab]; with capture=[names] also {name: [batch, seq, F]}.
+
+        Padded positions (attention_mask == 0) never enter the model; their outputs are zeros.
+        """
+        ids, mask = self._inputs(input_ids, attention_mask)
+        names = list(capture) if capture is not None else []
+        logits, captured = self._model.forward(ids, mask, names, -1)
+        return (logits, dict(captured)) if capture is not None else logits
+
+    def forward_incremental(self, input_ids, prefill_len: int, attention_mask=None):
+        """Prefill of the first prefill_len columns, then one cached decode step per column."""
+        ids, mask = self._inputs(input_ids, attention_mask)
+        logits, _ = self._model.forward(ids, mask, [], int(prefill_len))
+        return logits
+
+    def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 32,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None) -> np.ndarray:
+        """New tokens int64 [batch, steps] (left padding allowed via attention_mask)."""
+        ids, mask = self._inputs(input_ids, attention_mask)
+        return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
+                                    int(top_k or 0), float(1.0 if top_p is None else top_p),
+                                    int(seed or 0))
+
+    @property
+    def capture_names(self) -> list[str]:
+        return list(self._model.capture_names())
+
+
+def matmul_target() -> str:
+    return _hubzoo.matmul_target()
