@@ -25,6 +25,10 @@ class JsonObject {
   // True when the key exists and is not null.
   bool has(const std::string& key) const;
 
+  // T is one of int64_t, int, double, float, bool, std::string,
+  // std::vector<int64_t>, std::vector<std::string> (instantiated in json.cc).
+  // Integer types accept only JSON integers (1.5 and 2.0 are rejected) in range;
+  // double/float accept any JSON number.
   // Required field: ConfigError "<where>: missing field 'key'" or
   // "<where>: field 'key' must be <type>, got <json>".
   template <typename T>

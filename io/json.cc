@@ -1,0 +1,204 @@
+#include "io/json.h"
+
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "base/error.h"
+
+namespace hubzoo {
+
+namespace {
+
+// Line and column (1-based) of byte offset `byte` (1-based, as nlohmann reports).
+std::string position_of(const std::string& text, size_t byte) {
+  size_t line = 1, col = 1;
+  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
+// A short rendering of a JSON value for error messages.
+std::string brief(const nlohmann::json& v) {
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+bool is_int64(const nlohmann::json& v) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) return true;
+  return v.is_number_unsigned() &&
+         v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+}
+
+// Converts v to T or returns false. Integer targets reject non-integral JSON
+// (1.5 and also 2.0: the JSON says float, as Python would read it).
+template <typename T>
+bool convert(const nlohmann::json& v, T& out);
+
+template <>
+bool convert(const nlohmann::json& v, int64_t& out) {
+  if (!is_int64(v)) return false;
+  out = v.get<int64_t>();
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, int& out) {
+  if (!is_int64(v)) return false;
+  const auto x = v.get<int64_t>();
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max()) return false;
+  out = static_cast<int>(x);
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, double& out) {
+  if (!v.is_number()) return false;
+  out = v.get<double>();
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, float& out) {
+  if (!v.is_number()) return false;
+  out = static_cast<float>(v.get<double>());
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, bool& out) {
+  if (!v.is_boolean()) return false;
+  out = v.get<bool>();
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, std::string& out) {
+  if (!v.is_string()) return false;
+  out = v.get<std::string>();
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, std::vector<int64_t>& out) {
+  if (!v.is_array()) return false;
+  std::vector<int64_t> r;
+  for (const auto& e : v) {
+    if (!is_int64(e)) return false;
+    r.push_back(e.get<int64_t>());
+  }
+  out = std::move(r);
+  return true;
+}
+
+template <>
+bool convert(const nlohmann::json& v, std::vector<std::string>& out) {
+  if (!v.is_array()) return false;
+  std::vector<std::string> r;
+  for (const auto& e : v) {
+    if (!e.is_string()) return false;
+    r.push_back(e.get<std::string>());
+  }
+  out = std::move(r);
+  return true;
+}
+
+template <typename T>
+constexpr const char* type_word() {
+  if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int>) return "an integer";
+  if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) return "a number";
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "a list of integers";
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
+  return "?";
+}
+
+}  // namespace
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(path.string() + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw FileError(path.string() + ": read failed");
+  const std::string text = ss.str();
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw FormatError(path.string() + ": malformed JSON at " + position_of(text, e.byte) + ": " +
+                      e.what());
+  }
+}
+
+JsonObject::JsonObject(nlohmann::json j, std::string where)
+    : j_(std::move(j)), where_(std::move(where)) {
+  if (!j_.is_object()) throw ConfigError(where_ + ": expected a JSON object, got " + brief(j_));
+}
+
+bool JsonObject::has(const std::string& key) const {
+  auto it = j_.find(key);
+  return it != j_.end() && !it->is_null();
+}
+
+template <typename T>
+T JsonObject::get(const std::string& key) const {
+  auto v = maybe<T>(key);
+  if (!v) throw ConfigError(where_ + ": missing field '" + key + "'");
+  return std::move(*v);
+}
+
+template <typename T>
+T JsonObject::get_or(const std::string& key, T fallback) const {
+  auto v = maybe<T>(key);
+  return v ? std::move(*v) : std::move(fallback);
+}
+
+template <typename T>
+std::optional<T> JsonObject::maybe(const std::string& key) const {
+  auto it = j_.find(key);
+  if (it == j_.end() || it->is_null()) return std::nullopt;
+  T out{};
+  if (!convert(*it, out)) {
+    throw ConfigError(where_ + ": field '" + key + "' must be " + type_word<T>() + ", got " +
+                      brief(*it));
+  }
+  return out;
+}
+
+std::optional<JsonObject> JsonObject::object(const std::string& key) const {
+  auto it = j_.find(key);
+  if (it == j_.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    throw ConfigError(where_ + ": field '" + key + "' must be an object, got " + brief(*it));
+  }
+  return JsonObject(*it, where_ + ": " + key);
+}
+
+#define HUBZOO_JSON_INSTANTIATE(T)                               \
+  template T JsonObject::get<T>(const std::string&) const;       \
+  template T JsonObject::get_or<T>(const std::string&, T) const; \
+  template std::optional<T> JsonObject::maybe<T>(const std::string&) const;
+
+HUBZOO_JSON_INSTANTIATE(int64_t)
+HUBZOO_JSON_INSTANTIATE(int)
+HUBZOO_JSON_INSTANTIATE(double)
+HUBZOO_JSON_INSTANTIATE(float)
+HUBZOO_JSON_INSTANTIATE(bool)
+HUBZOO_JSON_INSTANTIATE(std::string)
+HUBZOO_JSON_INSTANTIATE(std::vector<int64_t>)
+HUBZOO_JSON_INSTANTIATE(std::vector<std::string>)
+
+#undef HUBZOO_JSON_INSTANTIATE
+
+}  // namespace hubzoo

@@ -1,0 +1,87 @@
+#include "ops/elementwise.h"
+
+#include <cmath>
+
+#include "base/error.h"
+
+namespace hubzoo {
+namespace {
+
+// Fixed reduction order: lane j sums the elements i with i % 8 == j over whole
+// blocks of 8, the lanes are combined as a fixed tree, and the tail is added in
+// order. The order depends only on n; 8 lanes also let the compiler vectorise
+// the loop without reassociating anything.
+constexpr int kLanes = 8;
+
+inline float combine_lanes(const float (&s)[kLanes]) {
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+float sum_of_products(const float* a, const float* b, int64_t n) {
+  float s[kLanes] = {};
+  const int64_t blocked = n / kLanes * kLanes;
+  for (int64_t i = 0; i < blocked; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) s[j] += a[i + j] * b[i + j];
+  }
+  float total = combine_lanes(s);
+  for (int64_t i = blocked; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+float sum(const float* a, int64_t n) {
+  float s[kLanes] = {};
+  const int64_t blocked = n / kLanes * kLanes;
+  for (int64_t i = 0; i < blocked; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) s[j] += a[i + j];
+  }
+  float total = combine_lanes(s);
+  for (int64_t i = blocked; i < n; ++i) total += a[i];
+  return total;
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out) {
+  if (n <= 0) return;
+  const float variance = sum_of_products(x, x, n) / static_cast<float>(n);
+  const float inv_rms = 1.0f / std::sqrt(variance + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv_rms);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void softmax_inplace(float* x, int64_t n) {
+  if (n <= 0) return;
+  float max = x[0];
+  for (int64_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - max);
+  const float total = sum(x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] /= total;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0) throw InvalidArgument("argmax of an empty array");
+  int64_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return i;
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+float dot(const float* a, const float* b, int64_t n) { return sum_of_products(a, b, n); }
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace hubzoo

@@ -1,0 +1,302 @@
+// Packed-panel fp32 matmul: packing, the scalar reference, and a register-tiled
+// Highway kernel compiled once per SIMD target and dispatched at run time.
+//
+// Every output element is one FMA chain over k = 0..K-1 from 0.0f, then + bias
+// (see matmul.h), so all targets, tilings and thread counts agree bit for bit.
+// Work is split over rows and column panels only; K is never split or blocked.
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+int64_t DispatchedTarget() { return HWY_TARGET; }
+
+// The SIMD path needs a true fused multiply-add (SSSE3/SSE4/EMU128 emulate
+// MulAdd as mul + add, which rounds twice) and a fixed vector length that divides kPanel.
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+using DF = hn::ScalableTag<float>;
+using V = hn::Vec<DF>;
+constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
+static_assert(kPanel % kLanes == 0, "a panel must be whole vectors");
+constexpr int kVecsPerPanel = static_cast<int>(kPanel / kLanes);
+
+// Accumulator registers: all but ~4 of the register file (x86 before AVX-512 has 16).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kAccBudget = 12;
+#else
+constexpr int kAccBudget = 28;
+#endif
+// Rows per register tile: 14 on AVX-512 (28 zmm accumulators), 3 on AVX2 (12 ymm).
+constexpr int kMR = std::max(1, kAccBudget / kVecsPerPanel);
+
+// Panels per tile for an MR-row tile: few rows (decode) need several panels in
+// flight to hide FMA latency and to keep several weight streams open.
+constexpr int PanelsPerTile(int mr) { return std::clamp(kAccBudget / (mr * kVecsPerPanel), 1, 4); }
+
+// y[0..MR, 0..NP*kPanel) (+)= tile. xp: packed x block [K][MR]; w: first panel;
+// n_valid: columns of y that exist from the tile's first column on.
+template <int MR, int NP>
+HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, int64_t K,
+                     const float* HWY_RESTRICT bias, float* HWY_RESTRICT y, int64_t ldy,
+                     int64_t n_valid) {
+  constexpr int C = NP * kVecsPerPanel;
+  const DF d;
+  V acc[MR][C];
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 64
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(d);
+  }
+  const int64_t panel_stride = K * kPanel;
+  for (int64_t kk = 0; kk < K; ++kk) {
+    V wv[C];
+#pragma GCC unroll 64
+    for (int c = 0; c < C; ++c) {
+      wv[c] = hn::Load(
+          d, w + (c / kVecsPerPanel) * panel_stride + kk * kPanel + (c % kVecsPerPanel) * kLanes);
+    }
+#pragma GCC unroll 64
+    for (int r = 0; r < MR; ++r) {
+      const V xb = hn::Set(d, xp[kk * MR + r]);
+#pragma GCC unroll 64
+      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(xb, wv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+    float* out_row = y + r * ldy;
+#pragma GCC unroll 64
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = c * kLanes;
+      if (col + kLanes <= n_valid) {
+        V v = acc[r][c];
+        if (bias) v = hn::Add(v, hn::LoadU(d, bias + col));
+        hn::StoreU(v, d, out_row + col);
+      } else if (col < n_valid) {  // last, partial panel
+        alignas(64) float tmp[kLanes];
+        hn::Store(acc[r][c], d, tmp);
+        for (int64_t i = 0; i < n_valid - col; ++i) {
+          out_row[col + i] = bias ? tmp[i] + bias[col + i] : tmp[i];
+        }
+      }
+    }
+  }
+}
+
+// MR rows of y over panels [p0, p1).
+template <int MR>
+HWY_NOINLINE void RowBlock(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1,
+                           const float* bias, float* y, int64_t ldy) {
+  constexpr int NP = PanelsPerTile(MR);
+  const int64_t K = w.k;
+  const auto tile_args = [&](int64_t p) {
+    return std::make_tuple(w.data.get() + p * K * kPanel, bias ? bias + p * kPanel : nullptr,
+                           y + p * kPanel, w.n - p * kPanel);
+  };
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) {
+    const auto [wp, bp, yp, n_valid] = tile_args(p);
+    Tile<MR, NP>(xp, wp, K, bp, yp, ldy, n_valid);
+  }
+  for (; p < p1; ++p) {
+    const auto [wp, bp, yp, n_valid] = tile_args(p);
+    Tile<MR, 1>(xp, wp, K, bp, yp, ldy, n_valid);
+  }
+}
+
+using RowBlockFn = void (*)(const float*, const PackedMatrix&, int64_t, int64_t, const float*,
+                            float*, int64_t);
+template <size_t... I>
+constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequence<I...>) {
+  return {&RowBlock<static_cast<int>(I) + 1>...};
+}
+// kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
+constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
+
+// Cache blocking for many rows (GotoBLAS order, without splitting K): a chunk
+// of packed x rows and a group of weight panels both stay in L2 (1-2 MiB)
+// while every row block of the chunk passes over every panel of the group.
+constexpr int64_t kRowChunkBytes = 256 * 1024;
+constexpr int64_t kPanelGroupBytes = 384 * 1024;
+
+// Rows [r0, r1) x panels [p0, p1) of the output.
+void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t K = a.w->k;
+  const int64_t rows = r1 - r0;
+  // Pack x rows into blocks of kMR rows, each [K][mr], so a tile broadcasts
+  // from one pointer. A single row is already in that layout.
+  const float* xp = a.x + r0 * a.ldx;
+  thread_local std::vector<float> packed;
+  if (rows > 1) {
+    packed.resize(rows * K);
+    for (int64_t rb = 0; rb < rows; rb += kMR) {
+      const int64_t mr = std::min<int64_t>(kMR, rows - rb);
+      float* dst = packed.data() + rb * K;
+      for (int64_t r = 0; r < mr; ++r) {
+        const float* src = a.x + (r0 + rb + r) * a.ldx;
+        for (int64_t kk = 0; kk < K; ++kk) dst[kk * mr + r] = src[kk];
+      }
+    }
+    xp = packed.data();
+  }
+  if (rows <= kMR) {  // one row block (decode): stream the panels once
+    kRowBlocks[rows - 1](xp, *a.w, p0, p1, a.bias, a.y + r0 * a.ldy, a.ldy);
+    return;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, K * 4);
+  const int64_t chunk = std::max<int64_t>(1, kRowChunkBytes / row_bytes / kMR) * kMR;
+  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (row_bytes * kPanel));
+  for (int64_t rc = 0; rc < rows; rc += chunk) {
+    const int64_t rc_end = std::min(rows, rc + chunk);
+    for (int64_t pg = p0; pg < p1; pg += group) {
+      const int64_t pe = std::min(p1, pg + group);
+      for (int64_t rb = rc; rb < rc_end; rb += kMR) {
+        const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
+        kRowBlocks[mr - 1](xp + rb * K, *a.w, pg, pe, a.bias, a.y + (r0 + rb) * a.ldy, a.ldy);
+      }
+    }
+  }
+}
+
+#else  // no native FMA: the scalar chain, correctly rounded by std::fma
+
+constexpr int kMR = 1;
+
+void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t K = a.w->k;
+  const int64_t n_end = std::min(a.w->n, p1 * kPanel);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = a.x + r * a.ldx;
+    for (int64_t n = p0 * kPanel; n < n_end; ++n) {
+      const float* w = a.w->data.get() + (n / kPanel) * K * kPanel + n % kPanel;
+      float acc = 0.0f;
+      for (int64_t kk = 0; kk < K; ++kk) acc = std::fma(x[kk], w[kk * kPanel], acc);
+      a.y[r * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
+    }
+  }
+}
+
+#endif
+
+// Splits the output into at most num_threads tiles of whole row blocks and
+// whole panels, minimising the largest tile (prefer splitting columns: each
+// thread then streams only its own weights).
+void Matmul(const MatmulArgs& a, ThreadPool& pool) {
+  const int64_t panels = a.w->num_panels();
+  const int64_t row_blocks = (a.m + kMR - 1) / kMR;
+  const int64_t threads = pool.num_threads();
+  int64_t col_groups = 1, row_groups = 1, best = -1;
+  for (int64_t cg = std::min(panels, threads); cg >= 1; --cg) {
+    const int64_t rg = std::min(row_blocks, threads / cg);
+    const int64_t cost = ((panels + cg - 1) / cg) * ((row_blocks + rg - 1) / rg);
+    if (best < 0 || cost < best) best = cost, col_groups = cg, row_groups = rg;
+  }
+  pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t rg = t / col_groups, cg = t % col_groups;
+      const int64_t r0 = std::min(a.m, rg * row_blocks / row_groups * kMR);
+      const int64_t r1 = std::min(a.m, (rg + 1) * row_blocks / row_groups * kMR);
+      const int64_t p0 = cg * panels / col_groups, p1 = (cg + 1) * panels / col_groups;
+      if (r0 < r1 && p0 < p1) MatmulTile(a, r0, r1, p0, p1);
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hubzoo {
+
+HWY_EXPORT(Matmul);
+HWY_EXPORT(DispatchedTarget);
+
+namespace {
+
+void free_aligned(float* p) { std::free(p); }
+
+void check_args(const MatmulArgs& a) {
+  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data))
+    throw InvalidArgument("matmul: weights are not packed");
+  if (a.m < 0) throw InvalidArgument("matmul: negative row count");
+  if (a.m > 0 && a.w->n > 0 && (!a.y || (a.w->k > 0 && !a.x)))
+    throw InvalidArgument("matmul: null input or output");
+  if (a.m > 0 && (a.ldx < a.w->k || a.ldy < a.w->n))
+    throw InvalidArgument("matmul: row stride smaller than the row (ldx " + std::to_string(a.ldx) +
+                          " < k " + std::to_string(a.w->k) + " or ldy " + std::to_string(a.ldy) +
+                          " < n " + std::to_string(a.w->n) + ")");
+}
+
+}  // namespace
+
+void PackedMatrix::copy_row(int64_t row, float* out) const {
+  const float* src = data.get() + (row / kPanel) * k * kPanel + row % kPanel;
+  for (int64_t c = 0; c < k; ++c) out[c] = src[c * kPanel];
+}
+
+PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
+  if (n < 0 || k < 0) throw InvalidArgument("pack_weights: negative shape");
+  PackedMatrix p;
+  p.n = n;
+  p.k = k;
+  const int64_t floats = p.num_panels() * k * kPanel;
+  const size_t bytes = (std::max<int64_t>(floats, 16) * sizeof(float) + 63) / 64 * 64;
+  float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!data) throw std::bad_alloc();
+  p.data = std::unique_ptr<float[], void (*)(float*)>(data, &free_aligned);
+  std::memset(data, 0, bytes);  // zero padding past n in the last panel
+  for (int64_t row = 0; row < n; ++row) {
+    const float* src = w + row * k;
+    float* dst = data + (row / kPanel) * k * kPanel + row % kPanel;
+    for (int64_t c = 0; c < k; ++c) dst[c * kPanel] = src[c];
+  }
+  return p;
+}
+
+void matmul_reference(const MatmulArgs& a) {
+  check_args(a);
+  const PackedMatrix& w = *a.w;
+  for (int64_t m = 0; m < a.m; ++m) {
+    for (int64_t n = 0; n < w.n; ++n) {
+      const float* wn = w.data.get() + (n / kPanel) * w.k * kPanel + n % kPanel;
+      float acc = 0.0f;
+      for (int64_t kk = 0; kk < w.k; ++kk)
+        acc = std::fma(a.x[m * a.ldx + kk], wn[kk * kPanel], acc);
+      a.y[m * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
+    }
+  }
+}
+
+void matmul(const MatmulArgs& a, ThreadPool& pool) {
+  check_args(a);
+  if (a.m == 0 || a.w->n == 0) return;
+  HWY_DYNAMIC_DISPATCH(Matmul)(a, pool);
+}
+
+const char* matmul_target_name() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)());
+}
+
+}  // namespace hubzoo
+#endif  // HWY_ONCE

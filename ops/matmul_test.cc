@@ -1,0 +1,243 @@
+#include "ops/matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "hwy/targets.h"
+
+namespace hubzoo {
+namespace {
+
+// Values with spread-out exponents so that any change of rounding or order
+// (mul + add instead of fma, another summation order) changes the bits.
+std::vector<float> random_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  std::vector<float> v(count);
+  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
+  return v;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+constexpr uint32_t kSentinel = 0x7fc0beefu;  // a NaN that no computation yields
+float sentinel() {
+  float f;
+  std::memcpy(&f, &kSentinel, sizeof(f));
+  return f;
+}
+
+// Runs each test body once per SIMD target this machine and build offer.
+class EveryTarget {
+ public:
+  template <typename Body>
+  static void run(Body body) {
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      SCOPED_TRACE(hwy::TargetName(target));
+      EXPECT_STREQ(matmul_target_name(), hwy::TargetName(target));
+      body();
+      hwy::SetSupportedTargetsForTest(0);
+    }
+  }
+};
+
+struct Problem {
+  int64_t m, n, k;
+  bool bias, strided;
+  int64_t ldx() const { return strided ? k + 3 : k; }
+  int64_t ldy() const { return strided ? n + 5 : n; }
+};
+
+struct Data {
+  std::vector<float> w, x, bias;
+  PackedMatrix packed;
+};
+
+Data make_data(const Problem& p, uint32_t seed) {
+  Data d;
+  d.w = random_values(p.n * p.k, seed);
+  d.x = random_values(p.m * p.ldx(), seed + 1);
+  d.bias = random_values(p.n, seed + 2);
+  d.packed = pack_weights(d.w.data(), p.n, p.k);
+  return d;
+}
+
+std::vector<float> run(const Problem& p, const float* x, const PackedMatrix& w, const float* bias,
+                       ThreadPool* pool) {
+  std::vector<float> y(p.m * p.ldy(), sentinel());
+  const MatmulArgs a{x, p.m, p.ldx(), &w, p.bias ? bias : nullptr, y.data(), p.ldy()};
+  if (pool) {
+    matmul(a, *pool);
+  } else {
+    matmul_reference(a);
+  }
+  return y;
+}
+
+std::vector<float> run(const Problem& p, const Data& d, ThreadPool* pool) {
+  return run(p, d.x.data(), d.packed, d.bias.data(), pool);
+}
+
+// Exact equality of every element, and the gaps of a strided y left untouched.
+void expect_same_bits(const Problem& p, const std::vector<float>& want,
+                      const std::vector<float>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  int failures = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(got.size()) && failures < 5; ++i) {
+    const bool in_row = i % p.ldy() < p.n;
+    if (in_row ? bits(got[i]) != bits(want[i]) : bits(got[i]) != kSentinel) {
+      ADD_FAILURE() << "m=" << p.m << " n=" << p.n << " k=" << p.k << " bias=" << p.bias
+                    << " strided=" << p.strided << " at row " << i / p.ldy() << " col "
+                    << i % p.ldy() << ": got " << got[i] << " want " << want[i];
+      ++failures;
+    }
+  }
+}
+
+TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
+  std::vector<Problem> problems;
+  for (int64_t m : {1, 2, 3, 5, 13, 16, 17, 64, 100}) {
+    for (int64_t n : {1, 31, 32, 33, 100}) {
+      for (int64_t k : {1, 7, 64, 577}) {
+        for (bool bias : {false, true}) {
+          for (bool strided : {false, true}) problems.push_back({m, n, k, bias, strided});
+        }
+      }
+    }
+  }
+  std::vector<Data> data;
+  std::vector<std::vector<float>> want;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    data.push_back(make_data(problems[i], static_cast<uint32_t>(i)));
+    want.push_back(run(problems[i], data.back(), nullptr));
+  }
+  ThreadPool one(1), two(2);
+  EveryTarget::run([&] {
+    for (ThreadPool* pool : {&one, &two}) {
+      SCOPED_TRACE("threads=" + std::to_string(pool->num_threads()));
+      for (size_t i = 0; i < problems.size(); ++i) {
+        expect_same_bits(problems[i], want[i], run(problems[i], data[i], pool));
+      }
+    }
+  });
+}
+
+// A row's output does not depend on the other rows in the batch, on its slot,
+// or on the thread count.
+TEST(Matmul, BatchInvariant) {
+  const int64_t n = 100, k = 577, max_m = 45;
+  const Problem all{max_m, n, k, true, false};
+  const Data d = make_data(all, 99);
+  ThreadPool one(1), two(2);
+  EveryTarget::run([&] {
+    // Each row alone (M = 1).
+    std::vector<std::vector<float>> alone(max_m);
+    for (int64_t r = 0; r < max_m; ++r) {
+      alone[r] = run({1, n, k, true, false}, d.x.data() + r * k, d.packed, d.bias.data(), &one);
+    }
+    for (int64_t m : {2, 3, 14, 15, 29, 45}) {
+      for (ThreadPool* pool : {&one, &two}) {
+        const Problem p{m, n, k, true, false};
+        const auto y = run(p, d, pool);
+        for (int64_t r = 0; r < m; ++r) {
+          ASSERT_EQ(0, std::memcmp(y.data() + r * n, alone[r].data(), n * sizeof(float)))
+              << "row " << r << " of " << m << " threads " << pool->num_threads();
+        }
+      }
+    }
+  });
+}
+
+// Pins the order: one fused chain over k = 0..K-1 starting from 0. Each case
+// has an exact answer that another order or mul + add rounding would miss.
+TEST(Matmul, FusedChainInKOrder) {
+  const float e = std::ldexp(1.0f, -12);
+  struct Case {
+    std::vector<float> x, w;  // one row of x, one row of W (every row/column the same)
+    float want;
+  };
+  const Case cases[] = {
+      // 1e8, then 1e8 + 1 rounds back to 1e8, then 0, then 1. Pairwise or
+      // reversed summation gives 0.
+      {{1e8f, 1.0f, -1e8f, 1.0f}, {1.0f, 1.0f, 1.0f, 1.0f}, 1.0f},
+      // -(1 + 2e) + (1 + e)^2 = e^2 = 2^-24 exactly with fma; mul + add rounds
+      // (1 + e)^2 to 1 + 2e and gives 0.
+      {{1.0f, 1.0f + e, 0.0f, 0.0f},
+       {-(1.0f + 2 * e), 1.0f + e, 0.0f, 0.0f},
+       std::ldexp(1.0f, -24)},
+  };
+  const int64_t m = 20, n = 70, k = 4;
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    std::vector<float> w, x;
+    for (int64_t i = 0; i < n; ++i) w.insert(w.end(), c.w.begin(), c.w.end());
+    for (int64_t i = 0; i < m; ++i) x.insert(x.end(), c.x.begin(), c.x.end());
+    const PackedMatrix packed = pack_weights(w.data(), n, k);
+    const Problem p{m, n, k, false, false};
+    const auto ref = run(p, x.data(), packed, nullptr, nullptr);
+    for (float v : ref) ASSERT_EQ(v, c.want);
+    EveryTarget::run([&] {
+      const auto y = run(p, x.data(), packed, nullptr, &pool);
+      for (float v : y) ASSERT_EQ(v, c.want);
+    });
+  }
+}
+
+TEST(Matmul, PackedLayoutRoundTrips) {
+  const int64_t n = 45, k = 19;
+  const auto w = random_values(n * k, 5);
+  const PackedMatrix p = pack_weights(w.data(), n, k);
+  EXPECT_EQ(p.num_panels(), 2);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data.get()) % 64, 0u);
+  std::vector<float> row(k);
+  for (int64_t r = 0; r < n; ++r) {
+    p.copy_row(r, row.data());
+    for (int64_t c = 0; c < k; ++c) {
+      ASSERT_EQ(row[c], w[r * k + c]);
+      ASSERT_EQ(p.at(r, c), w[r * k + c]);
+    }
+  }
+  for (int64_t r = n; r < 2 * kPanel; ++r) {
+    for (int64_t c = 0; c < k; ++c) ASSERT_EQ(p.data[(k + c) * kPanel + r % kPanel], 0.0f);
+  }
+}
+
+TEST(Matmul, EmptyAndDegenerateShapes) {
+  ThreadPool pool(2);
+  const std::vector<float> bias = {1.5f, -2.0f, 3.0f};
+  const PackedMatrix k0 = pack_weights(nullptr, 3, 0);
+  std::vector<float> y(6, sentinel());
+  matmul({nullptr, 2, 0, &k0, bias.data(), y.data(), 3}, pool);
+  EXPECT_EQ(y, (std::vector<float>{1.5f, -2.0f, 3.0f, 1.5f, -2.0f, 3.0f}));
+  matmul({nullptr, 2, 0, &k0, nullptr, y.data(), 3}, pool);
+  EXPECT_EQ(y, std::vector<float>(6, 0.0f));
+  matmul({nullptr, 0, 0, &k0, nullptr, nullptr, 3}, pool);  // m = 0: nothing to do
+}
+
+TEST(Matmul, RejectsBadArguments) {
+  ThreadPool pool(1);
+  const std::vector<float> w(6, 1.0f), x(6, 1.0f);
+  std::vector<float> y(6);
+  const PackedMatrix p = pack_weights(w.data(), 2, 3);
+  EXPECT_THROW(matmul({x.data(), 2, 2, &p, nullptr, y.data(), 2}, pool), InvalidArgument);
+  EXPECT_THROW(matmul({x.data(), 2, 3, &p, nullptr, y.data(), 1}, pool), InvalidArgument);
+  EXPECT_THROW(matmul({x.data(), 2, 3, nullptr, nullptr, y.data(), 2}, pool), InvalidArgument);
+  EXPECT_THROW(matmul_reference({x.data(), 2, 3, &p, nullptr, nullptr, 2}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hubzoo

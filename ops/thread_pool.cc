@@ -1,0 +1,146 @@
+#include "ops/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace hubzoo {
+namespace {
+
+// True while this thread runs a chunk of some pool's job: nested parallel_for
+// calls then run inline instead of deadlocking on the busy pool.
+thread_local bool t_in_job = false;
+
+// Workers and the caller spin this long before sleeping on a condition variable:
+// a decode step issues hundreds of short jobs, and a futex wake-up per job
+// would cost more than the jobs themselves.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until pred() or kSpin has elapsed; returns pred(). After a short busy
+// spin it yields, so that on an oversubscribed machine the thread it waits for
+// can take this core.
+template <typename Pred>
+bool spin_until(Pred pred) {
+  for (int i = 0; i < 256; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    if (pred()) return true;
+    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() > deadline) return pred();
+  }
+}
+
+// Chunk c of `chunks` over [0, n) in units of `grain`: contiguous, sized evenly.
+void chunk_range(int64_t n, int64_t grain, int chunks, int c, int64_t* begin, int64_t* end) {
+  const int64_t units = (n + grain - 1) / grain;
+  *begin = std::min(n, units * c / chunks * grain);
+  *end = std::min(n, units * (c + 1) / chunks * grain);
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
+  num_threads_ = std::max(1, num_threads);
+  threads_.reserve(num_threads_ - 1);
+  for (int i = 0; i + 1 < num_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+  }
+  cv_start_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::run_chunk(int chunk) {
+  if (chunk >= job_chunks_) return;
+  int64_t begin, end;
+  chunk_range(job_n_, job_grain_, job_chunks_, chunk, &begin, &end);
+  if (begin >= end) return;
+  const bool was_in_job = t_in_job;
+  t_in_job = true;
+  try {
+    (*job_)(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  t_in_job = was_in_job;
+}
+
+void ThreadPool::worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const auto started = [&] {
+      return generation_.load(std::memory_order_acquire) != seen || stop_.load();
+    };
+    if (!spin_until(started)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_start_.wait(lock, started);
+    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_chunk(index + 1);  // the caller runs chunk 0
+    // Every worker reports, even one without a chunk, so the caller never
+    // rewrites the job while a worker may still read it.
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::wait_for_workers() {
+  const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (spin_until(done)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_done_.wait(lock, done);
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t units = (n + grain - 1) / grain;
+  const int chunks = static_cast<int>(std::min<int64_t>(units, num_threads_));
+  if (chunks <= 1 || t_in_job) {
+    fn(0, n);
+    return;
+  }
+
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    job_n_ = n;
+    job_grain_ = grain;
+    job_chunks_ = chunks;
+    error_ = nullptr;
+    pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_start_.notify_all();
+  run_chunk(0);
+  wait_for_workers();
+
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = nullptr;
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace hubzoo
