@@ -1,9 +1,10 @@
 // Packed-panel fp32 matmul: packing, the scalar reference, and a register-tiled
 // Highway kernel compiled once per SIMD target and dispatched at run time.
 //
-// Every output element is one FMA chain over k = 0..K-1 from 0.0f, then + bias
-// (see matmul.h), so all targets, tilings and thread counts agree bit for bit.
-// Work is split over rows and column panels only; K is never split or blocked.
+// Every output element is reduced in the fixed order of matmul.h (one FMA chain
+// per block of kKBlock k's, block sums added in k order, then + bias), so all
+// targets, tilings and thread counts agree bit for bit. Work is split over rows
+// and column panels only; K is never split across threads.
 #include "ops/matmul.h"
 
 #include <algorithm>
@@ -17,6 +18,24 @@
 #include <vector>
 
 #include "base/error.h"
+
+#ifndef HUBZOO_OPS_BLOCKED_DOT
+#define HUBZOO_OPS_BLOCKED_DOT
+namespace hubzoo {
+// The reduction order of one output element (matmul.h), written out in scalar
+// code: x[0..K) against a packed weight column (stride kPanel).
+inline float blocked_dot(const float* x, const float* w, int64_t K) {
+  float total = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+    const int64_t k1 = std::min(K, k0 + kKBlock);
+    float acc = 0.0f;
+    for (int64_t kk = k0; kk < k1; ++kk) acc = std::fma(x[kk], w[kk * kPanel], acc);
+    total += acc;
+  }
+  return total;
+}
+}  // namespace hubzoo
+#endif
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/matmul.cc"
@@ -61,25 +80,40 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, 
                      int64_t n_valid) {
   constexpr int C = NP * kVecsPerPanel;
   const DF d;
+  const int64_t panel_stride = K * kPanel;
+  // Block sums are added into `total` (on the stack, in L1) in k order.
+  V total[MR][C];
   V acc[MR][C];
 #pragma GCC unroll 64
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 64
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(d);
+    for (int c = 0; c < C; ++c) total[r][c] = hn::Zero(d);
   }
-  const int64_t panel_stride = K * kPanel;
-  for (int64_t kk = 0; kk < K; ++kk) {
-    V wv[C];
+  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+    const int64_t k1 = std::min(K, k0 + kKBlock);
 #pragma GCC unroll 64
-    for (int c = 0; c < C; ++c) {
-      wv[c] = hn::Load(
-          d, w + (c / kVecsPerPanel) * panel_stride + kk * kPanel + (c % kVecsPerPanel) * kLanes);
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 64
+      for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(d);
+    }
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      V wv[C];
+#pragma GCC unroll 64
+      for (int c = 0; c < C; ++c) {
+        wv[c] = hn::Load(
+            d, w + (c / kVecsPerPanel) * panel_stride + kk * kPanel + (c % kVecsPerPanel) * kLanes);
+      }
+#pragma GCC unroll 64
+      for (int r = 0; r < MR; ++r) {
+        const V xb = hn::Set(d, xp[kk * MR + r]);
+#pragma GCC unroll 64
+        for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(xb, wv[c], acc[r][c]);
+      }
     }
 #pragma GCC unroll 64
     for (int r = 0; r < MR; ++r) {
-      const V xb = hn::Set(d, xp[kk * MR + r]);
 #pragma GCC unroll 64
-      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(xb, wv[c], acc[r][c]);
+      for (int c = 0; c < C; ++c) total[r][c] = hn::Add(total[r][c], acc[r][c]);
     }
   }
 #pragma GCC unroll 64
@@ -89,12 +123,12 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, 
     for (int c = 0; c < C; ++c) {
       const int64_t col = c * kLanes;
       if (col + kLanes <= n_valid) {
-        V v = acc[r][c];
+        V v = total[r][c];
         if (bias) v = hn::Add(v, hn::LoadU(d, bias + col));
         hn::StoreU(v, d, out_row + col);
       } else if (col < n_valid) {  // last, partial panel
         alignas(64) float tmp[kLanes];
-        hn::Store(acc[r][c], d, tmp);
+        hn::Store(total[r][c], d, tmp);
         for (int64_t i = 0; i < n_valid - col; ++i) {
           out_row[col + i] = bias ? tmp[i] + bias[col + i] : tmp[i];
         }
@@ -189,8 +223,7 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     const float* x = a.x + r * a.ldx;
     for (int64_t n = p0 * kPanel; n < n_end; ++n) {
       const float* w = a.w->data.get() + (n / kPanel) * K * kPanel + n % kPanel;
-      float acc = 0.0f;
-      for (int64_t kk = 0; kk < K; ++kk) acc = std::fma(x[kk], w[kk * kPanel], acc);
+      const float acc = blocked_dot(x, w, K);
       a.y[r * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }
@@ -280,9 +313,7 @@ void matmul_reference(const MatmulArgs& a) {
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t n = 0; n < w.n; ++n) {
       const float* wn = w.data.get() + (n / kPanel) * w.k * kPanel + n % kPanel;
-      float acc = 0.0f;
-      for (int64_t kk = 0; kk < w.k; ++kk)
-        acc = std::fma(a.x[m * a.ldx + kk], wn[kk * kPanel], acc);
+      const float acc = blocked_dot(a.x + m * a.ldx, wn, w.k);
       a.y[m * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }

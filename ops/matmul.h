@@ -1,10 +1,13 @@
 // Batch-invariant matmul: y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]).
 //
-// Contract (shared/design.md, batch invariance): every output element is one
-// FMA chain over k = 0, 1, ..., K-1 in that order, starting from 0.0f; bias is
-// added after the chain. The result of an element therefore does not depend on
-// M, on which rows share a tile, on the thread count or on the ISA: it equals
-// matmul_reference() bit for bit.
+// Contract (shared/design.md, batch invariance): every output element is
+// reduced over K in one fixed order: K is cut into blocks of kKBlock; within a
+// block one FMA chain runs over k in order from 0.0f; the block sums are added
+// to a total (from 0.0f) in k order; bias is added last. The result of an
+// element therefore does not depend on M, on which rows share a tile, on the
+// thread count or on the ISA: it equals matmul_reference() bit for bit.
+// Blocking K keeps rounding error near that of library GEMMs (which also sum
+// per K block) instead of growing with one chain over all of K.
 //
 // W is packed once at load into column panels of kPanel columns:
 // panel p, element (n, k) lives at data[(p * K + k) * kPanel + (n - p * kPanel)],
@@ -18,11 +21,12 @@
 
 namespace hubzoo {
 
-constexpr int64_t kPanel = 32;  // columns per packed panel (2 AVX-512 vectors)
+constexpr int64_t kPanel = 32;   // columns per packed panel (2 AVX-512 vectors)
+constexpr int64_t kKBlock = 64;  // k per FMA chain; fixed, whatever the shape
 
 struct PackedMatrix {
-  int64_t n = 0;  // output features (rows of W)
-  int64_t k = 0;  // input features
+  int64_t n = 0;                                                      // output features (rows of W)
+  int64_t k = 0;                                                      // input features
   std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};  // 64-byte aligned
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
   // Element W[row, col] read back from the packed layout (embedding lookup of tied weights).

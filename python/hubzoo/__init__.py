@@ -83,6 +83,8 @@ class CausalLM:
     def forward_incremental(self, input_ids, prefill_len: int, attention_mask=None):
         """Prefill of the first prefill_len columns, then one cached decode step per column."""
         ids, mask = self._inputs(input_ids, attention_mask)
+        if not 1 <= int(prefill_len) <= ids.shape[1]:
+            raise InvalidArgument(f"prefill_len must be in [1, {ids.shape[1]}], got {prefill_len}")
         logits, _ = self._model.forward(ids, mask, [], int(prefill_len))
         return logits
 

@@ -1,0 +1,1 @@
+"""Test helpers shipped with hubzoo: tiny random checkpoints (tiny_models)."""

