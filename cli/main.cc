@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "base/error.h"
 #include "engine/generate.h"
+#include "hub/snapshot.h"
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hubzoo {
 namespace {
@@ -33,7 +36,7 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 }
 
 struct GenerateArgs {
-  std::string model, ids, dtype = "float32", mode = "fused", format = "text";
+  std::string model, ids, prompt, dtype = "float32", mode = "fused", format = "text";
   int64_t max_new_tokens = 32;
   float temperature = 0.0f, top_p = 1.0f;
   int64_t top_k = 0;
@@ -50,21 +53,38 @@ void check_dtype(const std::string& dtype) {
 int run_generate(const GenerateArgs& a) {
   check_dtype(a.dtype);
   auto model = load_causal_lm(a.model, {a.threads});
+  // With --ids a checkpoint without tokenizer.json still runs (text is then null).
+  std::optional<Tokenizer> tokenizer;
+  if (!a.prompt.empty() || std::filesystem::exists(model->info().snapshot / "tokenizer.json")) {
+    tokenizer = Tokenizer::from_pretrained(model->info().snapshot);
+  }
+  // A text prompt is encoded as transformers' tokenizer(text) does (special tokens added).
+  const std::vector<int64_t> prompt =
+      a.prompt.empty() ? parse_ids(a.ids) : tokenizer->encode(a.prompt).ids;
+  if (prompt.empty()) throw InvalidArgument("--prompt encodes to no tokens");
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
   opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   const bool json = a.format == "json";
+  std::optional<DecodeStream> stream;
+  if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
   if (!json) {
-    opt.on_token = [](int64_t, int64_t id) {
-      std::printf("%lld ", static_cast<long long>(id));
+    opt.on_token = [&](int64_t, int64_t id) {
+      if (!stream) {
+        std::printf("%lld ", static_cast<long long>(id));
+      } else if (auto piece = stream->step(id)) {
+        std::fputs(piece->c_str(), stdout);
+      }
       std::fflush(stdout);
       return true;
     };
   }
-  GenerateResult r = generate(*model, {parse_ids(a.ids)}, opt);
+  GenerateResult r = generate(*model, {prompt}, opt);
   if (json) {
-    // Generated ids only; `text` is null until the tokenizer is part of hubzoo.
-    nlohmann::json out = {{"ids", r.tokens[0]}, {"text", nullptr}};
+    // New tokens only; text decoded without special tokens.
+    nlohmann::json text = nullptr;
+    if (tokenizer) text = tokenizer->decode(r.tokens[0], true);
+    nlohmann::json out = {{"ids", r.tokens[0]}, {"text", text}};
     std::cout << out.dump() << "\n";
   } else {
     std::printf("\n");
@@ -72,6 +92,22 @@ int run_generate(const GenerateArgs& a) {
                  static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
                  static_cast<long long>(r.decode_steps),
                  r.decode_steps / std::max(r.decode_seconds, 1e-9));
+  }
+  return 0;
+}
+
+int run_tokenize(const std::string& model_ref, const std::string& text, const std::string& format) {
+  const Tokenizer tokenizer = Tokenizer::from_pretrained(resolve_snapshot(model_ref));
+  const Encoding e = tokenizer.encode(text);
+  if (format == "json") {
+    nlohmann::json offsets = nlohmann::json::array();
+    for (const auto& [begin, end] : e.offsets) offsets.push_back({begin, end});
+    nlohmann::json out = {{"ids", e.ids}, {"tokens", e.tokens}, {"offsets", offsets}};
+    std::cout << out.dump() << "\n";
+  } else {
+    for (size_t i = 0; i < e.ids.size(); ++i) {
+      std::cout << e.ids[i] << "\t" << nlohmann::json(e.tokens[i]).dump() << "\n";
+    }
   }
   return 0;
 }
@@ -113,7 +149,9 @@ int main_impl(int argc, char** argv) {
   auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
   gen->add_option("-m,--model", g.model, "snapshot directory or repo id in the HF cache")
       ->required();
-  gen->add_option("--ids", g.ids, "prompt token ids, comma-separated")->required();
+  auto* ids_opt = gen->add_option("--ids", g.ids, "prompt token ids, comma-separated");
+  auto* prompt_opt = gen->add_option("--prompt", g.prompt, "prompt text");
+  ids_opt->excludes(prompt_opt);
   gen->add_option("--max-new-tokens", g.max_new_tokens)->check(CLI::NonNegativeNumber);
   gen->add_option("--dtype", g.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused"}));
@@ -123,6 +161,12 @@ int main_impl(int argc, char** argv) {
   gen->add_option("--seed", g.seed);
   gen->add_option("--threads", g.threads, "worker threads (0: all cores)");
   gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
+
+  std::string tok_model, tok_text, tok_format = "text";
+  auto* tokenize = app.add_subcommand("tokenize", "encode text with the model's tokenizer.json");
+  tokenize->add_option("-m,--model", tok_model)->required();
+  tokenize->add_option("--format", tok_format)->check(CLI::IsMember({"text", "json"}));
+  tokenize->add_option("text", tok_text)->required();
 
   std::string inspect_model;
   int inspect_threads = 0;
@@ -142,7 +186,11 @@ int main_impl(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  if (gen->parsed()) return run_generate(g);
+  if (gen->parsed()) {
+    if (g.ids.empty() && g.prompt.empty()) throw InvalidArgument("give --ids or --prompt");
+    return run_generate(g);
+  }
+  if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
   return run_inspect(inspect_model, inspect_threads);
 }
 

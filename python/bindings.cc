@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "engine/generate.h"
+#include "hub/snapshot.h"
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
 
@@ -157,6 +158,8 @@ class PyCausalLM {
 
 }  // namespace
 
+void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
+
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
   m.attr("git_commit") = HUBZOO_GIT_COMMIT;
@@ -168,6 +171,10 @@ NB_MODULE(_hubzoo, m) {
   nb::exception<NotFoundError>(m, "NotFoundError", error);
   nb::exception<InvalidArgument>(m, "InvalidArgument", error);
   m.def("matmul_target", [] { return std::string(matmul_target_name()); });
+  m.def(
+      "resolve_snapshot", [](const std::string& ref) { return resolve_snapshot(ref).string(); },
+      nb::arg("ref"));
+  bind_tokenizer(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int>(), nb::arg("model"), nb::arg("threads") = 0)

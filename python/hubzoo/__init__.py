@@ -104,3 +104,54 @@ class CausalLM:
 
 def matmul_target() -> str:
     return _hubzoo.matmul_target()
+
+
+class Encoding:
+    """Token ids, token strings and (start, end) character offsets of one text."""
+
+    __slots__ = ("ids", "tokens", "offsets")
+
+    def __init__(self, ids, tokens, offsets):
+        self.ids = list(ids)
+        self.tokens = list(tokens)
+        self.offsets = [tuple(o) for o in offsets]
+
+    def __repr__(self):
+        return f"Encoding(ids={self.ids!r})"
+
+
+class Tokenizer:
+    """tokenizer.json of a snapshot, run in C++ (identical to HF tokenizers)."""
+
+    def __init__(self, native, snapshot: str | None):
+        self._tok = native
+        self.snapshot = snapshot
+
+    @classmethod
+    def from_pretrained(cls, path_or_id) -> "Tokenizer":
+        import os
+
+        path = str(path_or_id)
+        if os.path.isfile(path):  # a tokenizer.json itself
+            return cls(_hubzoo.Tokenizer(path), None)
+        snapshot = _hubzoo.resolve_snapshot(path)
+        return cls(_hubzoo.Tokenizer(snapshot), snapshot)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
+        return Encoding(*self._tok.encode(text, add_special_tokens))
+
+    def encode_batch(self, texts, add_special_tokens: bool = True) -> list[Encoding]:
+        return [Encoding(*e) for e in self._tok.encode_batch(list(texts), add_special_tokens)]
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens)
+
+    def token_to_id(self, token: str):
+        return self._tok.token_to_id(token)
+
+    def id_to_token(self, id: int):
+        return self._tok.id_to_token(int(id))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.vocab_size()

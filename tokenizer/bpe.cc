@@ -1,0 +1,211 @@
+// Byte-pair encoding (HF models/bpe): characters of a word are merged pair by
+// pair, lowest merge rank first, leftmost first among equal ranks.
+#include <cstdio>
+#include <mutex>
+#include <queue>
+#include <shared_mutex>
+
+#include "base/error.h"
+#include "tokenizer/models.h"
+
+namespace hubzoo::tok {
+
+VocabMap parse_vocab_object(const Json& j, const Source& src);
+
+namespace {
+
+struct Symbol {
+  uint32_t id;
+  int64_t prev, next;
+  size_t len;  // bytes; 0 once merged into its left neighbour
+};
+
+struct Merge {
+  size_t pos;
+  uint32_t rank, new_id;
+  bool operator<(const Merge& o) const {  // priority_queue pops the greatest
+    return rank != o.rank ? rank > o.rank : pos > o.pos;
+  }
+};
+
+uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+
+std::string optional_string(const Json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+class BPE : public Model {
+ public:
+  BPE(const Json& j, const Source& src) {
+    set_vocab(parse_vocab_object(field(j, "vocab", src), src));
+    if (j.contains("dropout") && j["dropout"].is_number() && j["dropout"].get<double>() != 0.0) {
+      throw FormatError(src.file + ": BPE dropout is not supported (it makes encoding random)");
+    }
+    if (j.contains("unk_token") && j["unk_token"].is_string())
+      unk_ = j["unk_token"].get<std::string>();
+    prefix_ = optional_string(j, "continuing_subword_prefix");
+    suffix_ = optional_string(j, "end_of_word_suffix");
+    fuse_unk_ = j.value("fuse_unk", false);
+    byte_fallback_ = j.value("byte_fallback", false);
+    ignore_merges_ = j.value("ignore_merges", false);
+    uint32_t rank = 0;
+    for (const Json& m : field(j, "merges", src)) {
+      std::string a, b;
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+          throw FormatError(src.file + ": BPE merge '" + s + "' is not two tokens");
+        }
+        a = s.substr(0, sp), b = s.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2) {
+        a = m[0].get<std::string>(), b = m[1].get<std::string>();
+      } else {
+        throw FormatError(src.file + ": BPE merge " + m.dump() + " is not a pair");
+      }
+      const std::string merged = a + b.substr(std::min(prefix_.size(), b.size()));
+      auto ia = token_to_id(a), ib = token_to_id(b), im = token_to_id(merged);
+      if (!ia || !ib || !im) {
+        throw FormatError(src.file + ": BPE merge '" + a + " " + b +
+                          "' uses a token missing from the vocab");
+      }
+      merges_[pair_key(*ia, *ib)] = {rank++, *im};
+    }
+  }
+
+  std::vector<Token> tokenize(std::string_view word) const override {
+    if (word.empty()) return {};
+    if (ignore_merges_) {
+      if (auto id = token_to_id(word)) return {{*id, std::string(word), {0, word.size()}}};
+    }
+    const bool cacheable = word.size() < 256;
+    if (cacheable) {
+      std::shared_lock lock(cache_mutex_);
+      auto it = cache_.find(word);
+      if (it != cache_.end()) return it->second;
+    }
+    std::vector<Token> tokens = to_tokens(merge_word(word));
+    if (cacheable) {
+      std::unique_lock lock(cache_mutex_);
+      if (cache_.size() < 10000) cache_.emplace(std::string(word), tokens);
+    }
+    return tokens;
+  }
+
+ private:
+  std::vector<Symbol> merge_word(std::string_view w) const {
+    std::vector<Symbol> word;
+    word.reserve(w.size());
+    auto add = [&](uint32_t id, size_t len) {
+      const auto n = static_cast<int64_t>(word.size());
+      if (!word.empty()) word.back().next = n;
+      word.push_back({id, n - 1, -1, len});
+    };
+    bool has_unk = false;  // a pending unk token of `unk_len` bytes
+    uint32_t pending_unk = 0;
+    size_t unk_len = 0;
+    auto unk_id = [&]() {
+      auto id = token_to_id(unk_);
+      if (!id) throw InvalidArgument("BPE: unk token '" + unk_ + "' is not in the vocabulary");
+      return *id;
+    };
+    for (size_t i = 0, n = 0; i < w.size(); i += n) {
+      decode_utf8(w, i, &n);
+      std::string s(w.substr(i, n));
+      if (i > 0) s = prefix_ + s;
+      if (i + n == w.size()) s += suffix_;
+      if (auto id = token_to_id(s)) {
+        if (has_unk) add(pending_unk, unk_len), has_unk = false;
+        add(*id, n);
+        continue;
+      }
+      if (byte_fallback_) {
+        std::vector<uint32_t> bytes;
+        for (unsigned char b : s) {
+          char code[8];
+          std::snprintf(code, sizeof(code), "<0x%02X>", b);
+          auto id = token_to_id(code);
+          if (!id) break;
+          bytes.push_back(*id);
+        }
+        if (bytes.size() == s.size()) {
+          for (uint32_t id : bytes) add(id, 1);
+          continue;
+        }
+      }
+      if (!unk_.empty()) {
+        if (has_unk && fuse_unk_) {
+          unk_len += n;
+        } else {
+          if (has_unk) add(pending_unk, unk_len);
+          has_unk = true, pending_unk = unk_id(), unk_len = n;
+        }
+      }
+    }
+    if (has_unk) add(pending_unk, unk_len);
+    merge_all(word);
+    return word;
+  }
+
+  void merge_all(std::vector<Symbol>& word) const {
+    std::priority_queue<Merge> queue;
+    auto find = [&](uint32_t a, uint32_t b) -> const std::pair<uint32_t, uint32_t>* {
+      auto it = merges_.find(pair_key(a, b));
+      return it == merges_.end() ? nullptr : &it->second;
+    };
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      if (auto m = find(word[i].id, word[i + 1].id)) queue.push({i, m->first, m->second});
+    }
+    while (!queue.empty()) {
+      const Merge top = queue.top();
+      queue.pop();
+      Symbol& cur = word[top.pos];
+      if (cur.len == 0 || cur.next == -1) continue;
+      const size_t next_pos = static_cast<size_t>(cur.next);
+      const Symbol right = word[next_pos];
+      auto m = find(cur.id, right.id);
+      if (!m || m->second != top.new_id) continue;  // stale queue entry
+      cur.id = top.new_id;
+      cur.len += right.len;
+      cur.next = right.next;
+      word[next_pos].len = 0;
+      if (right.next > -1 && static_cast<size_t>(right.next) < word.size()) {
+        word[static_cast<size_t>(right.next)].prev = static_cast<int64_t>(top.pos);
+      }
+      if (cur.prev >= 0) {
+        const auto prev = static_cast<size_t>(cur.prev);
+        if (auto pm = find(word[prev].id, cur.id)) queue.push({prev, pm->first, pm->second});
+      }
+      if (cur.next >= 0 && static_cast<size_t>(cur.next) < word.size()) {
+        if (auto nm = find(cur.id, word[static_cast<size_t>(cur.next)].id)) {
+          queue.push({top.pos, nm->first, nm->second});
+        }
+      }
+    }
+  }
+
+  std::vector<Token> to_tokens(const std::vector<Symbol>& word) const {
+    std::vector<Token> out;
+    size_t offset = 0;
+    for (const Symbol& s : word) {
+      if (s.len == 0) continue;
+      out.push_back({s.id, vocab_r_.at(s.id), {offset, offset + s.len}});
+      offset += s.len;
+    }
+    return out;
+  }
+
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // pair -> (rank, new id)
+  std::string unk_, prefix_, suffix_;
+  bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<Token>, StringHash, std::equal_to<>> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_bpe(const Json& j, const Source& src) {
+  return std::make_unique<BPE>(j, src);
+}
+
+}  // namespace hubzoo::tok

@@ -1,0 +1,60 @@
+// The stages of the tokenizer.json pipeline, each built from its JSON object.
+// An unknown "type" is a FormatError naming the type and the file.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tokenizer/encoding.h"
+#include "tokenizer/normalized_string.h"
+
+namespace hubzoo::tok {
+
+using Json = nlohmann::json;
+
+// Where a component came from, for error messages.
+struct Source {
+  std::string file;
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual void normalize(NormalizedString& s) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual void pre_tokenize(PreTokenizedString& s) const = 0;
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  // Tokens this processor adds around a single sequence.
+  virtual size_t added_tokens() const = 0;
+  virtual Encoding process(Encoding e, bool add_special_tokens) const = 0;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual std::vector<std::string> decode_chain(std::vector<std::string> tokens) const = 0;
+};
+
+// Null JSON -> nullptr.
+std::unique_ptr<Normalizer> make_normalizer(const Json& j, const Source& src);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Source& src);
+std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const Source& src);
+std::unique_ptr<Decoder> make_decoder(const Json& j, const Source& src);
+
+// Shared JSON helpers: a required field, or FormatError naming it.
+const Json& field(const Json& j, const char* key, const Source& src);
+std::string type_of(const Json& j, const char* what, const Source& src);
+[[noreturn]] void unknown_type(const char* what, const std::string& type, const Source& src);
+SplitBehavior parse_behavior(const Json& j, const Source& src);
+
+}  // namespace hubzoo::tok

@@ -1,0 +1,75 @@
+#include "tokenizer/models.h"
+
+#include "base/error.h"
+
+namespace hubzoo::tok {
+
+std::optional<uint32_t> Model::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> Model::id_to_token(uint32_t id) const {
+  auto it = vocab_r_.find(id);
+  if (it == vocab_r_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Model::set_vocab(VocabMap vocab) {
+  vocab_ = std::move(vocab);
+  vocab_r_.clear();
+  for (const auto& [token, id] : vocab_) vocab_r_[id] = token;
+}
+
+namespace {
+
+// Whole words looked up in a vocabulary (HF WordLevel).
+class WordLevel : public Model {
+ public:
+  WordLevel(VocabMap vocab, std::string unk) : unk_(std::move(unk)) { set_vocab(std::move(vocab)); }
+  std::vector<Token> tokenize(std::string_view word) const override {
+    if (auto id = token_to_id(word)) return {{*id, std::string(word), {0, word.size()}}};
+    if (auto id = token_to_id(unk_)) return {{*id, unk_, {0, word.size()}}};
+    throw InvalidArgument("WordLevel: unk token '" + unk_ + "' is not in the vocabulary");
+  }
+
+ private:
+  std::string unk_;
+};
+
+}  // namespace
+
+VocabMap parse_vocab_object(const Json& j, const Source& src) {
+  if (!j.is_object()) throw FormatError(src.file + ": model 'vocab' must be an object");
+  VocabMap vocab;
+  vocab.reserve(j.size());
+  for (const auto& [token, id] : j.items()) vocab[token] = id.get<uint32_t>();
+  return vocab;
+}
+
+std::unique_ptr<Model> make_model(const Json& j, const Source& src) {
+  if (j.is_null()) throw FormatError(src.file + ": 'model' is missing");
+  std::string type;
+  if (j.contains("type")) {
+    type = j["type"].get<std::string>();
+  } else if (j.contains("merges")) {
+    type = "BPE";  // older files omit the model type
+  } else if (j.contains("vocab") && j["vocab"].is_array()) {
+    type = "Unigram";
+  } else if (j.contains("continuing_subword_prefix")) {
+    type = "WordPiece";
+  } else {
+    type = "WordLevel";
+  }
+  if (type == "BPE") return make_bpe(j, src);
+  if (type == "WordPiece") return make_wordpiece(j, src);
+  if (type == "Unigram") return make_unigram(j, src);
+  if (type == "WordLevel") {
+    return std::make_unique<WordLevel>(parse_vocab_object(field(j, "vocab", src), src),
+                                       j.value("unk_token", std::string("<unk>")));
+  }
+  unknown_type("model", type, src);
+}
+
+}  // namespace hubzoo::tok

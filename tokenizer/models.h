@@ -1,0 +1,42 @@
+// Tokenizer models: one pre-tokenized word -> tokens (HF models/*).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/components.h"
+
+namespace hubzoo::tok {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using VocabMap = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Tokens of one word; offsets are bytes within `word`.
+  virtual std::vector<Token> tokenize(std::string_view word) const = 0;
+  std::optional<uint32_t> token_to_id(std::string_view token) const;
+  std::optional<std::string> id_to_token(uint32_t id) const;
+  virtual size_t vocab_size() const { return vocab_.size(); }
+
+ protected:
+  void set_vocab(VocabMap vocab);
+  VocabMap vocab_;
+  std::unordered_map<uint32_t, std::string> vocab_r_;
+};
+
+std::unique_ptr<Model> make_model(const Json& j, const Source& src);
+std::unique_ptr<Model> make_bpe(const Json& j, const Source& src);
+std::unique_ptr<Model> make_wordpiece(const Json& j, const Source& src);
+std::unique_ptr<Model> make_unigram(const Json& j, const Source& src);
+
+}  // namespace hubzoo::tok

@@ -1,0 +1,247 @@
+#include "tokenizer/tokenizer.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace hubzoo {
+
+using tok::Json;
+using tok::Source;
+
+namespace {
+
+Json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError("cannot open " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return Json::parse(ss.str());
+  } catch (const Json::exception& e) {
+    throw FormatError(path.string() + ": invalid JSON: " + e.what());
+  }
+}
+
+// Byte offsets in `text` -> character offsets (HF BytesToCharOffsetConverter).
+class CharOffsets {
+ public:
+  explicit CharOffsets(std::string_view text) : char_at_(text.size() + 1, 0) {
+    size_t chars = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && i > 0) ++chars;
+      char_at_[i] = chars;
+    }
+    size_ = text.size();
+  }
+  tok::Offsets convert(tok::Offsets o) const {
+    if (o.first >= size_) return o;
+    if (o.second < size_) return {char_at_[o.first], char_at_[o.second]};
+    const size_t last =
+        o.second >= 1 && o.second - 1 < size_ ? char_at_[o.second - 1] : char_at_[o.first] + 1;
+    return {char_at_[o.first], last + 1};
+  }
+
+ private:
+  std::vector<size_t> char_at_;
+  size_t size_;
+};
+
+}  // namespace
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
+  return from_json(read_json(path), path.string());
+}
+
+Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / "tokenizer.json";
+  if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
+  return from_file(file);
+}
+
+Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
+  const Source src{file};
+  if (!j.is_object()) throw FormatError(file + ": top level must be an object");
+  Tokenizer t;
+  try {
+    auto get = [&](const char* key) { return j.contains(key) ? j[key] : Json(); };
+    t.normalizer_ = tok::make_normalizer(get("normalizer"), src);
+    t.pre_tokenizer_ = tok::make_pre_tokenizer(get("pre_tokenizer"), src);
+    t.model_ = tok::make_model(get("model"), src);
+    t.post_processor_ = tok::make_post_processor(get("post_processor"), src);
+    t.decoder_ = tok::make_decoder(get("decoder"), src);
+
+    std::vector<tok::AddedToken> added;
+    for (const Json& a : get("added_tokens").is_array() ? j["added_tokens"] : Json::array()) {
+      tok::AddedToken token;
+      token.content = tok::field(a, "content", src).get<std::string>();
+      token.single_word = a.value("single_word", false);
+      token.lstrip = a.value("lstrip", false);
+      token.rstrip = a.value("rstrip", false);
+      token.special = a.value("special", false);
+      token.normalized = a.value("normalized", !token.special);
+      added.push_back(std::move(token));
+    }
+    t.added_.add(added, *t.model_, t.normalizer_.get());
+
+    if (const Json tr = get("truncation"); !tr.is_null()) {
+      Truncation trunc;
+      trunc.max_length = tok::field(tr, "max_length", src).get<size_t>();
+      trunc.left = tr.value("direction", std::string("Right")) == "Left";
+      t.truncation_ = trunc;
+    }
+    if (const Json pd = get("padding"); !pd.is_null()) {
+      Padding pad;
+      const Json& strategy = tok::field(pd, "strategy", src);
+      if (strategy.is_object() && strategy.contains("Fixed"))
+        pad.fixed = strategy["Fixed"].get<size_t>();
+      if (pd.contains("pad_to_multiple_of") && pd["pad_to_multiple_of"].is_number()) {
+        pad.multiple_of = pd["pad_to_multiple_of"].get<size_t>();
+      }
+      pad.left = pd.value("direction", std::string("Right")) == "Left";
+      pad.pad_id = pd.value("pad_id", int64_t{0});
+      pad.pad_type_id = pd.value("pad_type_id", int64_t{0});
+      pad.pad_token = pd.value("pad_token", std::string("[PAD]"));
+      t.padding_ = pad;
+    }
+  } catch (const Json::exception& e) {
+    throw FormatError(file + ": " + e.what());
+  }
+  return t;
+}
+
+Encoding Tokenizer::encode_unpadded(std::string_view text, bool add_special_tokens) const {
+  tok::validate_utf8(text);
+  tok::PreTokenizedString p = added_.extract_and_normalize(normalizer_.get(), text);
+  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(p);
+  p.tokenize([&](const tok::NormalizedString& n) { return model_->tokenize(n.get()); });
+
+  Encoding e;
+  const CharOffsets chars(text);
+  int64_t word = 0;
+  for (const tok::Split& s : p.splits()) {
+    const size_t shift = s.normalized.offsets_original().first;
+    for (const tok::Token& t : *s.tokens) {
+      tok::Offsets o = t.offsets;
+      if (auto r = s.normalized.normalized_to_original(t.offsets))
+        o = {shift + r->first, shift + r->second};
+      e.push(t.id, t.value, chars.convert(o), 0, false, word);
+    }
+    ++word;
+  }
+
+  if (truncation_) {
+    const size_t added =
+        add_special_tokens && post_processor_ ? post_processor_->added_tokens() : 0;
+    const size_t max = truncation_->max_length > added ? truncation_->max_length - added : 0;
+    if (e.size() > max) {
+      auto keep = [&](auto& v) {
+        if (truncation_->left) {
+          v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(max));
+        } else {
+          v.resize(max);
+        }
+      };
+      keep(e.ids), keep(e.tokens), keep(e.offsets), keep(e.type_ids);
+      keep(e.attention_mask), keep(e.special_tokens_mask), keep(e.word_ids);
+    }
+  }
+  if (post_processor_) e = post_processor_->process(std::move(e), add_special_tokens);
+  return e;
+}
+
+void Tokenizer::pad(Encoding& e, size_t length) const {
+  if (padding_->multiple_of && *padding_->multiple_of > 0 && length % *padding_->multiple_of) {
+    length += *padding_->multiple_of - length % *padding_->multiple_of;
+  }
+  if (e.size() >= length) return;
+  const size_t n = length - e.size();
+  const auto at = [&](auto& v) { return padding_->left ? v.begin() : v.end(); };
+  e.ids.insert(at(e.ids), n, padding_->pad_id);
+  e.type_ids.insert(at(e.type_ids), n, padding_->pad_type_id);
+  e.tokens.insert(at(e.tokens), n, padding_->pad_token);
+  e.word_ids.insert(at(e.word_ids), n, -1);
+  e.attention_mask.insert(at(e.attention_mask), n, 0);
+  e.special_tokens_mask.insert(at(e.special_tokens_mask), n, 1);
+  e.offsets.insert(at(e.offsets), n, tok::Offsets{0, 0});
+}
+
+Encoding Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  Encoding e = encode_unpadded(text, add_special_tokens);
+  if (padding_) pad(e, padding_->fixed.value_or(e.size()));
+  return e;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                              bool add_special_tokens) const {
+  std::vector<Encoding> out;
+  out.reserve(texts.size());
+  size_t longest = 0;
+  for (const std::string& text : texts) {
+    out.push_back(encode(text, add_special_tokens));
+    longest = std::max(longest, out.back().size());
+  }
+  if (padding_) {
+    for (Encoding& e : out) pad(e, padding_->fixed.value_or(longest));
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int64_t id : ids) {
+    std::optional<std::string> t = id_to_token(id);
+    if (!t || (skip_special_tokens && added_.is_special(*t))) continue;
+    tokens.push_back(std::move(*t));
+  }
+  if (decoder_) {
+    std::string out;
+    for (const std::string& piece : decoder_->decode_chain(std::move(tokens))) out += piece;
+    return out;
+  }
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+  return out;
+}
+
+std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (auto id = added_.token_to_id(token)) return *id;
+  if (auto id = model_->token_to_id(token)) return *id;
+  return std::nullopt;
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int64_t id) const {
+  if (id < 0 || id > UINT32_MAX) return std::nullopt;
+  const auto u = static_cast<uint32_t>(id);
+  if (auto t = added_.id_to_token(u)) return t;
+  return model_->id_to_token(u);
+}
+
+size_t Tokenizer::vocab_size() const { return model_->vocab_size() + added_.count_not_in(*model_); }
+
+std::optional<std::string> DecodeStream::step(int64_t id) {
+  if (prefix_.empty() && !ids_.empty()) {
+    std::string p = tokenizer_->decode(ids_, skip_special_tokens_);
+    if (!p.ends_with("\xEF\xBF\xBD")) {
+      prefix_ = std::move(p);
+      prefix_index_ = ids_.size();
+    }
+  }
+  ids_.push_back(id);
+  const std::string text = tokenizer_->decode(ids_, skip_special_tokens_);
+  if (text.size() <= prefix_.size() || text.ends_with("\xEF\xBF\xBD")) return std::nullopt;
+  if (!text.starts_with(prefix_)) {
+    throw InvalidArgument("DecodeStream: decoding token " + std::to_string(id) +
+                          " changed text already returned");
+  }
+  std::string fresh = text.substr(prefix_.size());
+  const size_t new_prefix_index = ids_.size() - prefix_index_;
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
+  prefix_ = tokenizer_->decode(ids_, skip_special_tokens_);
+  prefix_index_ = new_prefix_index;
+  return fresh;
+}
+
+}  // namespace hubzoo

@@ -1,0 +1,89 @@
+// A tokenizer read from a Hub tokenizer.json, producing exactly what HF
+// `tokenizers` produces: added tokens -> normalizer -> pre-tokenizer -> model
+// -> truncation -> post-processor -> padding; decode through the decoder.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/added_vocabulary.h"
+#include "tokenizer/components.h"
+#include "tokenizer/encoding.h"
+#include "tokenizer/models.h"
+
+namespace hubzoo {
+
+using tok::Encoding;
+
+class Tokenizer {
+ public:
+  // Throws FileError / FormatError naming the file and what is wrong.
+  static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
+  static Tokenizer from_json(const nlohmann::json& j, const std::string& source = "tokenizer.json");
+  // A snapshot directory holding tokenizer.json.
+  static Tokenizer from_pretrained(const std::filesystem::path& snapshot_dir);
+
+  // Throws InvalidArgument when `text` is not valid UTF-8.
+  Encoding encode(std::string_view text, bool add_special_tokens = true) const;
+  // Padding set to BatchLongest pads to the longest encoding of the batch.
+  std::vector<Encoding> encode_batch(const std::vector<std::string>& texts,
+                                     bool add_special_tokens = true) const;
+  // Unknown ids are skipped, as HF does.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
+
+  std::optional<int64_t> token_to_id(std::string_view token) const;
+  std::optional<std::string> id_to_token(int64_t id) const;
+  // With added tokens, as HF's get_vocab_size(with_added_tokens=True).
+  size_t vocab_size() const;
+
+ private:
+  struct Truncation {
+    size_t max_length = 0;
+    bool left = false;
+  };
+  struct Padding {
+    std::optional<size_t> fixed;  // nullopt: BatchLongest
+    std::optional<size_t> multiple_of;
+    bool left = false;
+    int64_t pad_id = 0, pad_type_id = 0;
+    std::string pad_token = "[PAD]";
+  };
+
+  Encoding encode_unpadded(std::string_view text, bool add_special_tokens) const;
+  void pad(Encoding& e, size_t length) const;
+
+  std::unique_ptr<tok::Normalizer> normalizer_;
+  std::unique_ptr<tok::PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<tok::Model> model_;
+  std::unique_ptr<tok::PostProcessor> post_processor_;
+  std::unique_ptr<tok::Decoder> decoder_;
+  tok::AddedVocabulary added_;
+  std::optional<Truncation> truncation_;
+  std::optional<Padding> padding_;
+};
+
+// Streaming detokenization: push ids one at a time, get the text they complete.
+// Text is held back while it would end in an incomplete UTF-8 character, and
+// the concatenation of everything returned equals decode() of all ids
+// (HF tokenizers' DecodeStream).
+class DecodeStream {
+ public:
+  explicit DecodeStream(const Tokenizer& tokenizer, bool skip_special_tokens = false)
+      : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
+  // The newly completed text, or nullopt if none is complete yet.
+  std::optional<std::string> step(int64_t id);
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int64_t> ids_;
+  std::string prefix_;
+  size_t prefix_index_ = 0;
+};
+
+}  // namespace hubzoo
