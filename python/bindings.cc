@@ -159,6 +159,7 @@ class PyCausalLM {
 }  // namespace
 
 void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
+void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -175,6 +176,7 @@ NB_MODULE(_hubzoo, m) {
       "resolve_snapshot", [](const std::string& ref) { return resolve_snapshot(ref).string(); },
       nb::arg("ref"));
   bind_tokenizer(m);
+  bind_chat_template(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int>(), nb::arg("model"), nb::arg("threads") = 0)

@@ -155,3 +155,19 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tok.vocab_size()
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tools=None,
+                            documents=None, **kwargs) -> str:
+        """The chat prompt as transformers' apply_chat_template(tokenize=False) renders it."""
+        import json
+
+        if self.snapshot is None:
+            raise InvalidArgument("apply_chat_template needs a snapshot directory, not a tokenizer.json")
+        options = dict(kwargs, add_generation_prompt=bool(add_generation_prompt))
+        if tools is not None:
+            options["tools"] = tools
+        if documents is not None:
+            options["documents"] = documents
+        return _hubzoo.render_chat_template_from_snapshot(
+            self.snapshot, json.dumps(list(messages), ensure_ascii=False),
+            json.dumps(options, ensure_ascii=False))

@@ -62,3 +62,26 @@ def test_cli_generate_needs_a_prompt(hubzoo_bin, smollm2_path):
     out = subprocess.run([str(hubzoo_bin), "generate", "-m", str(smollm2_path)], capture_output=True, text=True)
     assert out.returncode != 0
     assert out.stderr.startswith("error:") and len(out.stderr.strip().splitlines()) == 1
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 👋"},
+     {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}],
+]
+
+
+@pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
+@pytest.mark.parametrize("gen", [False, True])
+def test_apply_chat_template_matches_transformers(hz, smollm2_path, conv, gen):
+    import transformers
+
+    ref_tok = transformers.AutoTokenizer.from_pretrained(smollm2_path)
+    messages = CONVERSATIONS[conv]
+    want = ref_tok.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+    ours = hz.Tokenizer.from_pretrained(smollm2_path)
+    text = ours.apply_chat_template(messages, add_generation_prompt=gen)
+    assert text == want
+    # and the ids of the rendered prompt, as apply_chat_template(tokenize=True) gives them
+    want_ids = ref_tok(want, add_special_tokens=False)["input_ids"]
+    assert ours.encode(text, add_special_tokens=False).ids == want_ids

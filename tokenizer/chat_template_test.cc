@@ -1,0 +1,76 @@
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+
+namespace hubzoo {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+const char* kChatML =
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' "
+    "}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+TEST(ChatTemplate, RendersChatML) {
+  auto t = ChatTemplate::from_string(kChatML);
+  ojson msgs = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(t.render(msgs), "<|im_start|>user\nhi<|im_end|>\n");
+  ChatTemplateOptions opt;
+  opt.add_generation_prompt = true;
+  EXPECT_EQ(t.render(msgs, opt), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ContextAsTransformers) {
+  auto t = ChatTemplate::from_string(
+      "{{ bos_token }}|{{ tools is none }}|{{ documents is none }}|{{ enable_thinking }}|"
+      "{{ messages[0] | tojson }}",
+      {{"bos_token", "<s>"}});
+  ChatTemplateOptions opt;
+  opt.extra_kwargs = {{"enable_thinking", false}};
+  // Null-valued keys are dropped; reasoning is aliased to `thinking` first.
+  ojson msgs = ojson::parse(R"([{"role": "assistant", "content": null, "reasoning": "r"}])");
+  EXPECT_EQ(
+      t.render(msgs, opt),
+      "<s>|True|True|False|{\"thinking\": \"r\", \"role\": \"assistant\", \"reasoning\": \"r\", "
+      "\"reasoning_content\": \"r\"}");
+  opt.special_tokens["bos_token"] = "<B>";
+  opt.tools = ojson::array({{{"name", "f"}}});
+  EXPECT_EQ(t.render(msgs, opt).substr(0, 10), "<B>|False|");
+}
+
+TEST(ChatTemplate, BadConversations) {
+  auto t = ChatTemplate::from_string(kChatML);
+  EXPECT_THROW(t.render(ojson::array()), InvalidArgument);
+  EXPECT_THROW(t.render(ojson::parse(R"(["text"])")), InvalidArgument);
+  EXPECT_THROW(t.render(ojson::parse(R"({"role": "user"})")), InvalidArgument);
+  // content missing: the template's own concatenation fails, as in jinja2.
+  EXPECT_THROW(t.render(ojson::parse(R"([{"role": "user"}])")), jinja::TemplateError);
+}
+
+TEST(ChatTemplate, FromSnapshot) {
+  fs::path dir = fs::temp_directory_path() / "hubzoo_chat_template_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "tokenizer_config.json")
+        << R"({"bos_token": {"content": "<B>"}, "eos_token": "<E>", "chat_template": "C{{ bos_token }}{{ eos_token }}"})";
+  }
+  ojson msgs = ojson::parse(R"([{"role": "user", "content": "x"}])");
+  EXPECT_EQ(ChatTemplate::from_snapshot(dir).render(msgs), "C<B><E>");
+  { std::ofstream(dir / "chat_template.jinja") << "F{{ messages | length }}\n"; }
+  EXPECT_EQ(ChatTemplate::from_snapshot(dir).render(msgs), "F1");  // the file wins
+  { std::ofstream(dir / "chat_template.jinja") << "{% if %}"; }
+  EXPECT_THROW(ChatTemplate::from_snapshot(dir), FormatError);
+  fs::remove_all(dir);
+  EXPECT_THROW(ChatTemplate::from_snapshot(dir), FileError);
+}
+
+}  // namespace
+}  // namespace hubzoo

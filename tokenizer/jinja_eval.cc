@@ -1,0 +1,448 @@
+#include "tokenizer/jinja_eval.h"
+
+#include "base/error.h"
+#include "tokenizer/jinja_builtins.h"
+
+namespace hubzoo::jinja {
+namespace {
+
+// A variable scope; closures (macros, caller) keep their defining frame alive.
+struct Frame {
+  std::vector<std::pair<std::string, Value>> vars;
+  std::shared_ptr<Frame> parent;
+
+  const Value* find(const std::string& name) const {
+    for (const Frame* f = this; f; f = f->parent.get()) {
+      for (const auto& [k, v] : f->vars) {
+        if (k == name) return &v;
+      }
+    }
+    return nullptr;
+  }
+  void set(const std::string& name, Value v) {
+    for (auto& kv : vars) {
+      if (kv.first == name) {
+        kv.second = std::move(v);
+        return;
+      }
+    }
+    vars.emplace_back(name, std::move(v));
+  }
+};
+using FramePtr = std::shared_ptr<Frame>;
+
+FramePtr child(const FramePtr& parent) {
+  auto f = std::make_shared<Frame>();
+  f->parent = parent;
+  return f;
+}
+
+enum class Flow { Normal, Break, Continue };
+
+// Adds the line to a runtime error's message, once.
+[[noreturn]] void rethrow_with_line(const TemplateError& e, int line) {
+  std::string msg = e.what();
+  if (msg.rfind("chat template error", 0) != 0) {
+    msg = "chat template error at line " + std::to_string(line) + ": " + msg;
+  }
+  if (dynamic_cast<const LimitError*>(&e)) throw LimitError(msg);
+  if (dynamic_cast<const SecurityError*>(&e)) throw SecurityError(msg);
+  throw TemplateError(msg);
+}
+
+class Renderer {
+ public:
+  Renderer(std::shared_ptr<const Body> body, const RenderLimits& limits)
+      : body_(std::move(body)), limits_(limits) {}
+
+  std::string render(const Value& context) {
+    auto globals = std::make_shared<Frame>();
+    Dict g;
+    add_globals(g, limits_);
+    for (auto& [k, v] : g.items) globals->set(k.str(), v);
+    auto top = child(globals);
+    if (context.kind == Kind::Dict) {
+      for (const auto& [k, v] : context.dict->items) {
+        if (k.kind == Kind::String) top->set(k.str(), v);
+      }
+    }
+    std::string out;
+    exec(*body_, top, out);
+    return out;
+  }
+
+ private:
+  void emit(std::string& out, const std::string& s) {
+    if (out.size() + s.size() > limits_.max_output_bytes) {
+      throw LimitError("output exceeds max_output_bytes (" +
+                       std::to_string(limits_.max_output_bytes) + ")");
+    }
+    out += s;
+  }
+
+  Flow exec(const Body& body, const FramePtr& frame, std::string& out) {
+    for (const auto& n : body) {
+      Flow f = exec_one(*n, frame, out);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec_one(const Node& n, const FramePtr& frame, std::string& out) {
+    try {
+      switch (n.type) {
+        case N::Text:
+          emit(out, n.name);
+          return Flow::Normal;
+        case N::Output:
+          emit(out, to_str(eval(*n.kids[0], frame)));
+          return Flow::Normal;
+        case N::If:
+          return exec(truthy(eval(*n.kids[0], frame)) ? n.body : n.else_body, frame, out);
+        case N::For:
+          return exec_for(n, frame, out);
+        case N::Set:
+          exec_set(n, frame);
+          return Flow::Normal;
+        case N::Macro:
+          frame->set(n.name, make_macro(n, n.body, frame));
+          return Flow::Normal;
+        case N::CallBlock: {
+          // The macro receives `caller` as an extra keyword argument, as in jinja2.
+          const Node& call = *n.kids[0];
+          Value fn = eval(*call.kids[0], frame);
+          if (fn.is_undefined()) fn.raise_undefined();
+          if (fn.kind != Kind::Callable) {
+            throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
+          }
+          CallArgs args = eval_args(call, frame, 1);
+          args.kw.emplace_back("caller", make_macro(call, n.body, frame, &n));
+          emit(out, to_str(fn.fn->fn(args)));
+          return Flow::Normal;
+        }
+        case N::FilterBlock: {
+          std::string inner;
+          exec(n.body, frame, inner);
+          emit(out, to_str(eval_filter_chain(*n.kids[0], Value::string(std::move(inner)), frame)));
+          return Flow::Normal;
+        }
+        case N::With: {
+          FramePtr f = child(frame);
+          for (size_t k = 0; k < n.names.size(); ++k) f->set(n.names[k], eval(*n.kids[k], frame));
+          return exec(n.body, f, out);
+        }
+        case N::Generation:
+          return exec(n.body, frame, out);
+        case N::Break:
+          return Flow::Break;
+        case N::Continue:
+          return Flow::Continue;
+        default:
+          throw TemplateError("unexpected node");
+      }
+    } catch (const TemplateError& e) {
+      rethrow_with_line(e, n.line);
+    }
+  }
+
+  void assign(const Node& target, const Value& v, const FramePtr& frame) {
+    if (target.type == N::Name) {
+      frame->set(target.name, v);
+      return;
+    }
+    if (target.type == N::NsRef) {
+      const Value* ns = frame->find(target.name);
+      if (!ns || ns->kind != Kind::Namespace) {
+        throw TemplateError("cannot assign attribute on non-namespace object");
+      }
+      if (!target.attr.empty() && target.attr[0] == '_') {
+        throw SecurityError(
+            "chat templates cannot store underscore-prefixed attributes on a namespace");
+      }
+      ns->dict->set(Value::string(target.attr), v);
+      return;
+    }
+    List items = iterate(v);
+    if (items.size() != target.kids.size()) {
+      throw TemplateError(items.size() > target.kids.size()
+                              ? "ValueError: too many values to unpack (expected " +
+                                    std::to_string(target.kids.size()) + ")"
+                              : "ValueError: not enough values to unpack (expected " +
+                                    std::to_string(target.kids.size()) + ", got " +
+                                    std::to_string(items.size()) + ")");
+    }
+    for (size_t k = 0; k < items.size(); ++k) assign(*target.kids[k], items[k], frame);
+  }
+
+  void exec_set(const Node& n, const FramePtr& frame) {
+    if (n.kids[1]) {
+      assign(*n.kids[0], eval(*n.kids[1], frame), frame);
+      return;
+    }
+    std::string inner;
+    exec(n.body, frame, inner);
+    Value v = Value::string(std::move(inner));
+    if (n.kids[2]) v = eval_filter_chain(*n.kids[2], v, frame);
+    assign(*n.kids[0], v, frame);
+  }
+
+  Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
+    Value iterable = eval(*n.kids[1], frame);
+    if (iterable.kind == Kind::Undefined && iterable.unsafe) iterable.raise_undefined();
+    List all = iterate(iterable);
+    List items;
+    if (n.kids[2]) {  // `for x in xs if cond`: filtered before loop.* is counted
+      for (const Value& v : all) {
+        FramePtr f = child(frame);
+        assign(*n.kids[0], v, f);
+        if (truthy(eval(*n.kids[2], f))) items.push_back(v);
+      }
+    } else {
+      items = std::move(all);
+    }
+    if (items.empty()) return exec(n.else_body, frame, out);
+    const int64_t len = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < len; ++k) {
+      if (++iterations_ > limits_.max_loop_iterations) {
+        throw LimitError("loop iterations exceed max_loop_iterations (" +
+                         std::to_string(limits_.max_loop_iterations) + ")");
+      }
+      FramePtr f = child(frame);
+      Value loop = Value::make_namespace();
+      Dict& d = *loop.dict;
+      auto put = [&](const char* key, Value v) { d.items.emplace_back(Value::string(key), v); };
+      put("index", Value::integer(k + 1));
+      put("index0", Value::integer(k));
+      put("revindex", Value::integer(len - k));
+      put("revindex0", Value::integer(len - k - 1));
+      put("first", Value::boolean(k == 0));
+      put("last", Value::boolean(k == len - 1));
+      put("length", Value::integer(len));
+      put("depth", Value::integer(1));
+      put("depth0", Value::integer(0));
+      put("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
+      put("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("there is no next item"));
+      put("cycle", Value::callable("cycle", [k](CallArgs& a) -> Value {
+            if (a.pos.empty()) throw TemplateError("TypeError: no items for cycling given");
+            return a.pos[k % a.pos.size()];
+          }));
+      f->set("loop", loop);
+      assign(*n.kids[0], items[k], f);
+      if (exec(n.body, f, out) == Flow::Break) break;
+    }
+    return Flow::Normal;
+  }
+
+  // A macro (or a call block's caller) as a callable closing over `frame`.
+  Value make_macro(const Node& sig, const Body& body, const FramePtr& frame,
+                   const Node* call_block = nullptr) {
+    // For a call block the signature is names + kids[1..]; for a macro names + kids.
+    const size_t default_offset = call_block ? 1 : 0;
+    const Node* sig_node = call_block ? call_block : &sig;
+    const std::string name = call_block ? "caller" : sig.name;
+    return Value::callable(
+        name, [this, sig_node, default_offset, &body, frame, name](CallArgs& args) -> Value {
+          if (++call_depth_ > limits_.max_call_depth) {
+            --call_depth_;
+            throw LimitError("macro calls nested deeper than max_call_depth (" +
+                             std::to_string(limits_.max_call_depth) + ")");
+          }
+          struct Guard {
+            int& d;
+            ~Guard() { --d; }
+          } guard{call_depth_};
+          FramePtr f = child(frame);
+          const auto& params = sig_node->names;
+          if (args.pos.size() > params.size()) {
+            throw TemplateError("TypeError: macro '" + name + "' takes not more than " +
+                                std::to_string(params.size()) + " argument(s)");
+          }
+          for (const auto& [k, v] : args.kw) {
+            if (k == "caller" && v.kind == Kind::Callable) {
+              f->set("caller", v);
+            } else if (std::find(params.begin(), params.end(), k) == params.end()) {
+              throw TemplateError("TypeError: macro '" + name + "' takes no keyword argument '" +
+                                  k + "'");
+            }
+          }
+          for (size_t p = 0; p < params.size(); ++p) {
+            const Value* given = args.get(p, params[p]);
+            if (given) {
+              f->set(params[p], *given);
+            } else if (const Node* def = sig_node->kids[p + default_offset].get()) {
+              f->set(params[p], eval(*def, f));
+            } else {
+              f->set(params[p], Value::undefined("parameter '" + params[p] + "' was not provided"));
+            }
+          }
+          std::string out;
+          exec(body, f, out);
+          return Value::string(std::move(out));
+        });
+  }
+
+  Value eval_filter_chain(const Node& n, const Value& innermost, const FramePtr& frame) {
+    Value input = n.kids[0] ? eval_filter_chain(*n.kids[0], innermost, frame) : innermost;
+    CallArgs args = eval_args(n, frame, 1);
+    return apply_filter(n.name, input, args, limits_);
+  }
+
+  CallArgs eval_args(const Node& n, const FramePtr& frame, size_t first) {
+    CallArgs args;
+    for (size_t k = first; k < n.kids.size(); ++k) args.pos.push_back(eval(*n.kids[k], frame));
+    for (const auto& [key, e] : n.kwargs) args.kw.emplace_back(key, eval(*e, frame));
+    return args;
+  }
+
+  Value eval(const Node& n, const FramePtr& frame) {
+    switch (n.type) {
+      case N::Literal:
+        return n.value;
+      case N::Name: {
+        const Value* v = frame->find(n.name);
+        return v ? *v : Value::undefined("'" + n.name + "' is undefined");
+      }
+      case N::ListLit:
+      case N::TupleLit: {
+        List items;
+        for (const auto& k : n.kids) items.push_back(eval(*k, frame));
+        return n.type == N::ListLit ? Value::make_list(std::move(items))
+                                    : Value::tuple(std::move(items));
+      }
+      case N::DictLit: {
+        Value d = Value::make_dict();
+        for (size_t k = 0; k + 1 < n.kids.size(); k += 2) {
+          d.dict->set(eval(*n.kids[k], frame), eval(*n.kids[k + 1], frame));
+        }
+        return d;
+      }
+      case N::Unary: {
+        Value v = eval(*n.kids[0], frame);
+        if (n.name == "not") return Value::boolean(!truthy(v));
+        if (v.is_undefined()) v.raise_undefined();
+        if (v.kind == Kind::Int || v.kind == Kind::Bool) {
+          int64_t x = v.kind == Kind::Bool ? v.b : v.i;
+          return Value::integer(n.name == "-" ? -x : x);
+        }
+        if (v.kind == Kind::Float) return Value::number(n.name == "-" ? -v.f : v.f);
+        throw TemplateError("TypeError: bad operand type for unary " + n.name + ": '" +
+                            type_name(v) + "'");
+      }
+      case N::Binary: {
+        Value a = eval(*n.kids[0], frame);
+        if (n.name == "and") return truthy(a) ? eval(*n.kids[1], frame) : a;
+        if (n.name == "or") return truthy(a) ? a : eval(*n.kids[1], frame);
+        return binary_op(n.name, a, eval(*n.kids[1], frame), limits_);
+      }
+      case N::Compare: {
+        Value left = eval(*n.kids[0], frame);
+        for (size_t k = 0; k < n.names.size(); ++k) {
+          Value right = eval(*n.kids[k + 1], frame);
+          const std::string& op = n.names[k];
+          bool ok;
+          if (op == "==")
+            ok = equals(left, right);
+          else if (op == "!=")
+            ok = !equals(left, right);
+          else if (op == "<")
+            ok = less(left, right);
+          else if (op == ">")
+            ok = less(right, left);
+          else if (op == "<=")
+            ok = less(left, right) || equals(left, right);
+          else if (op == ">=")
+            ok = less(right, left) || equals(left, right);
+          else if (op == "in")
+            ok = contains(right, left);
+          else
+            ok = !contains(right, left);
+          if (!ok) return Value::boolean(false);
+          left = std::move(right);
+        }
+        return Value::boolean(true);
+      }
+      case N::CondExpr: {
+        if (truthy(eval(*n.kids[1], frame))) return eval(*n.kids[0], frame);
+        if (n.kids[2]) return eval(*n.kids[2], frame);
+        return Value::undefined("the inline if-expression on line " + std::to_string(n.line) +
+                                " evaluated to false and no else section was defined.");
+      }
+      case N::GetAttr: {
+        Value obj = eval(*n.kids[0], frame);
+        if (obj.is_undefined()) obj.raise_undefined();
+        return get_attr(obj, n.name);
+      }
+      case N::GetItem: {
+        Value obj = eval(*n.kids[0], frame);
+        if (obj.is_undefined()) obj.raise_undefined();
+        const Node& key = *n.kids[1];
+        if (key.type == N::Slice) {
+          auto part = [&](const NodePtr& p) { return p ? eval(*p, frame) : Value::none(); };
+          return get_slice(obj, part(key.kids[0]), part(key.kids[1]), part(key.kids[2]));
+        }
+        return get_item(obj, eval(key, frame));
+      }
+      case N::Call: {
+        Value fn = eval(*n.kids[0], frame);
+        if (fn.is_undefined()) fn.raise_undefined();
+        if (fn.kind != Kind::Callable) {
+          throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
+        }
+        CallArgs args = eval_args(n, frame, 1);
+        return fn.fn->fn(args);
+      }
+      case N::Filter: {
+        if (!n.kids[0]) throw TemplateError("filter without input");
+        Value input = eval(*n.kids[0], frame);
+        CallArgs args = eval_args(n, frame, 1);
+        return apply_filter(n.name, input, args, limits_);
+      }
+      case N::Test: {
+        Value input = eval(*n.kids[0], frame);
+        CallArgs args = eval_args(n, frame, 1);
+        return Value::boolean(apply_test(n.name, input, args) != n.negated);
+      }
+      default:
+        throw TemplateError("unexpected expression node");
+    }
+  }
+
+  std::shared_ptr<const Body> body_;
+  RenderLimits limits_;
+  int64_t iterations_ = 0;
+  int call_depth_ = 0;
+};
+
+// jinja2 resolves filter names when compiling, so an unknown one is a
+// template error even in a branch that never runs (unknown tests fail when run).
+void check_names(const Body& body);
+void check_node(const Node* n) {
+  if (!n) return;
+  if (n->type == N::Filter && !has_filter(n->name)) {
+    throw FormatError("chat template syntax error at line " + std::to_string(n->line) +
+                      ": no filter named '" + n->name + "'");
+  }
+  for (const auto& k : n->kids) check_node(k.get());
+  for (const auto& kv : n->kwargs) check_node(kv.second.get());
+  check_names(n->body);
+  check_names(n->else_body);
+}
+void check_names(const Body& body) {
+  for (const auto& n : body) check_node(n.get());
+}
+
+}  // namespace
+
+Template::Template(const std::string& source, const LexOptions& lex,
+                   const ParseOptions& parse_opt) {
+  auto body = std::make_shared<Body>(parse(tokenize(source, lex), parse_opt));
+  check_names(*body);
+  body_ = std::move(body);
+}
+
+std::string Template::render(const Value& context, const RenderLimits& limits) const {
+  Renderer r(body_, limits);
+  return r.render(context);
+}
+
+}  // namespace hubzoo::jinja

@@ -1,0 +1,45 @@
+// A compiled Jinja2 template and its sandboxed renderer. Rendering follows
+// jinja2's ImmutableSandboxedEnvironment as transformers configures it: no
+// mutating methods, no template loading, default Undefined semantics, and
+// the globals raise_exception, strftime_now, namespace, dict and range.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "tokenizer/jinja_lexer.h"
+#include "tokenizer/jinja_parser.h"
+#include "tokenizer/jinja_value.h"
+
+namespace hubzoo::jinja {
+
+// Bounds that keep a hostile template from running away; each breach throws
+// LimitError naming the bound.
+struct RenderLimits {
+  int max_call_depth = 200;                 // nested macro / caller() calls
+  int64_t max_loop_iterations = 1'000'000;  // all for-loop iterations together, and range() size
+  size_t max_output_bytes = 64u << 20;      // any rendered string, including block sets
+};
+
+class Template {
+ public:
+  // Lexes and parses; throws hubzoo::FormatError (with the line) if malformed,
+  // including an unknown filter name (jinja2 rejects those at compile time).
+  explicit Template(const std::string& source, const LexOptions& lex = {},
+                    const ParseOptions& parse = {});
+
+  // `context` maps variable names to values (a Dict). Throws TemplateError
+  // (or a subclass) when the template fails while rendering.
+  std::string render(const Value& context, const RenderLimits& limits = {}) const;
+
+ private:
+  std::shared_ptr<const Body> body_;
+};
+
+// Filter and test names the engine knows (for the compile-time check).
+bool has_filter(const std::string& name);
+bool has_test(const std::string& name);
+
+}  // namespace hubzoo::jinja

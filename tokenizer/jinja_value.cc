@@ -1,0 +1,620 @@
+#include "tokenizer/jinja_value.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace hubzoo::jinja {
+
+Value Value::undefined(std::string message, bool unsafe) {
+  Value v;
+  v.s = std::make_shared<const std::string>(std::move(message));
+  v.unsafe = unsafe;
+  return v;
+}
+Value Value::none() {
+  Value v;
+  v.kind = Kind::None;
+  return v;
+}
+Value Value::boolean(bool x) {
+  Value v;
+  v.kind = Kind::Bool;
+  v.b = x;
+  return v;
+}
+Value Value::integer(int64_t x) {
+  Value v;
+  v.kind = Kind::Int;
+  v.i = x;
+  return v;
+}
+Value Value::number(double x) {
+  Value v;
+  v.kind = Kind::Float;
+  v.f = x;
+  return v;
+}
+Value Value::string(std::string x) {
+  Value v;
+  v.kind = Kind::String;
+  v.s = std::make_shared<const std::string>(std::move(x));
+  return v;
+}
+Value Value::make_list(List x) {
+  Value v;
+  v.kind = Kind::List;
+  v.list = std::make_shared<List>(std::move(x));
+  return v;
+}
+Value Value::tuple(List x) {
+  Value v = make_list(std::move(x));
+  v.kind = Kind::Tuple;
+  return v;
+}
+Value Value::make_dict() {
+  Value v;
+  v.kind = Kind::Dict;
+  v.dict = std::make_shared<Dict>();
+  return v;
+}
+Value Value::make_namespace() {
+  Value v = make_dict();
+  v.kind = Kind::Namespace;
+  return v;
+}
+Value Value::callable(std::string name, NativeFn fn) {
+  Value v;
+  v.kind = Kind::Callable;
+  v.fn = std::make_shared<const Callable>(Callable{std::move(name), std::move(fn)});
+  return v;
+}
+
+double Value::as_double() const {
+  switch (kind) {
+    case Kind::Int:
+      return static_cast<double>(i);
+    case Kind::Float:
+      return f;
+    case Kind::Bool:
+      return b ? 1.0 : 0.0;
+    default:
+      throw TemplateError("expected a number, got " + type_name(*this));
+  }
+}
+
+void Value::raise_undefined() const {
+  const std::string msg = s ? *s : std::string("value is undefined");
+  if (unsafe) throw SecurityError(msg);
+  throw TemplateError("UndefinedError: " + msg);
+}
+
+const Value* Dict::find(const Value& key) const {
+  for (const auto& [k, v] : items) {
+    if (equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+const Value* Dict::find(const std::string& key) const {
+  for (const auto& [k, v] : items) {
+    if (k.kind == Kind::String && *k.s == key) return &v;
+  }
+  return nullptr;
+}
+void Dict::set(const Value& key, Value v) {
+  for (auto& kv : items) {
+    if (equals(kv.first, key)) {
+      kv.second = std::move(v);
+      return;
+    }
+  }
+  items.emplace_back(key, std::move(v));
+}
+
+const Value* CallArgs::get(size_t index, const std::string& name) const {
+  for (const auto& [k, v] : kw) {
+    if (k == name) return &v;
+  }
+  return index < pos.size() ? &pos[index] : nullptr;
+}
+Value CallArgs::get_or(size_t index, const std::string& name, Value fallback) const {
+  const Value* v = get(index, name);
+  return v ? *v : fallback;
+}
+
+std::string type_name(const Value& v) {
+  switch (v.kind) {
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return "list";
+    case Kind::Tuple:
+      return "tuple";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Namespace:
+      return "Namespace";
+    case Kind::Callable:
+      return "function";
+  }
+  return "object";
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind) {
+    case Kind::Undefined:
+      if (v.unsafe) v.raise_undefined();
+      return false;
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return v.b;
+    case Kind::Int:
+      return v.i != 0;
+    case Kind::Float:
+      return v.f != 0;
+    case Kind::String:
+      return !v.s->empty();
+    case Kind::List:
+    case Kind::Tuple:
+      return !v.list->empty();
+    case Kind::Dict:
+      return !v.dict->items.empty();
+    default:
+      return true;
+  }
+}
+
+bool equals(const Value& a, const Value& b) {
+  if (a.is_numeric() && b.is_numeric()) {
+    if (a.kind == Kind::Float || b.kind == Kind::Float) return a.as_double() == b.as_double();
+    return (a.kind == Kind::Bool ? a.b : a.i) == (b.kind == Kind::Bool ? b.b : b.i);
+  }
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Kind::Undefined:
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return *a.s == *b.s;
+    case Kind::List:
+    case Kind::Tuple: {
+      if (a.list->size() != b.list->size()) return false;
+      for (size_t k = 0; k < a.list->size(); ++k) {
+        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+      }
+      return true;
+    }
+    case Kind::Dict: {
+      if (a.dict->items.size() != b.dict->items.size()) return false;
+      for (const auto& [k, v] : a.dict->items) {
+        const Value* other = b.dict->find(k);
+        if (!other || !equals(v, *other)) return false;
+      }
+      return true;
+    }
+    case Kind::Namespace:
+      return a.dict == b.dict;
+    case Kind::Callable:
+      return a.fn == b.fn;
+    default:
+      return false;
+  }
+}
+
+bool less(const Value& a, const Value& b) {
+  if (a.is_numeric() && b.is_numeric()) {
+    if (a.kind == Kind::Float || b.kind == Kind::Float) return a.as_double() < b.as_double();
+    return (a.kind == Kind::Bool ? a.b : a.i) < (b.kind == Kind::Bool ? b.b : b.i);
+  }
+  if (a.kind == Kind::String && b.kind == Kind::String)
+    return *a.s < *b.s;  // UTF-8 = code point order
+  if (a.is_sequence() && a.kind == b.kind) {
+    const List &x = *a.list, &y = *b.list;
+    for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
+      if (!equals(x[k], y[k])) return less(x[k], y[k]);
+    }
+    return x.size() < y.size();
+  }
+  if (a.is_undefined()) a.raise_undefined();
+  if (b.is_undefined()) b.raise_undefined();
+  throw TemplateError("TypeError: '<' not supported between instances of '" + type_name(a) +
+                      "' and '" + type_name(b) + "'");
+}
+
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // e.g. "-1.2345e+02", shortest round-trip digits
+  bool neg = sci[0] == '-';
+  if (neg) sci.erase(0, 1);
+  size_t e = sci.find('e');
+  int exp = std::stoi(sci.substr(e + 1));
+  std::string digits;
+  for (size_t k = 0; k < e; ++k) {
+    if (sci[k] != '.') digits += sci[k];
+  }
+  std::string out = neg ? "-" : "";
+  if (exp >= -4 && exp < 16) {  // Python repr: fixed for -4 <= exp < 16
+    if (exp < 0) {
+      out += "0." + std::string(-exp - 1, '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exp + 1) {
+      out += digits + std::string(exp + 1 - digits.size(), '0') + ".0";
+    } else {
+      out += digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+    }
+    return out;
+  }
+  out += digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  char eb[16];
+  std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+  return out + eb;
+}
+
+std::vector<char32_t> utf8_decode(const std::string& s) {
+  std::vector<char32_t> out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t n = static_cast<utf8proc_ssize_t>(s.size());
+  while (n > 0) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t len = utf8proc_iterate(p, n, &cp);
+    if (len <= 0) {  // invalid byte: keep it as U+FFFD rather than fail
+      cp = 0xFFFD;
+      len = 1;
+    }
+    out.push_back(static_cast<char32_t>(cp));
+    p += len;
+    n -= len;
+  }
+  return out;
+}
+
+void utf8_append(std::string& out, char32_t cp) {
+  utf8proc_uint8_t buf[4];
+  utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+}
+
+std::string utf8_encode(const std::vector<char32_t>& cps) {
+  std::string out;
+  for (char32_t c : cps) utf8_append(out, c);
+  return out;
+}
+
+bool is_py_space(char32_t c) {
+  return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+         c == 0x3000;
+}
+
+static bool py_printable(char32_t c) {
+  if (c == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string string_repr(const std::string& s) {
+  const char quote =
+      (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  std::string out(1, quote);
+  for (char32_t c : utf8_decode(s)) {
+    if (c == static_cast<char32_t>(quote) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (!py_printable(c)) {
+      char buf[16];
+      if (c < 0x100) {
+        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      } else if (c < 0x10000) {
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      } else {
+        std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
+      }
+      out += buf;
+    } else {
+      utf8_append(out, c);
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::string repr(const Value& v) {
+  switch (v.kind) {
+    case Kind::String:
+      return string_repr(*v.s);
+    case Kind::Undefined:
+      return "Undefined";
+    default:
+      return to_str(v);
+  }
+}
+
+std::string to_str(const Value& v) {
+  switch (v.kind) {
+    case Kind::Undefined:
+      if (v.unsafe) v.raise_undefined();
+      return "";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return v.b ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(v.i);
+    case Kind::Float:
+      return float_repr(v.f);
+    case Kind::String:
+      return *v.s;
+    case Kind::List:
+    case Kind::Tuple: {
+      std::string out = v.kind == Kind::List ? "[" : "(";
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k) out += ", ";
+        out += repr((*v.list)[k]);
+      }
+      if (v.kind == Kind::Tuple && v.list->size() == 1) out += ",";
+      return out + (v.kind == Kind::List ? "]" : ")");
+    }
+    case Kind::Dict:
+    case Kind::Namespace: {
+      std::string out = v.kind == Kind::Dict ? "{" : "<Namespace {";
+      bool first = true;
+      for (const auto& [k, x] : v.dict->items) {
+        if (!first) out += ", ";
+        first = false;
+        out += repr(k) + ": " + repr(x);
+      }
+      return out + (v.kind == Kind::Dict ? "}" : "}>");
+    }
+    case Kind::Callable:
+      return "<function " + v.fn->name + ">";
+  }
+  return "";
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::number(static_cast<double>(u));
+      return Value::integer(static_cast<int64_t>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List items;
+      items.reserve(j.size());
+      for (const auto& x : j) items.push_back(from_json(x));
+      return Value::make_list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value d = Value::make_dict();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        d.dict->items.emplace_back(Value::string(it.key()), from_json(it.value()));
+      }
+      return d;
+    }
+    default:
+      throw TemplateError("unsupported JSON value in template input");
+  }
+}
+
+static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
+  out += '"';
+  for (char32_t c : utf8_decode(s)) {
+    char buf[16];
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
+          if (c >= 0x10000) {
+            char32_t v = c - 0x10000;
+            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x",
+                          static_cast<unsigned>(0xd800 + (v >> 10)),
+                          static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
+          } else {
+            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          }
+          out += buf;
+        } else {
+          utf8_append(out, c);
+        }
+    }
+  }
+  out += '"';
+}
+
+static std::string json_float(double d) {
+  if (std::isnan(d)) return "NaN";
+  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  return float_repr(d);
+}
+
+static void json_value(std::string& out, const Value& v, const JsonStyle& st, int depth) {
+  if (depth > 500) throw LimitError("tojson: value nested too deeply");
+  auto newline = [&](int level) {
+    if (!st.has_indent) return;
+    out += '\n';
+    for (int k = 0; k < level; ++k) out += st.indent;
+  };
+  switch (v.kind) {
+    case Kind::None:
+      out += "null";
+      return;
+    case Kind::Bool:
+      out += v.b ? "true" : "false";
+      return;
+    case Kind::Int:
+      out += std::to_string(v.i);
+      return;
+    case Kind::Float:
+      out += json_float(v.f);
+      return;
+    case Kind::String:
+      json_string(out, *v.s, st.ensure_ascii);
+      return;
+    case Kind::List:
+    case Kind::Tuple: {
+      if (v.list->empty()) {
+        out += "[]";
+        return;
+      }
+      out += '[';
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k) out += st.item_sep;
+        newline(depth + 1);
+        json_value(out, (*v.list)[k], st, depth + 1);
+      }
+      newline(depth);
+      out += ']';
+      return;
+    }
+    case Kind::Dict: {
+      if (v.dict->items.empty()) {
+        out += "{}";
+        return;
+      }
+      std::vector<std::pair<std::string, const Value*>> items;
+      for (const auto& [k, x] : v.dict->items) {
+        std::string key;
+        switch (k.kind) {
+          case Kind::String:
+            key = *k.s;
+            break;
+          case Kind::Int:
+            key = std::to_string(k.i);
+            break;
+          case Kind::Float:
+            key = json_float(k.f);
+            break;
+          case Kind::Bool:
+            key = k.b ? "true" : "false";
+            break;
+          case Kind::None:
+            key = "null";
+            break;
+          default:
+            throw TemplateError("TypeError: keys must be str, int, float, bool or None, not " +
+                                type_name(k));
+        }
+        items.emplace_back(std::move(key), &x);
+      }
+      if (st.sort_keys) {
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+      }
+      out += '{';
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (k) out += st.item_sep;
+        newline(depth + 1);
+        json_string(out, items[k].first, st.ensure_ascii);
+        out += st.key_sep;
+        json_value(out, *items[k].second, st, depth + 1);
+      }
+      newline(depth);
+      out += '}';
+      return;
+    }
+    default:
+      if (v.is_undefined() && v.unsafe) v.raise_undefined();
+      throw TemplateError("TypeError: Object of type " + type_name(v) +
+                          " is not JSON serializable");
+  }
+}
+
+std::string to_json(const Value& v, const JsonStyle& style) {
+  std::string out;
+  json_value(out, v, style, 0);
+  return out;
+}
+
+List iterate(const Value& v) {
+  switch (v.kind) {
+    case Kind::Undefined:
+      if (v.unsafe) v.raise_undefined();
+      return {};
+    case Kind::List:
+    case Kind::Tuple:
+      return *v.list;
+    case Kind::String: {
+      List out;
+      for (char32_t c : utf8_decode(*v.s)) {
+        std::string ch;
+        utf8_append(ch, c);
+        out.push_back(Value::string(std::move(ch)));
+      }
+      return out;
+    }
+    case Kind::Dict: {
+      List out;
+      for (const auto& kv : v.dict->items) out.push_back(kv.first);
+      return out;
+    }
+    default:
+      throw TemplateError("TypeError: '" + type_name(v) + "' object is not iterable");
+  }
+}
+
+}  // namespace hubzoo::jinja
