@@ -1,7 +1,9 @@
 #include "io/json.h"
 
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "base/test_util.h"
 
 #include <atomic>
 #include <fstream>
@@ -31,18 +33,7 @@ class TempFile {
   fs::path path_;
 };
 
-template <typename E, typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using test_util::expect_error;
 
 JsonObject cfg() {
   return JsonObject(nlohmann::json::parse(R"({

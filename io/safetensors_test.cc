@@ -1,7 +1,9 @@
 #include "io/safetensors.h"
 
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "base/test_util.h"
 
 #include <atomic>
 #include <fstream>
@@ -14,26 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("hubzoo_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using test_util::TempDir;
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -52,19 +35,7 @@ void write_bytes(const fs::path& p, const std::string& bytes) {
   out << bytes;
 }
 
-// Expects `fn` to throw E whose message contains every string in `parts`.
-template <typename E, typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using test_util::expect_error;
 
 // A small F32 tensor file with one tensor "w" of 4 floats.
 void write_small(const fs::path& p, const std::string& name = "w", float base = 0.0f) {
