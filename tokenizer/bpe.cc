@@ -120,16 +120,8 @@ class BPE : public Model {
         continue;
       }
       if (byte_fallback_) {
-        std::vector<uint32_t> bytes;
-        for (unsigned char b : s) {
-          char code[8];
-          std::snprintf(code, sizeof(code), "<0x%02X>", b);
-          auto id = token_to_id(code);
-          if (!id) break;
-          bytes.push_back(*id);
-        }
-        if (bytes.size() == s.size()) {
-          for (uint32_t id : bytes) add(id, 1);
+        if (auto bytes = byte_fallback_ids(s)) {
+          for (uint32_t id : *bytes) add(id, 1);
           continue;
         }
       }

@@ -1,8 +1,22 @@
 #include "tokenizer/models.h"
 
+#include <cstdio>
+
 #include "base/error.h"
 
 namespace hubzoo::tok {
+
+std::optional<std::vector<uint32_t>> Model::byte_fallback_ids(std::string_view piece) const {
+  std::vector<uint32_t> ids;
+  for (unsigned char b : piece) {
+    char code[8];
+    std::snprintf(code, sizeof(code), "<0x%02X>", b);
+    auto id = token_to_id(code);
+    if (!id) return std::nullopt;
+    ids.push_back(*id);
+  }
+  return ids;
+}
 
 std::optional<uint32_t> Model::token_to_id(std::string_view token) const {
   auto it = vocab_.find(token);

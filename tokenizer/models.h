@@ -27,6 +27,9 @@ class Model {
   std::optional<uint32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(uint32_t id) const;
   virtual size_t vocab_size() const { return vocab_.size(); }
+  // byte_fallback: the ids of the "<0xXX>" tokens spelling every byte of
+  // `piece`, or nullopt when one of them is missing from the vocabulary.
+  std::optional<std::vector<uint32_t>> byte_fallback_ids(std::string_view piece) const;
 
  protected:
   void set_vocab(VocabMap vocab);

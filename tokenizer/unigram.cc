@@ -82,16 +82,8 @@ class Unigram : public Model {
         continue;
       }
       if (byte_fallback_) {
-        std::vector<Token> bytes;
-        for (unsigned char b : piece) {
-          char code[8];
-          std::snprintf(code, sizeof(code), "<0x%02X>", b);
-          auto id = token_to_id(code);
-          if (!id) break;
-          bytes.push_back({*id, code, offsets});
-        }
-        if (bytes.size() == piece.size()) {
-          out.insert(out.end(), bytes.begin(), bytes.end());
+        if (auto bytes = byte_fallback_ids(piece)) {
+          for (uint32_t id : *bytes) out.push_back({id, *id_to_token(id), offsets});
           continue;
         }
       }
