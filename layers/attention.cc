@@ -36,8 +36,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     k_norm_->forward(k.data(), m * nkv, k.data());
   }
   for (int64_t t = 0; t < m; ++t) {
-    rope_->apply(&q[t * q_size], nh, batch.pos[t]);
-    rope_->apply(&k[t * kv_size], nkv, batch.pos[t]);
+    rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv);
     std::copy_n(&k[t * kv_size], kv_size, cache.key(layer, batch.slot[t], batch.pos[t]));
     std::copy_n(&v[t * kv_size], kv_size, cache.value(layer, batch.slot[t], batch.pos[t]));
   }

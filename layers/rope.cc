@@ -166,7 +166,7 @@ Rope::Rope(const RopeParams& p, int64_t head_dim, int64_t /*max_position_embeddi
   }
 }
 
-void Rope::apply(float* x, int64_t num_heads, int64_t position) const {
+void Rope::apply(int64_t position, float* q, int64_t q_heads, float* k, int64_t k_heads) const {
   const int64_t half = head_dim_ / 2;
   const float pos = static_cast<float>(position);
   // cos/sin of the fp32 angle, scaled as transformers does (cos * attention_scaling).
@@ -176,8 +176,8 @@ void Rope::apply(float* x, int64_t num_heads, int64_t position) const {
     cos_buf[i] = static_cast<float>(std::cos(angle)) * attention_scaling_;
     sin_buf[i] = static_cast<float>(std::sin(angle)) * attention_scaling_;
   }
-  for (int64_t h = 0; h < num_heads; ++h) {
-    float* v = x + h * head_dim_;
+  for (int64_t h = 0; h < q_heads + k_heads; ++h) {
+    float* v = h < q_heads ? q + h * head_dim_ : k + (h - q_heads) * head_dim_;
     for (int64_t i = 0; i < half; ++i) {
       const float a = v[i], b = v[i + half];
       // q*cos + rotate_half(q)*sin with rotate_half(q) = (-q2, q1)

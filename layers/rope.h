@@ -37,8 +37,10 @@ class Rope {
 
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float attention_scaling() const { return attention_scaling_; }
-  // Rotates `num_heads` heads of size head_dim laid out contiguously, in place.
-  void apply(float* x, int64_t num_heads, int64_t position) const;
+  // Rotates, in place, the q heads and k heads (each head_dim floats, laid out
+  // contiguously) of one token; cos/sin are computed once for both.
+  void apply(int64_t position, float* q, int64_t q_heads, float* k = nullptr,
+             int64_t k_heads = 0) const;
 
  private:
   int64_t head_dim_;

@@ -97,9 +97,9 @@ TEST(Rope, RotationPreservesNormAndPositionZeroIsIdentity) {
   float x[16] = {1, 2, 3, 4, 5, 6, 7, 8, -1, -2, -3, -4, -5, -6, -7, -8};
   float y[16];
   std::copy(x, x + 16, y);
-  rope.apply(y, 2, 0);
+  rope.apply(0, y, 2);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(x[i], y[i]);
-  rope.apply(y, 2, 37);
+  rope.apply(37, y, 1, y + 8, 1);
   double nx = 0, ny = 0;
   for (int i = 0; i < 8; ++i) nx += x[i] * x[i], ny += y[i] * y[i];
   EXPECT_NEAR(nx, ny, 1e-3);

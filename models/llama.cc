@@ -96,11 +96,11 @@ class LlamaModel final : public CausalLM {
     rope_ = std::make_unique<Rope>(cfg_.rope, cfg_.attn.head_dim, cfg_.max_position_embeddings);
     // (V, H): embed_tokens; lm_head shares it when tied.
     if (cfg_.tie_word_embeddings) {
-      lm_head_ = w.take_packed("model.embed_tokens.weight", v, h);
+      lm_head_.weight = w.take_packed("model.embed_tokens.weight", v, h);
       w.ignore("lm_head.weight", "tie_word_embeddings: lm_head shares model.embed_tokens.weight");
     } else {
       embed_tokens_ = w.take("model.embed_tokens.weight", {v, h});
-      lm_head_ = w.take_packed("lm_head.weight", v, h);
+      lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
     }
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i);
@@ -164,7 +164,7 @@ class LlamaModel final : public CausalLM {
     std::vector<float> x(m * h), normed(m * h), branch(m * h);  // [M, H]
     for (int64_t t = 0; t < m; ++t) {
       if (cfg_.tie_word_embeddings) {
-        lm_head_.copy_row(batch.ids[t], &x[t * h]);
+        lm_head_.weight.copy_row(batch.ids[t], &x[t * h]);
       } else {
         std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, &x[t * h]);
       }
@@ -202,8 +202,7 @@ class LlamaModel final : public CausalLM {
       lm_in = gathered.data();
     }
     out.logits.resize(rows * v);
-    MatmulArgs a{lm_in, rows, h, &lm_head_, nullptr, out.logits.data(), v};
-    matmul(a, *pool_);
+    lm_head_.forward(lm_in, rows, out.logits.data(), *pool_);
     capture("logits", out.logits.data(), rows, v);
     for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
   }
@@ -246,7 +245,7 @@ class LlamaModel final : public CausalLM {
   ModelInfo info_;
   std::unique_ptr<Rope> rope_;
   FloatWeights embed_tokens_;  // (V, H), untied only
-  PackedMatrix lm_head_;       // (V, H)
+  Linear lm_head_;             // (V, H)
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_;
 };

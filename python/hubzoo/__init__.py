@@ -5,6 +5,8 @@ numpy in, numpy out. Errors are typed: hubzoo.Error and its subclasses.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Iterable
 
 import numpy as np
@@ -50,9 +52,6 @@ class CausalLM:
         self.num_layers = info["num_layers"]
         self.vocab_size = info["vocab_size"]
         self.eos_token_ids = list(info["eos_token_ids"])
-        import json
-        import os
-
         with open(os.path.join(info["snapshot"], "config.json")) as f:
             self.config = json.load(f)
 
@@ -129,8 +128,6 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, path_or_id) -> "Tokenizer":
-        import os
-
         path = str(path_or_id)
         if os.path.isfile(path):  # a tokenizer.json itself
             return cls(_hubzoo.Tokenizer(path), None)
@@ -159,8 +156,6 @@ class Tokenizer:
     def apply_chat_template(self, messages, add_generation_prompt: bool = False, tools=None,
                             documents=None, **kwargs) -> str:
         """The chat prompt as transformers' apply_chat_template(tokenize=False) renders it."""
-        import json
-
         if self.snapshot is None:
             raise InvalidArgument("apply_chat_template needs a snapshot directory, not a tokenizer.json")
         options = dict(kwargs, add_generation_prompt=bool(add_generation_prompt))
