@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "cli/commands.h"
 #include "engine/generate.h"
 #include "hub/snapshot.h"
 #include "models/causal_lm.h"
@@ -168,6 +169,22 @@ int main_impl(int argc, char** argv) {
   tokenize->add_option("--format", tok_format)->check(CLI::IsMember({"text", "json"}));
   tokenize->add_option("text", tok_text)->required();
 
+  cli::ChatArgs c;
+  auto* chat = app.add_subcommand("chat", "chat with the model through its chat template");
+  chat->add_option("-m,--model", c.model, "snapshot directory or repo id in the HF cache")
+      ->required();
+  chat->add_option("--message", c.message, "one message, answered once (else interactive)");
+  chat->add_option("--system", c.system, "a system message opening the conversation");
+  chat->add_option("--max-new-tokens", c.max_new_tokens)->check(CLI::NonNegativeNumber);
+  chat->add_option("--dtype", c.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  chat->add_option("--mode", c.mode)->check(CLI::IsMember({"eager", "fused"}));
+  chat->add_option("--temperature", c.temperature)->check(CLI::NonNegativeNumber);
+  chat->add_option("--top-k", c.top_k)->check(CLI::NonNegativeNumber);
+  chat->add_option("--top-p", c.top_p)->check(CLI::Range(0.0, 1.0));
+  chat->add_option("--seed", c.seed);
+  chat->add_option("--threads", c.threads, "worker threads (0: all cores)");
+  chat->add_flag("--stats", c.stats, "print prompt size and speed of each answer on stderr");
+
   std::string inspect_model;
   int inspect_threads = 0;
   auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
@@ -190,6 +207,7 @@ int main_impl(int argc, char** argv) {
     if (g.ids.empty() && g.prompt.empty()) throw InvalidArgument("give --ids or --prompt");
     return run_generate(g);
   }
+  if (chat->parsed()) return cli::run_chat(c);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
   return run_inspect(inspect_model, inspect_threads);
 }

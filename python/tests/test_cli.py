@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 
@@ -45,3 +46,57 @@ def test_inspect(hubzoo_bin, tiny_paths):
     proc = _util.run_cli("inspect", "-m", str(tiny_paths["qwen3_headdim_mqa"]))
     assert proc.returncode == 0, proc.stderr
     assert "Qwen3ForCausalLM" in proc.stdout or "qwen3" in proc.stdout.lower()
+
+
+def _hf_chat_turn(model, tokenizer, messages, max_new_tokens):
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    new = _util.hf_generate(model, np.asarray(ids)[None], max_new_tokens=max_new_tokens)[0]
+    return tokenizer.decode(new, skip_special_tokens=True)
+
+
+def test_chat_matches_transformers(hubzoo_bin, smollm2_path):
+    """`hubzoo chat`, one shot and interactive over two turns (with a /reset between
+    conversations), prints exactly what transformers' greedy chat turns decode to."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(smollm2_path)
+    model = _util.tiny_models.load_hf(smollm2_path)
+    n = 24
+    system = "You are terse."
+    one = _hf_chat_turn(model, tokenizer, [{"role": "user", "content": "Name a fruit."}], n)
+    proc = _util.run_cli("chat", "-m", str(smollm2_path), "--message", "Name a fruit.",
+                         "--max-new-tokens", str(n))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == one + "\n"
+
+    history = [{"role": "system", "content": system}]
+    expected = []
+    for question in ("What is 2+2?", "And times 3?"):
+        history.append({"role": "user", "content": question})
+        answer = _hf_chat_turn(model, tokenizer, history, n)
+        history.append({"role": "assistant", "content": answer})
+        expected.append(answer)
+    fresh = _hf_chat_turn(model, tokenizer, [{"role": "system", "content": system},
+                                             {"role": "user", "content": "Hi"}], n)
+    proc = subprocess.run(
+        [str(hubzoo_bin), "chat", "-m", str(smollm2_path), "--system", system,
+         "--max-new-tokens", str(n)],
+        input="What is 2+2?\nAnd times 3?\n/reset\nHi\n", capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "".join(a + "\n" for a in expected + [fresh])
+
+
+def test_chat_errors(hubzoo_bin, tiny_paths, smollm2_path):
+    # A checkpoint without a chat template is refused with a message naming what is missing.
+    proc = _util.run_cli("chat", "-m", str(tiny_paths["llama_tied_llama3"]), "--message", "hi")
+    _util.assert_cli_error(proc, "tokenizer.json")
+    # Invalid UTF-8 in an interactive turn is reported; the session goes on.
+    proc = subprocess.run(
+        [str(hubzoo_bin), "chat", "-m", str(smollm2_path), "--max-new-tokens", "4"],
+        input=b"\xff\xfe bad\nName a fruit.\n", capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert b"utf-8" in proc.stderr.lower()
+    assert proc.stdout.strip()

@@ -1,0 +1,131 @@
+// `hubzoo chat`: the model's own chat template renders the conversation, the
+// tokenizer encodes it as transformers' apply_chat_template(tokenize=True)
+// does (no special tokens added on top), and the answer streams as it decodes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "engine/generate.h"
+#include "models/causal_lm.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hubzoo::cli {
+namespace {
+
+const char* kHelp =
+    "commands: /reset forgets the conversation, /exit quits (so does end of input)\n";
+
+class ChatSession {
+ public:
+  explicit ChatSession(const ChatArgs& a)
+      : args_(a),
+        model_(load_causal_lm(a.model, {a.threads})),
+        tokenizer_(Tokenizer::from_pretrained(model_->info().snapshot)),
+        template_(ChatTemplate::from_snapshot(model_->info().snapshot)) {
+    reset();
+  }
+
+  void reset() {
+    messages_ = nlohmann::ordered_json::array();
+    if (!args_.system.empty()) messages_.push_back({{"role", "system"}, {"content", args_.system}});
+  }
+
+  // Streams the answer to stdout; the conversation keeps the turn only if it completed.
+  void reply(const std::string& user) {
+    nlohmann::ordered_json turn = messages_;
+    turn.push_back({{"role", "user"}, {"content", user}});
+    ChatTemplateOptions options;
+    options.add_generation_prompt = true;
+    const std::string prompt = template_.render(turn, options);
+    const std::vector<int64_t> ids = tokenizer_.encode(prompt, /*add_special_tokens=*/false).ids;
+    if (ids.empty()) throw InvalidArgument("the chat template rendered an empty prompt");
+    const int64_t limit = model_->info().max_position_embeddings;
+    if (limit > 0 && static_cast<int64_t>(ids.size()) >= limit) {
+      throw InvalidArgument("the conversation is " + std::to_string(ids.size()) +
+                            " tokens, the model's limit is " + std::to_string(limit) +
+                            "; /reset to start over");
+    }
+    GenerateOptions opt;
+    opt.max_new_tokens = args_.max_new_tokens;
+    if (limit > 0) {
+      opt.max_new_tokens = std::min<int64_t>(opt.max_new_tokens, limit - ids.size());
+    }
+    opt.sampling = {args_.temperature, args_.top_k, args_.top_p, args_.seed + turns_};
+    DecodeStream stream(tokenizer_, /*skip_special_tokens=*/true);
+    opt.on_token = [&](int64_t, int64_t id) {
+      if (auto piece = stream.step(id)) {
+        std::fputs(piece->c_str(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    };
+    const GenerateResult r = generate(*model_, {ids}, opt);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    // The stop token is not part of the answer; rows are padded only in batches.
+    std::vector<int64_t> answer = r.tokens[0];
+    const auto& eos = model_->info().eos_token_ids;
+    if (!answer.empty() && std::find(eos.begin(), eos.end(), answer.back()) != eos.end()) {
+      answer.pop_back();
+    }
+    turn.push_back({{"role", "assistant"}, {"content", tokenizer_.decode(answer, true)}});
+    messages_ = std::move(turn);
+    ++turns_;
+    if (args_.stats) {
+      std::fprintf(stderr, "[prompt %lld tokens, prefill %.3f s; %lld new tokens at %.2f tok/s]\n",
+                   static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
+                   static_cast<long long>(r.tokens[0].size()),
+                   r.decode_steps / std::max(r.decode_seconds, 1e-9));
+    }
+  }
+
+ private:
+  ChatArgs args_;
+  std::unique_ptr<CausalLM> model_;
+  Tokenizer tokenizer_;
+  ChatTemplate template_;
+  nlohmann::ordered_json messages_;
+  uint64_t turns_ = 0;
+};
+
+}  // namespace
+
+int run_chat(const ChatArgs& args) {
+  if (args.dtype != "float32") {
+    throw InvalidArgument("--dtype " + args.dtype + " is not supported yet (only float32)");
+  }
+  ChatSession chat(args);
+  if (!args.message.empty()) {
+    chat.reply(args.message);
+    return 0;
+  }
+  const bool tty = isatty(STDIN_FILENO);
+  if (tty) std::fputs(kHelp, stderr);
+  std::string line;
+  while (true) {
+    if (tty) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      chat.reset();
+      continue;
+    }
+    if (line.empty()) continue;
+    // A failed turn (e.g. too long for the model) is reported and forgotten;
+    // the conversation so far is kept.
+    try {
+      chat.reply(line);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+    }
+  }
+  return 0;
+}
+
+}  // namespace hubzoo::cli
