@@ -51,6 +51,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Source& sr
 std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const Source& src);
 std::unique_ptr<Decoder> make_decoder(const Json& j, const Source& src);
 
+// transformers' clean_up_tokenization (" ." -> "." and the like), for decode.
+std::string clean_up_tokenization(std::string text);
+
 // Shared JSON helpers: a required field, or FormatError naming it.
 const Json& field(const Json& j, const char* key, const Source& src);
 std::string type_of(const Json& j, const char* what, const Source& src);

@@ -62,20 +62,20 @@ VocabMap parse_vocab_object(const Json& j, const Source& src) {
   return vocab;
 }
 
+std::string model_type(const Json& j) {
+  if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"];
+  if (!j.is_object()) return "";
+  if (j.contains("merges")) return "BPE";  // older files omit the model type
+  if (j.contains("vocab") && j["vocab"].is_array()) return "Unigram";
+  if (j.contains("continuing_subword_prefix")) return "WordPiece";
+  return "WordLevel";
+}
+
 std::unique_ptr<Model> make_model(const Json& j, const Source& src) {
   if (j.is_null()) throw FormatError(src.file + ": 'model' is missing");
-  std::string type;
-  if (j.contains("type")) {
-    type = j["type"].get<std::string>();
-  } else if (j.contains("merges")) {
-    type = "BPE";  // older files omit the model type
-  } else if (j.contains("vocab") && j["vocab"].is_array()) {
-    type = "Unigram";
-  } else if (j.contains("continuing_subword_prefix")) {
-    type = "WordPiece";
-  } else {
-    type = "WordLevel";
-  }
+  if (j.contains("type") && !j["type"].is_string())
+    throw FormatError(src.file + ": model 'type' must be a string");
+  const std::string type = model_type(j);
   if (type == "BPE") return make_bpe(j, src);
   if (type == "WordPiece") return make_wordpiece(j, src);
   if (type == "Unigram") return make_unigram(j, src);

@@ -38,6 +38,8 @@ class Model {
 };
 
 std::unique_ptr<Model> make_model(const Json& j, const Source& src);
+// The model's "type", inferred as HF does for older files that omit it.
+std::string model_type(const Json& j);
 std::unique_ptr<Model> make_bpe(const Json& j, const Source& src);
 std::unique_ptr<Model> make_wordpiece(const Json& j, const Source& src);
 std::unique_ptr<Model> make_unigram(const Json& j, const Source& src);

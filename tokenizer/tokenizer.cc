@@ -57,7 +57,11 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "tokenizer.json";
   if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
-  return from_file(file);
+  Tokenizer t = from_file(file);
+  const std::filesystem::path config = dir / "tokenizer_config.json";
+  t.apply_tokenizer_config(std::filesystem::exists(config) ? read_json(config) : Json::object(),
+                           config.string());
+  return t;
 }
 
 Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
@@ -69,6 +73,7 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
     t.normalizer_ = tok::make_normalizer(get("normalizer"), src);
     t.pre_tokenizer_ = tok::make_pre_tokenizer(get("pre_tokenizer"), src);
     t.model_ = tok::make_model(get("model"), src);
+    t.bpe_model_ = tok::model_type(get("model")) == "BPE";
     t.post_processor_ = tok::make_post_processor(get("post_processor"), src);
     t.decoder_ = tok::make_decoder(get("decoder"), src);
 
@@ -189,6 +194,11 @@ std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& te
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::string text = decode_raw(ids, skip_special_tokens);
+  return clean_up_spaces_ ? tok::clean_up_tokenization(std::move(text)) : text;
+}
+
+std::string Tokenizer::decode_raw(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int64_t id : ids) {
@@ -223,14 +233,14 @@ size_t Tokenizer::vocab_size() const { return model_->vocab_size() + added_.coun
 
 std::optional<std::string> DecodeStream::step(int64_t id) {
   if (prefix_.empty() && !ids_.empty()) {
-    std::string p = tokenizer_->decode(ids_, skip_special_tokens_);
+    std::string p = tokenizer_->decode_raw(ids_, skip_special_tokens_);
     if (!p.ends_with("\xEF\xBF\xBD")) {
       prefix_ = std::move(p);
       prefix_index_ = ids_.size();
     }
   }
   ids_.push_back(id);
-  const std::string text = tokenizer_->decode(ids_, skip_special_tokens_);
+  const std::string text = tokenizer_->decode_raw(ids_, skip_special_tokens_);
   if (text.size() <= prefix_.size() || text.ends_with("\xEF\xBF\xBD")) return std::nullopt;
   if (!text.starts_with(prefix_)) {
     throw InvalidArgument("DecodeStream: decoding token " + std::to_string(id) +
@@ -239,7 +249,7 @@ std::optional<std::string> DecodeStream::step(int64_t id) {
   std::string fresh = text.substr(prefix_.size());
   const size_t new_prefix_index = ids_.size() - prefix_index_;
   ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
-  prefix_ = tokenizer_->decode(ids_, skip_special_tokens_);
+  prefix_ = tokenizer_->decode_raw(ids_, skip_special_tokens_);
   prefix_index_ = new_prefix_index;
   return fresh;
 }

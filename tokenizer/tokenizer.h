@@ -25,7 +25,9 @@ class Tokenizer {
   // Throws FileError / FormatError naming the file and what is wrong.
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
   static Tokenizer from_json(const nlohmann::json& j, const std::string& source = "tokenizer.json");
-  // A snapshot directory holding tokenizer.json.
+  // A snapshot directory holding tokenizer.json, used as transformers'
+  // AutoTokenizer uses it (tokenizer_config.json applied on top; see
+  // apply_tokenizer_config). from_file/from_json are HF `tokenizers` exactly.
   static Tokenizer from_pretrained(const std::filesystem::path& snapshot_dir);
 
   // Throws InvalidArgument when `text` is not valid UTF-8.
@@ -35,6 +37,14 @@ class Tokenizer {
                                      bool add_special_tokens = true) const;
   // Unknown ids are skipped, as HF does.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
+
+  // transformers' tokenizer(text) and decode() on top of the tokenizer.json
+  // pipeline: no truncation or padding unless asked (the file's settings are
+  // dropped); clean_up_tokenization_spaces applies to decode for non-BPE
+  // models; add_bos_token / add_eos_token are ignored, as transformers ignores
+  // them when tokenizer.json exists.
+  // Throws FormatError naming the field when the config is malformed.
+  void apply_tokenizer_config(const nlohmann::json& config, const std::string& source);
 
   std::optional<int64_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int64_t id) const;
@@ -54,7 +64,9 @@ class Tokenizer {
     std::string pad_token = "[PAD]";
   };
 
+  friend class DecodeStream;
   Encoding encode_unpadded(std::string_view text, bool add_special_tokens) const;
+  std::string decode_raw(const std::vector<int64_t>& ids, bool skip_special_tokens) const;
   void pad(Encoding& e, size_t length) const;
 
   std::unique_ptr<tok::Normalizer> normalizer_;
@@ -65,6 +77,8 @@ class Tokenizer {
   tok::AddedVocabulary added_;
   std::optional<Truncation> truncation_;
   std::optional<Padding> padding_;
+  bool bpe_model_ = false;
+  bool clean_up_spaces_ = false;
 };
 
 // Streaming detokenization: push ids one at a time, get the text they complete.

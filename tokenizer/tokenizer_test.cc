@@ -173,7 +173,8 @@ TEST(TokenizerSmolLM2, DecodeStreamNeverSplitsACharacter) {
 }
 
 TEST(TokenizerMiniLM, BertPipelineWithPadding) {
-  const Tokenizer t = Tokenizer::from_pretrained(kRepo / "models" / "all-MiniLM-L6-v2");
+  const Tokenizer t =
+      Tokenizer::from_file(kRepo / "models" / "all-MiniLM-L6-v2" / "tokenizer.json");
   const Encoding e =
       t.encode("H\xC3\xA9llo, WORLD! \xE4\xBD\xA0\xE5\xA5\xBD");  // "Héllo, WORLD! 你好"
   ASSERT_EQ(e.size(), 128u);  // fixed padding from tokenizer.json
@@ -184,6 +185,14 @@ TEST(TokenizerMiniLM, BertPipelineWithPadding) {
   EXPECT_EQ(e.attention_mask[8], 0);
   EXPECT_EQ(t.decode(std::vector<int64_t>(e.ids.begin(), e.ids.begin() + 5), true),
             "hello, world!");
+}
+
+TEST(TokenizerMiniLM, SnapshotBehavesAsAutoTokenizer) {
+  // No padding: the file's is dropped, as transformers drops it.
+  const Tokenizer t = Tokenizer::from_pretrained(kRepo / "models" / "all-MiniLM-L6-v2");
+  const Encoding e = t.encode("Hello , world !");
+  EXPECT_EQ(e.ids, (std::vector<int64_t>{101, 7592, 1010, 2088, 999, 102}));
+  EXPECT_EQ(t.decode(e.ids, true), "hello, world!");  // the WordPiece decoder's cleanup
 }
 
 }  // namespace

@@ -120,7 +120,9 @@ class Encoding:
 
 
 class Tokenizer:
-    """tokenizer.json of a snapshot, run in C++ (identical to HF tokenizers)."""
+    """A tokenizer run in C++. From a snapshot directory (or repo id) it behaves as
+    transformers.AutoTokenizer (tokenizer_config.json applied); from a tokenizer.json file,
+    as HF `tokenizers.Tokenizer.from_file`."""
 
     def __init__(self, native, snapshot: str | None):
         self._tok = native
@@ -154,8 +156,13 @@ class Tokenizer:
         return self._tok.vocab_size()
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = False, tools=None,
-                            documents=None, **kwargs) -> str:
-        """The chat prompt as transformers' apply_chat_template(tokenize=False) renders it."""
+                            documents=None, tokenize: bool = False, **kwargs):
+        """The chat prompt as transformers' apply_chat_template renders it: the string, or
+        with tokenize=True its ids (encoded without adding special tokens, as transformers does)."""
+        text = self._render_chat(messages, add_generation_prompt, tools, documents, kwargs)
+        return self.encode(text, add_special_tokens=False).ids if tokenize else text
+
+    def _render_chat(self, messages, add_generation_prompt, tools, documents, kwargs) -> str:
         if self.snapshot is None:
             raise InvalidArgument("apply_chat_template needs a snapshot directory, not a tokenizer.json")
         options = dict(kwargs, add_generation_prompt=bool(add_generation_prompt))
