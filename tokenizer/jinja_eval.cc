@@ -1,5 +1,8 @@
 #include "tokenizer/jinja_eval.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "base/error.h"
 #include "tokenizer/jinja_builtins.h"
 
@@ -105,19 +108,15 @@ class Renderer {
           exec_set(n, frame);
           return Flow::Normal;
         case N::Macro:
-          frame->set(n.name, make_macro(n, n.body, frame));
+          frame->set(n.name, make_macro(n, frame, false));
           return Flow::Normal;
         case N::CallBlock: {
           // The macro receives `caller` as an extra keyword argument, as in jinja2.
           const Node& call = *n.kids[0];
           Value fn = eval(*call.kids[0], frame);
-          if (fn.is_undefined()) fn.raise_undefined();
-          if (fn.kind != Kind::Callable) {
-            throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
-          }
           CallArgs args = eval_args(call, frame, 1);
-          args.kw.emplace_back("caller", make_macro(call, n.body, frame, &n));
-          emit(out, to_str(fn.fn->fn(args)));
+          args.kw.emplace_back("caller", make_macro(n, frame, true));
+          emit(out, to_str(call_value(fn, args)));
           return Flow::Normal;
         }
         case N::FilterBlock: {
@@ -187,8 +186,14 @@ class Renderer {
   }
 
   Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
-    Value iterable = eval(*n.kids[1], frame);
-    if (iterable.kind == Kind::Undefined && iterable.unsafe) iterable.raise_undefined();
+    return run_loop(n, frame, eval(*n.kids[1], frame), 0, out);
+  }
+
+  // One (possibly recursive) run of a for loop over `iterable`; `depth0`
+  // counts recursion levels, as jinja2's LoopContext.depth0.
+  // Returns the for-else body's break/continue, which belongs to an outer loop.
+  Flow run_loop(const Node& n, const FramePtr& frame, const Value& iterable, int64_t depth0,
+                std::string& out) {
     List all = iterate(iterable);
     List items;
     if (n.kids[2]) {  // `for x in xs if cond`: filtered before loop.* is counted
@@ -200,85 +205,176 @@ class Renderer {
     } else {
       items = std::move(all);
     }
-    if (items.empty()) return exec(n.else_body, frame, out);
+    if (items.empty()) {
+      return exec(n.else_body, child(frame), out);
+    }
     const int64_t len = static_cast<int64_t>(items.size());
+    auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed()'s memory
+    NativeFn recurse;
+    if (n.recursive) {
+      recurse = [this, &n, frame, depth0](CallArgs& a) -> Value {
+        if (a.pos.size() != 1 || !a.kw.empty()) {
+          throw TemplateError(
+              "TypeError: loop() takes exactly one argument (the items to recurse into)");
+        }
+        CallGuard guard(*this);
+        std::string inner;
+        run_loop(n, frame, a.pos[0], depth0 + 1, inner);
+        return Value::string(std::move(inner));
+      };
+    } else {
+      recurse = [](CallArgs&) -> Value {
+        throw TemplateError(
+            "TypeError: The loop must have the 'recursive' marker to be called recursively.");
+      };
+    }
     for (int64_t k = 0; k < len; ++k) {
       if (++iterations_ > limits_.max_loop_iterations) {
         throw LimitError("loop iterations exceed max_loop_iterations (" +
                          std::to_string(limits_.max_loop_iterations) + ")");
       }
       FramePtr f = child(frame);
-      Value loop = Value::make_namespace();
-      Dict& d = *loop.dict;
-      auto put = [&](const char* key, Value v) { d.items.emplace_back(Value::string(key), v); };
-      put("index", Value::integer(k + 1));
-      put("index0", Value::integer(k));
-      put("revindex", Value::integer(len - k));
-      put("revindex0", Value::integer(len - k - 1));
-      put("first", Value::boolean(k == 0));
-      put("last", Value::boolean(k == len - 1));
-      put("length", Value::integer(len));
-      put("depth", Value::integer(1));
-      put("depth0", Value::integer(0));
-      put("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
-      put("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("there is no next item"));
-      put("cycle", Value::callable("cycle", [k](CallArgs& a) -> Value {
-            if (a.pos.empty()) throw TemplateError("TypeError: no items for cycling given");
-            return a.pos[k % a.pos.size()];
-          }));
-      f->set("loop", loop);
+      if (n.uses_loop) f->set("loop", loop_context(k, items, depth0, last_changed, recurse));
       assign(*n.kids[0], items[k], f);
       if (exec(n.body, f, out) == Flow::Break) break;
     }
     return Flow::Normal;
   }
 
-  // A macro (or a call block's caller) as a callable closing over `frame`.
-  Value make_macro(const Node& sig, const Body& body, const FramePtr& frame,
-                   const Node* call_block = nullptr) {
-    // For a call block the signature is names + kids[1..]; for a macro names + kids.
-    const size_t default_offset = call_block ? 1 : 0;
-    const Node* sig_node = call_block ? call_block : &sig;
-    const std::string name = call_block ? "caller" : sig.name;
-    return Value::callable(
-        name, [this, sig_node, default_offset, &body, frame, name](CallArgs& args) -> Value {
-          if (++call_depth_ > limits_.max_call_depth) {
-            --call_depth_;
-            throw LimitError("macro calls nested deeper than max_call_depth (" +
-                             std::to_string(limits_.max_call_depth) + ")");
+  // jinja2's LoopContext for iteration k of `items`.
+  static Value loop_context(int64_t k, const List& items, int64_t depth0,
+                            const std::shared_ptr<std::optional<Value>>& last_changed,
+                            const NativeFn& recurse) {
+    const int64_t len = static_cast<int64_t>(items.size());
+    auto d = std::make_shared<Dict>();
+    auto put = [&](const char* key, Value v) { d->items.emplace_back(Value::string(key), v); };
+    put("index", Value::integer(k + 1));
+    put("index0", Value::integer(k));
+    put("revindex", Value::integer(len - k));
+    put("revindex0", Value::integer(len - k - 1));
+    put("first", Value::boolean(k == 0));
+    put("last", Value::boolean(k == len - 1));
+    put("length", Value::integer(len));
+    put("depth", Value::integer(depth0 + 1));
+    put("depth0", Value::integer(depth0));
+    put("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
+    put("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("there is no next item"));
+    put("cycle", Value::callable("cycle", [k](CallArgs& a) -> Value {
+          if (a.pos.empty()) throw TemplateError("TypeError: no items for cycling given");
+          return a.pos[k % a.pos.size()];
+        }));
+    put("changed", Value::callable("changed", [last_changed](CallArgs& a) -> Value {
+          Value now = Value::tuple(a.pos);
+          if (*last_changed && equals(**last_changed, now)) return Value::boolean(false);
+          *last_changed = now;
+          return Value::boolean(true);
+        }));
+    return Value::object("LoopContext",
+                         "<LoopContext " + std::to_string(k + 1) + "/" + std::to_string(len) + ">",
+                         d, recurse);
+  }
+
+  // Counts nested macro, caller() and recursive loop() calls.
+  struct CallGuard {
+    Renderer& r;
+    explicit CallGuard(Renderer& renderer) : r(renderer) {
+      if (++r.call_depth_ > r.limits_.max_call_depth) {
+        --r.call_depth_;
+        throw LimitError("macro calls nested deeper than max_call_depth (" +
+                         std::to_string(r.limits_.max_call_depth) + ")");
+      }
+    }
+    ~CallGuard() { --r.call_depth_; }
+  };
+
+  // A macro, or a call block's caller, as a callable closing over `frame`.
+  // Arguments bind as jinja2's Macro.__call__ binds them.
+  Value make_macro(const Node& n, const FramePtr& frame, bool is_caller) {
+    const std::string name = is_caller ? "caller" : n.name;
+    const size_t default_offset = is_caller ? 1 : 0;  // a call block's kids[0] is the call
+    auto attrs = std::make_shared<Dict>();
+    List params;
+    for (const auto& p : n.names) params.push_back(Value::string(p));
+    attrs->set(Value::string("name"), is_caller ? Value::none() : Value::string(name));
+    attrs->set(Value::string("arguments"), Value::tuple(std::move(params)));
+    attrs->set(Value::string("catch_kwargs"), Value::boolean(n.uses.kwargs));
+    attrs->set(Value::string("catch_varargs"), Value::boolean(n.uses.varargs));
+    attrs->set(Value::string("caller"), Value::boolean(n.uses.caller));
+    auto call = [this, &n, frame, name, default_offset](CallArgs& args) -> Value {
+      CallGuard guard(*this);
+      const auto& params = n.names;
+      const size_t count = params.size();
+      FramePtr f = child(frame);
+      std::vector<std::pair<std::string, Value>> kwargs = args.kw;
+      auto pop_kw = [&](const std::string& key) -> std::optional<Value> {
+        for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+          if (it->first == key) {
+            Value v = std::move(it->second);
+            kwargs.erase(it);
+            return v;
           }
-          struct Guard {
-            int& d;
-            ~Guard() { --d; }
-          } guard{call_depth_};
-          FramePtr f = child(frame);
-          const auto& params = sig_node->names;
-          if (args.pos.size() > params.size()) {
-            throw TemplateError("TypeError: macro '" + name + "' takes not more than " +
-                                std::to_string(params.size()) + " argument(s)");
+        }
+        return std::nullopt;
+      };
+      std::vector<std::optional<Value>> bound(count);
+      const size_t given = std::min(args.pos.size(), count);
+      for (size_t p = 0; p < given; ++p) bound[p] = args.pos[p];
+      bool found_caller = false;
+      if (given != count) {
+        for (size_t p = given; p < count; ++p) {
+          bound[p] = pop_kw(params[p]);
+          if (params[p] == "caller") found_caller = true;
+        }
+      } else {
+        found_caller = std::count(params.begin(), params.end(), "caller") > 0;
+      }
+      if (n.uses.caller && !found_caller) {
+        std::optional<Value> c = pop_kw("caller");
+        f->set("caller", c ? *c : Value::undefined("No caller defined"));
+      }
+      if (n.uses.kwargs) {
+        Value kw = Value::make_dict();
+        for (auto& [k, v] : kwargs) kw.dict->set(Value::string(k), v);
+        f->set("kwargs", kw);
+      } else if (!kwargs.empty()) {
+        for (const auto& kv : kwargs) {
+          if (kv.first == "caller") {
+            throw TemplateError("TypeError: macro '" + name +
+                                "' was invoked with two values for the special caller argument");
           }
-          for (const auto& [k, v] : args.kw) {
-            if (k == "caller" && v.kind == Kind::Callable) {
-              f->set("caller", v);
-            } else if (std::find(params.begin(), params.end(), k) == params.end()) {
-              throw TemplateError("TypeError: macro '" + name + "' takes no keyword argument '" +
-                                  k + "'");
-            }
-          }
-          for (size_t p = 0; p < params.size(); ++p) {
-            const Value* given = args.get(p, params[p]);
-            if (given) {
-              f->set(params[p], *given);
-            } else if (const Node* def = sig_node->kids[p + default_offset].get()) {
-              f->set(params[p], eval(*def, f));
-            } else {
-              f->set(params[p], Value::undefined("parameter '" + params[p] + "' was not provided"));
-            }
-          }
-          std::string out;
-          exec(body, f, out);
-          return Value::string(std::move(out));
-        });
+        }
+        throw TemplateError("TypeError: macro '" + name + "' takes no keyword argument '" +
+                            kwargs[0].first + "'");
+      }
+      if (n.uses.varargs) {
+        f->set("varargs", Value::tuple(List(args.pos.begin() + given, args.pos.end())));
+      } else if (args.pos.size() > count) {
+        throw TemplateError("TypeError: macro '" + name + "' takes not more than " +
+                            std::to_string(count) + " argument(s)");
+      }
+      for (size_t p = 0; p < count; ++p) {  // defaults see the parameters before them
+        if (bound[p]) {
+          f->set(params[p], *bound[p]);
+        } else if (const Node* def = n.kids[p + default_offset].get()) {
+          f->set(params[p], eval(*def, f));
+        } else {
+          f->set(params[p], Value::undefined("parameter '" + params[p] + "' was not provided"));
+        }
+      }
+      std::string out;
+      exec(n.body, f, out);
+      return Value::string(std::move(out));
+    };
+    return Value::object("Macro", is_caller ? "<Macro anonymous>" : "<Macro '" + name + "'>", attrs,
+                         call);
+  }
+
+  Value call_value(const Value& fn, CallArgs& args) {
+    if (fn.is_undefined()) fn.raise_undefined();
+    if (fn.kind != Kind::Callable || !fn.fn->fn) {
+      throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
+    }
+    return fn.fn->fn(args);
   }
 
   Value eval_filter_chain(const Node& n, const Value& innermost, const FramePtr& frame) {
@@ -291,6 +387,25 @@ class Renderer {
     CallArgs args;
     for (size_t k = first; k < n.kids.size(); ++k) args.pos.push_back(eval(*n.kids[k], frame));
     for (const auto& [key, e] : n.kwargs) args.kw.emplace_back(key, eval(*e, frame));
+    if (n.dyn_args) {
+      for (Value& v : iterate(eval(*n.dyn_args, frame))) args.pos.push_back(std::move(v));
+    }
+    if (n.dyn_kwargs) {
+      Value kw = eval(*n.dyn_kwargs, frame);
+      if (kw.kind != Kind::Dict) {
+        throw TemplateError("TypeError: argument after ** must be a mapping, not " + type_name(kw));
+      }
+      for (const auto& [k, v] : kw.dict->items) {
+        if (!k.is_string()) throw TemplateError("TypeError: keywords must be strings");
+        for (const auto& kv : args.kw) {
+          if (kv.first == k.str()) {
+            throw TemplateError("TypeError: got multiple values for keyword argument '" + k.str() +
+                                "'");
+          }
+        }
+        args.kw.emplace_back(k.str(), v);
+      }
+    }
     return args;
   }
 
@@ -385,11 +500,8 @@ class Renderer {
       case N::Call: {
         Value fn = eval(*n.kids[0], frame);
         if (fn.is_undefined()) fn.raise_undefined();
-        if (fn.kind != Kind::Callable) {
-          throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
-        }
         CallArgs args = eval_args(n, frame, 1);
-        return fn.fn->fn(args);
+        return call_value(fn, args);
       }
       case N::Filter: {
         if (!n.kids[0]) throw TemplateError("filter without input");
@@ -413,30 +525,12 @@ class Renderer {
   int call_depth_ = 0;
 };
 
-// jinja2 resolves filter names when compiling, so an unknown one is a
-// template error even in a branch that never runs (unknown tests fail when run).
-void check_names(const Body& body);
-void check_node(const Node* n) {
-  if (!n) return;
-  if (n->type == N::Filter && !has_filter(n->name)) {
-    throw FormatError("chat template syntax error at line " + std::to_string(n->line) +
-                      ": no filter named '" + n->name + "'");
-  }
-  for (const auto& k : n->kids) check_node(k.get());
-  for (const auto& kv : n->kwargs) check_node(kv.second.get());
-  check_names(n->body);
-  check_names(n->else_body);
-}
-void check_names(const Body& body) {
-  for (const auto& n : body) check_node(n.get());
-}
-
 }  // namespace
 
 Template::Template(const std::string& source, const LexOptions& lex,
                    const ParseOptions& parse_opt) {
   auto body = std::make_shared<Body>(parse(tokenize(source, lex), parse_opt));
-  check_names(*body);
+  check_filter_and_test_names(*body);
   body_ = std::move(body);
 }
 

@@ -1,7 +1,8 @@
 // A compiled Jinja2 template and its sandboxed renderer. Rendering follows
 // jinja2's ImmutableSandboxedEnvironment as transformers configures it: no
 // mutating methods, no template loading, default Undefined semantics, and
-// the globals raise_exception, strftime_now, namespace, dict and range.
+// the globals raise_exception, strftime_now, namespace, dict, range,
+// cycler and joiner.
 #pragma once
 
 #include <cstdint>

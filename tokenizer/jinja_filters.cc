@@ -1,5 +1,8 @@
-// jinja2's built-in filters and tests (the ones chat templates use), plus
-// transformers' tojson, each following jinja2/filters.py and jinja2/tests.py.
+// jinja2's built-in string and number filters, plus transformers' tojson,
+// each following jinja2/filters.py; the registry of all filters and the
+// argument check every filter call goes through.
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,71 +14,16 @@
 namespace hubzoo::jinja {
 namespace {
 
-using FilterFn = Value (*)(const Value&, const CallArgs&, const RenderLimits&);
-using TestFn = bool (*)(const Value&, const CallArgs&);
-
 std::string soft_str(const Value& v) { return to_str(v); }
-
-const Value& need(const CallArgs& a, size_t i, const char* name, const char* filter) {
-  const Value* v = a.get(i, name);
-  if (!v)
-    throw TemplateError(std::string("TypeError: filter '") + filter + "' missing argument '" +
-                        name + "'");
-  return *v;
-}
-
-// environment.getitem over a dotted path, digits as indexes (jinja2's make_attrgetter).
-Value attr_path(const Value& item, const std::string& path) {
-  Value cur = item;
-  size_t start = 0;
-  while (true) {
-    size_t dot = path.find('.', start);
-    std::string part =
-        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    if (cur.is_undefined()) return cur;
-    cur = get_item(cur, digits ? Value::integer(std::atoll(part.c_str())) : Value::string(part));
-    if (dot == std::string::npos) return cur;
-    start = dot + 1;
-  }
-}
-
-Value sort_key(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value::string(py_lower(v.str()));
-  return v;
-}
-
-// select/reject/selectattr/rejectattr: a test name and its arguments from args[first...].
-List select_items(const Value& seq, const CallArgs& a, bool by_attr, bool keep) {
-  size_t first = 0;
-  std::string attr;
-  if (by_attr) {
-    attr = to_str(need(a, 0, "attribute", "selectattr"));
-    first = 1;
-  }
-  std::string test;
-  CallArgs targs;
-  if (a.pos.size() > first) {
-    test = to_str(a.pos[first]);
-    targs.pos.assign(a.pos.begin() + first + 1, a.pos.end());
-    targs.kw = a.kw;
-  }
-  List out;
-  for (const Value& item : iterate(seq)) {
-    Value v = by_attr ? attr_path(item, attr) : item;
-    bool ok = test.empty() ? truthy(v) : apply_test(test, v, targs);
-    if (ok == keep) out.push_back(item);
-  }
-  return out;
-}
 
 Value f_tojson(const Value& v, const CallArgs& a, const RenderLimits&) {
   JsonStyle st;
   st.ensure_ascii = truthy(a.get_or(0, "ensure_ascii", Value::boolean(false)));
   Value indent = a.get_or(1, "indent", Value::none());
-  if (indent.kind == Kind::Int) {
+  if (indent.kind == Kind::Int || indent.kind == Kind::Bool) {
+    int64_t n = indent.kind == Kind::Bool ? indent.b : indent.i;
     st.has_indent = true;
-    st.indent = std::string(std::max<int64_t>(0, std::min<int64_t>(indent.i, 1024)), ' ');
+    st.indent = std::string(std::max<int64_t>(0, std::min<int64_t>(n, 1024)), ' ');
   } else if (indent.is_string()) {
     st.has_indent = true;
     st.indent = indent.str();
@@ -102,47 +50,11 @@ Value f_default(const Value& v, const CallArgs& a, const RenderLimits&) {
   return v;
 }
 
-Value f_join(const Value& v, const CallArgs& a, const RenderLimits&) {
-  std::string sep = to_str(a.get_or(0, "d", Value::string("")));
-  const Value* attr = a.get(1, "attribute");
-  std::string out;
-  bool first = true;
-  for (const Value& item : iterate(v)) {
-    if (!first) out += sep;
-    first = false;
-    out += soft_str(attr && !attr->is_none() ? attr_path(item, to_str(*attr)) : item);
-  }
-  return Value::string(out);
-}
-
-Value f_first(const Value& v, const CallArgs&, const RenderLimits&) {
-  List items = iterate(v);
-  return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
-}
-Value f_last(const Value& v, const CallArgs&, const RenderLimits&) {
-  List items = iterate(v);
-  return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
-}
-Value f_length(const Value& v, const CallArgs&, const RenderLimits&) {
-  return Value::integer(py_len(v));
-}
-Value f_list(const Value& v, const CallArgs&, const RenderLimits&) {
-  return Value::make_list(iterate(v));
-}
 Value f_string(const Value& v, const CallArgs&, const RenderLimits&) {
   return Value::string(soft_str(v));
 }
 Value f_safe(const Value& v, const CallArgs&, const RenderLimits&) {
   return v.is_string() ? v : Value::string(soft_str(v));
-}
-
-Value f_items(const Value& v, const CallArgs&, const RenderLimits&) {
-  if (v.is_undefined()) return Value::make_list({});
-  if (v.kind != Kind::Dict)
-    throw TemplateError("TypeError: Can only get item pairs from a mapping.");
-  List out;
-  for (const auto& [k, x] : v.dict->items) out.push_back(Value::tuple({k, x}));
-  return Value::make_list(std::move(out));
 }
 
 Value f_trim(const Value& v, const CallArgs& a, const RenderLimits&) {
@@ -183,32 +95,70 @@ Value f_title(const Value& v, const CallArgs&, const RenderLimits&) {
 
 Value f_replace(const Value& v, const CallArgs& a, const RenderLimits&) {
   Value count = a.get_or(2, "count", Value::none());
-  return Value::string(py_replace(soft_str(v), soft_str(need(a, 0, "old", "replace")),
-                                  soft_str(need(a, 1, "new", "replace")),
+  return Value::string(py_replace(soft_str(v), soft_str(*a.get(0, "old")),
+                                  soft_str(*a.get(1, "new")),
                                   count.kind == Kind::Int ? count.i : -1));
 }
 
+// Python's int(str, base): a sign, a 0x/0o/0b prefix matching the base (any
+// with base 0), '_' between digits; base 0 refuses other leading zeros.
 bool parse_int(std::string s, int64_t base, int64_t& out) {
   s = py_strip(s, Value::none(), true, true);
-  s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
-  if (s.empty()) return false;
+  if (base != 0 && (base < 2 || base > 36)) return false;
+  size_t k = 0;
+  bool neg = false;
+  if (k < s.size() && (s[k] == '+' || s[k] == '-')) neg = s[k++] == '-';
+  if (k + 1 < s.size() && s[k] == '0') {
+    char p = static_cast<char>(std::tolower(s[k + 1]));
+    int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (pb && (base == 0 || base == pb)) {
+      base = pb;
+      k += 2;
+      if (k < s.size() && s[k] == '_') ++k;
+    }
+  }
+  std::string digits;
+  for (; k < s.size(); ++k) {
+    if (s[k] == '_' && !digits.empty() && k + 1 < s.size() && s[k + 1] != '_') continue;
+    if (!std::isalnum(static_cast<unsigned char>(s[k]))) return false;
+    digits += s[k];
+  }
+  if (digits.empty()) return false;
+  if (base == 0) {
+    if (digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of('0') != std::string::npos)
+      return false;
+    base = 10;
+  }
   char* end = nullptr;
   errno = 0;
-  long long r = std::strtoll(s.c_str(), &end, static_cast<int>(base));
+  long long r = std::strtoll(digits.c_str(), &end, static_cast<int>(base));
   if (errno || *end) return false;
-  out = r;
+  out = neg ? -r : r;
   return true;
 }
 
+// Python's float(str): decimal or inf/nan spellings, '_' only between digits.
 bool parse_float(const std::string& raw, double& out) {
-  std::string s = py_strip(raw, Value::none(), true, true);
-  if (s.empty()) return false;
+  std::string s = py_strip(raw, Value::none(), true, true), t;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (s[k] == '_') {
+      if (k == 0 || k + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[k - 1])) ||
+          !std::isdigit(static_cast<unsigned char>(s[k + 1]))) {
+        return false;
+      }
+      continue;
+    }
+    if (s[k] == 'x' || s[k] == 'X' || s[k] == 'p' || s[k] == 'P' || s[k] == '(') return false;
+    t += s[k];
+  }
+  if (t.empty()) return false;
   char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
+  out = std::strtod(t.c_str(), &end);
   return *end == 0;
 }
 
 Value f_int(const Value& v, const CallArgs& a, const RenderLimits&) {
+  if (v.is_undefined()) v.raise_undefined();  // int()/+/splitlines fail on Undefined
   Value dflt = a.get_or(0, "default", Value::integer(0));
   int64_t base = a.get_or(1, "base", Value::integer(10)).i;
   int64_t r;
@@ -225,6 +175,7 @@ Value f_int(const Value& v, const CallArgs& a, const RenderLimits&) {
 }
 
 Value f_float(const Value& v, const CallArgs& a, const RenderLimits&) {
+  if (v.is_undefined()) v.raise_undefined();  // int()/+/splitlines fail on Undefined
   Value dflt = a.get_or(0, "default", Value::number(0.0));
   double d;
   if (v.is_numeric()) return Value::number(v.as_double());
@@ -266,145 +217,8 @@ Value f_round(const Value& v, const CallArgs& a, const RenderLimits&) {
   return Value::number(std::strtod(buf, nullptr));
 }
 
-Value f_select(const Value& v, const CallArgs& a, const RenderLimits&) {
-  return Value::make_list(select_items(v, a, false, true));
-}
-Value f_reject(const Value& v, const CallArgs& a, const RenderLimits&) {
-  return Value::make_list(select_items(v, a, false, false));
-}
-Value f_selectattr(const Value& v, const CallArgs& a, const RenderLimits&) {
-  return Value::make_list(select_items(v, a, true, true));
-}
-Value f_rejectattr(const Value& v, const CallArgs& a, const RenderLimits&) {
-  return Value::make_list(select_items(v, a, true, false));
-}
-
-Value f_map(const Value& v, const CallArgs& a, const RenderLimits& limits) {
-  List out;
-  const Value* attr = nullptr;
-  for (const auto& [k, x] : a.kw) {
-    if (k == "attribute") attr = &x;
-  }
-  if (attr) {
-    Value dflt = a.get_or(99, "default", Value::undefined("map: attribute missing"));
-    bool has_default = a.get(99, "default") != nullptr;
-    for (const Value& item : iterate(v)) {
-      Value x = attr_path(item, to_str(*attr));
-      out.push_back(x.is_undefined() && has_default ? dflt : x);
-    }
-    return Value::make_list(std::move(out));
-  }
-  if (a.pos.empty()) throw TemplateError("map requires a filter argument");
-  std::string filter = to_str(a.pos[0]);
-  CallArgs fargs;
-  fargs.pos.assign(a.pos.begin() + 1, a.pos.end());
-  fargs.kw = a.kw;
-  for (const Value& item : iterate(v)) out.push_back(apply_filter(filter, item, fargs, limits));
-  return Value::make_list(std::move(out));
-}
-
-Value f_sort(const Value& v, const CallArgs& a, const RenderLimits&) {
-  bool reverse = truthy(a.get_or(0, "reverse", Value::boolean(false)));
-  bool cs = truthy(a.get_or(1, "case_sensitive", Value::boolean(false)));
-  Value attr = a.get_or(2, "attribute", Value::none());
-  List items = iterate(v);
-  std::vector<std::pair<Value, Value>> keyed;
-  for (const Value& x : items) {
-    keyed.emplace_back(sort_key(attr.is_none() ? x : attr_path(x, to_str(attr)), cs), x);
-  }
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
-    return reverse ? less(q.first, p.first) : less(p.first, q.first);
-  });
-  List out;
-  for (auto& kv : keyed) out.push_back(kv.second);
-  return Value::make_list(std::move(out));
-}
-
-Value f_dictsort(const Value& v, const CallArgs& a, const RenderLimits&) {
-  bool cs = truthy(a.get_or(0, "case_sensitive", Value::boolean(false)));
-  std::string by = to_str(a.get_or(1, "by", Value::string("key")));
-  bool reverse = truthy(a.get_or(2, "reverse", Value::boolean(false)));
-  if (v.kind != Kind::Dict) throw TemplateError("TypeError: dictsort needs a mapping");
-  List items;
-  for (const auto& [k, x] : v.dict->items) items.push_back(Value::tuple({k, x}));
-  const size_t pos = by == "value" ? 1 : 0;
-  std::stable_sort(items.begin(), items.end(), [&](const Value& p, const Value& q) {
-    Value x = sort_key((*p.list)[pos], cs), y = sort_key((*q.list)[pos], cs);
-    return reverse ? less(y, x) : less(x, y);
-  });
-  return Value::make_list(std::move(items));
-}
-
-Value f_unique(const Value& v, const CallArgs& a, const RenderLimits&) {
-  bool cs = truthy(a.get_or(0, "case_sensitive", Value::boolean(false)));
-  Value attr = a.get_or(1, "attribute", Value::none());
-  List seen, out;
-  for (const Value& x : iterate(v)) {
-    Value key = sort_key(attr.is_none() ? x : attr_path(x, to_str(attr)), cs);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) {
-      seen.push_back(key);
-      out.push_back(x);
-    }
-  }
-  return Value::make_list(std::move(out));
-}
-
-Value min_max(const Value& v, const CallArgs& a, bool want_max) {
-  bool cs = truthy(a.get_or(0, "case_sensitive", Value::boolean(false)));
-  Value attr = a.get_or(1, "attribute", Value::none());
-  List items = iterate(v);
-  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-  size_t best = 0;
-  auto key = [&](size_t k) {
-    return sort_key(attr.is_none() ? items[k] : attr_path(items[k], to_str(attr)), cs);
-  };
-  for (size_t k = 1; k < items.size(); ++k) {
-    if (want_max ? less(key(best), key(k)) : less(key(k), key(best))) best = k;
-  }
-  return items[best];
-}
-Value f_min(const Value& v, const CallArgs& a, const RenderLimits&) { return min_max(v, a, false); }
-Value f_max(const Value& v, const CallArgs& a, const RenderLimits&) { return min_max(v, a, true); }
-
-Value f_sum(const Value& v, const CallArgs& a, const RenderLimits& limits) {
-  Value attr = a.get_or(0, "attribute", Value::none());
-  Value total = a.get_or(1, "start", Value::integer(0));
-  for (const Value& x : iterate(v))
-    total = binary_op("+", total, attr.is_none() ? x : attr_path(x, to_str(attr)), limits);
-  return total;
-}
-
-Value f_reverse(const Value& v, const CallArgs&, const RenderLimits&) {
-  if (v.is_string()) {
-    auto cps = utf8_decode(v.str());
-    std::reverse(cps.begin(), cps.end());
-    return Value::string(utf8_encode(cps));
-  }
-  List items = iterate(v);
-  std::reverse(items.begin(), items.end());
-  return Value::make_list(std::move(items));
-}
-
-Value f_batch(const Value& v, const CallArgs& a, const RenderLimits&) {
-  int64_t n = need(a, 0, "linecount", "batch").i;
-  if (n <= 0) throw TemplateError("batch size must be positive");
-  const Value* fill = a.get(1, "fill_with");
-  List out, cur;
-  for (const Value& x : iterate(v)) {
-    cur.push_back(x);
-    if (static_cast<int64_t>(cur.size()) == n) {
-      out.push_back(Value::make_list(std::move(cur)));
-      cur.clear();
-    }
-  }
-  if (!cur.empty()) {
-    while (fill && !fill->is_none() && static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
-    out.push_back(Value::make_list(std::move(cur)));
-  }
-  return Value::make_list(std::move(out));
-}
-
 Value f_indent(const Value& v, const CallArgs& a, const RenderLimits&) {
+  if (v.is_undefined()) v.raise_undefined();  // int()/+/splitlines fail on Undefined
   Value width = a.get_or(0, "width", Value::integer(4));
   std::string ind = width.is_string()
                         ? width.str()
@@ -412,11 +226,10 @@ Value f_indent(const Value& v, const CallArgs& a, const RenderLimits&) {
   bool first = truthy(a.get_or(1, "first", Value::boolean(false)));
   bool blank = truthy(a.get_or(2, "blank", Value::boolean(false)));
   std::string s = soft_str(v) + "\n";
-  CallArgs none;
-  List lines = *get_attr(Value::string(s), "splitlines").fn->fn(none).list;
+  std::vector<std::string> lines = py_splitlines(s, false);
   std::string rv;
   for (size_t k = 0; k < lines.size(); ++k) {
-    const std::string& line = lines[k].str();
+    const std::string& line = lines[k];
     if (k > 0) rv += "\n";
     if (k > 0 && (blank || !line.empty())) rv += ind;
     rv += line;
@@ -428,7 +241,9 @@ Value f_wordcount(const Value& v, const CallArgs&, const RenderLimits&) {
   int64_t n = 0;
   bool in_word = false;
   for (char32_t c : utf8_decode(soft_str(v))) {
-    bool w = c == '_' || (c < 128 ? std::isalnum(static_cast<int>(c)) != 0 : !is_py_space(c));
+    int cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));  // regex \w: letters, numbers, _
+    bool w = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+             (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
     if (w && !in_word) ++n;
     in_word = w;
   }
@@ -467,14 +282,20 @@ Value f_center(const Value& v, const CallArgs& a, const RenderLimits&) {
   return get_attr(Value::string(soft_str(v)), "center").fn->fn(args);
 }
 
-Value f_format(const Value& v, const CallArgs& a, const RenderLimits& limits) {
-  if (!a.kw.empty()) throw TemplateError("format filter with keyword arguments is not supported");
-  return binary_op("%", Value::string(soft_str(v)), Value::tuple(a.pos), limits);
+Value f_format(const Value& v, const CallArgs& a, const RenderLimits&) {
+  if (!a.pos.empty() && !a.kw.empty()) {
+    throw TemplateError(
+        "FilterArgumentError: can't handle positional and keyword arguments at the same time");
+  }
+  if (a.kw.empty()) return Value::string(percent_format(soft_str(v), Value::tuple(a.pos)));
+  Value mapping = Value::make_dict();
+  for (const auto& [k, x] : a.kw) mapping.dict->set(Value::string(k), x);
+  return Value::string(percent_format(soft_str(v), mapping));
 }
 
 Value f_attr(const Value& v, const CallArgs& a, const RenderLimits&) {
   // jinja2's attr filter uses Python getattr only: dict keys are not attributes.
-  std::string name = to_str(need(a, 0, "name", "attr"));
+  std::string name = to_str(*a.get(0, "name"));
   if (v.kind == Kind::Dict && v.dict->find(name)) {
     return Value::undefined("'dict object' has no attribute '" + name + "'");
   }
@@ -498,189 +319,387 @@ Value f_striptags(const Value& v, const CallArgs&, const RenderLimits&) {
   return Value::string(joined);
 }
 
-const std::map<std::string, FilterFn>& filters() {
-  static const std::map<std::string, FilterFn> m = {
-      {"tojson", f_tojson},
-      {"default", f_default},
-      {"d", f_default},
-      {"join", f_join},
-      {"first", f_first},
-      {"last", f_last},
-      {"length", f_length},
-      {"count", f_length},
-      {"list", f_list},
-      {"string", f_string},
-      {"safe", f_safe},
-      {"items", f_items},
-      {"trim", f_trim},
-      {"upper", f_upper},
-      {"lower", f_lower},
-      {"capitalize", f_capitalize},
-      {"title", f_title},
-      {"replace", f_replace},
-      {"int", f_int},
-      {"float", f_float},
-      {"abs", f_abs},
-      {"round", f_round},
-      {"select", f_select},
-      {"reject", f_reject},
-      {"selectattr", f_selectattr},
-      {"rejectattr", f_rejectattr},
-      {"map", f_map},
-      {"sort", f_sort},
-      {"dictsort", f_dictsort},
-      {"unique", f_unique},
-      {"min", f_min},
-      {"max", f_max},
-      {"sum", f_sum},
-      {"reverse", f_reverse},
-      {"batch", f_batch},
-      {"indent", f_indent},
-      {"wordcount", f_wordcount},
-      {"escape", f_escape},
-      {"e", f_escape},
-      {"forceescape", f_escape},
-      {"center", f_center},
-      {"format", f_format},
-      {"attr", f_attr},
-      {"striptags", f_striptags},
-  };
-  return m;
-}
-
-// ---- tests ----
-bool t_defined(const Value& v, const CallArgs&) { return !v.is_undefined(); }
-bool t_undefined(const Value& v, const CallArgs&) { return v.is_undefined(); }
-bool t_none(const Value& v, const CallArgs&) { return v.is_none(); }
-bool t_boolean(const Value& v, const CallArgs&) { return v.kind == Kind::Bool; }
-bool t_true(const Value& v, const CallArgs&) { return v.kind == Kind::Bool && v.b; }
-bool t_false(const Value& v, const CallArgs&) { return v.kind == Kind::Bool && !v.b; }
-bool t_integer(const Value& v, const CallArgs&) { return v.kind == Kind::Int; }
-bool t_float(const Value& v, const CallArgs&) { return v.kind == Kind::Float; }
-bool t_number(const Value& v, const CallArgs&) { return v.is_numeric(); }
-bool t_string(const Value& v, const CallArgs&) { return v.is_string(); }
-bool t_mapping(const Value& v, const CallArgs&) { return v.kind == Kind::Dict; }
-bool t_iterable(const Value& v, const CallArgs&) {
-  return v.is_undefined() || v.is_string() || v.is_sequence() || v.kind == Kind::Dict;
-}
-bool t_sequence(const Value& v, const CallArgs&) {
-  return v.is_string() || v.is_sequence() || v.kind == Kind::Dict;
-}
-bool t_callable(const Value& v, const CallArgs&) { return v.kind == Kind::Callable; }
-int64_t int_of(const Value& v) {
-  if (v.kind == Kind::Int) return v.i;
-  if (v.kind == Kind::Bool) return v.b;
-  if (v.is_undefined()) v.raise_undefined();
-  throw TemplateError("TypeError: expected an integer, got " + type_name(v));
-}
-bool t_even(const Value& v, const CallArgs&) { return int_of(v) % 2 == 0; }
-bool t_odd(const Value& v, const CallArgs&) { return int_of(v) % 2 != 0; }
-bool t_divisibleby(const Value& v, const CallArgs& a) {
-  int64_t d = int_of(need(a, 0, "num", "divisibleby"));
-  if (d == 0) throw TemplateError("ZeroDivisionError: integer division or modulo by zero");
-  return int_of(v) % d == 0;
-}
-bool t_eq(const Value& v, const CallArgs& a) { return equals(v, need(a, 0, "other", "eq")); }
-bool t_ne(const Value& v, const CallArgs& a) { return !equals(v, need(a, 0, "other", "ne")); }
-bool t_lt(const Value& v, const CallArgs& a) { return less(v, need(a, 0, "other", "lt")); }
-bool t_gt(const Value& v, const CallArgs& a) { return less(need(a, 0, "other", "gt"), v); }
-bool t_le(const Value& v, const CallArgs& a) { return !less(need(a, 0, "other", "le"), v); }
-bool t_ge(const Value& v, const CallArgs& a) { return !less(v, need(a, 0, "other", "ge")); }
-bool t_in(const Value& v, const CallArgs& a) { return contains(need(a, 0, "seq", "in"), v); }
-bool t_sameas(const Value& v, const CallArgs& a) {
-  const Value& o = need(a, 0, "other", "sameas");
-  if (v.kind != o.kind) return false;
-  switch (v.kind) {
-    case Kind::None:
-    case Kind::Undefined:
-      return true;
-    case Kind::Bool:
-      return v.b == o.b;
-    case Kind::Int:
-      return v.i == o.i && v.i >= -5 && v.i <= 256;  // CPython's small-int cache
-    case Kind::List:
-    case Kind::Tuple:
-      return v.list == o.list;
-    case Kind::Dict:
-    case Kind::Namespace:
-      return v.dict == o.dict;
-    case Kind::String:
-      return v.s == o.s;
-    default:
-      return false;
+Value f_truncate(const Value& v, const CallArgs& a, const RenderLimits&) {
+  auto cps = utf8_decode(soft_str(v));
+  int64_t length = a.get_or(0, "length", Value::integer(255)).i;
+  bool killwords = truthy(a.get_or(1, "killwords", Value::boolean(false)));
+  std::string end = soft_str(a.get_or(2, "end", Value::string("...")));
+  Value leeway_v = a.get_or(3, "leeway", Value::none());
+  int64_t leeway = leeway_v.is_none() ? 5 : leeway_v.i;  // jinja2's truncate.leeway policy
+  const int64_t end_len = static_cast<int64_t>(utf8_decode(end).size());
+  if (length < end_len) {
+    throw TemplateError("AssertionError: expected length >= " + std::to_string(end_len) + ", got " +
+                        std::to_string(length));
   }
+  if (leeway < 0) throw TemplateError("AssertionError: expected leeway >= 0");
+  const int64_t n = static_cast<int64_t>(cps.size());
+  if (n <= length + leeway) return Value::string(utf8_encode(cps));
+  std::string head =
+      utf8_encode(std::vector<char32_t>(cps.begin(), cps.begin() + std::min(n, length - end_len)));
+  if (!killwords) {
+    size_t space = head.rfind(' ');
+    if (space != std::string::npos) head.resize(space);
+  }
+  return Value::string(head + end);
 }
-bool t_lower(const Value& v, const CallArgs&) {
-  CallArgs none;
-  return v.is_string() && truthy(get_attr(v, "islower").fn->fn(none));
-}
-bool t_upper(const Value& v, const CallArgs&) {
-  CallArgs none;
-  return v.is_string() && truthy(get_attr(v, "isupper").fn->fn(none));
-}
-bool t_escaped(const Value&, const CallArgs&) { return false; }
 
-const std::map<std::string, TestFn>& tests() {
-  static const std::map<std::string, TestFn> m = {
-      {"defined", t_defined},
-      {"undefined", t_undefined},
-      {"none", t_none},
-      {"boolean", t_boolean},
-      {"true", t_true},
-      {"false", t_false},
-      {"integer", t_integer},
-      {"float", t_float},
-      {"number", t_number},
-      {"string", t_string},
-      {"mapping", t_mapping},
-      {"iterable", t_iterable},
-      {"sequence", t_sequence},
-      {"callable", t_callable},
-      {"even", t_even},
-      {"odd", t_odd},
-      {"divisibleby", t_divisibleby},
-      {"eq", t_eq},
-      {"equalto", t_eq},
-      {"==", t_eq},
-      {"ne", t_ne},
-      {"!=", t_ne},
-      {"lt", t_lt},
-      {"lessthan", t_lt},
-      {"<", t_lt},
-      {"gt", t_gt},
-      {"greaterthan", t_gt},
-      {">", t_gt},
-      {"le", t_le},
-      {"<=", t_le},
-      {"ge", t_ge},
-      {">=", t_ge},
-      {"in", t_in},
-      {"sameas", t_sameas},
-      {"lower", t_lower},
-      {"upper", t_upper},
-      {"escaped", t_escaped},
+// textwrap.wrap(line, width, expand_tabs=False, replace_whitespace=False):
+// chunks are whitespace runs and words (split after hyphens inside words).
+std::vector<std::string> wrap_line(const std::vector<char32_t>& s, int64_t width, bool break_long,
+                                   bool break_hyphens) {
+  auto is_letter = [](char32_t c) {
+    int k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
   };
+  std::vector<std::vector<char32_t>> chunks;
+  for (size_t k = 0; k < s.size();) {
+    size_t j = k;
+    bool ws = is_py_space(s[k]);
+    while (j < s.size() && is_py_space(s[j]) == ws) {
+      ++j;
+      // "well-known": break after the hyphen between letters.
+      if (!ws && break_hyphens && s[j - 1] == '-' && j >= 3 && is_letter(s[j - 2]) &&
+          is_letter(s[j - 3]) && j + 1 < s.size() && is_letter(s[j]) && is_letter(s[j + 1])) {
+        break;
+      }
+    }
+    chunks.emplace_back(s.begin() + k, s.begin() + j);
+    k = j;
+  }
+  auto blank = [](const std::vector<char32_t>& c) {
+    return std::all_of(c.begin(), c.end(), is_py_space);
+  };
+  std::vector<std::string> lines;
+  std::reverse(chunks.begin(), chunks.end());
+  while (!chunks.empty()) {
+    std::vector<std::vector<char32_t>> line;
+    int64_t len = 0;
+    if (blank(chunks.back()) && !lines.empty()) chunks.pop_back();
+    while (!chunks.empty() && len + static_cast<int64_t>(chunks.back().size()) <= width) {
+      len += static_cast<int64_t>(chunks.back().size());
+      line.push_back(std::move(chunks.back()));
+      chunks.pop_back();
+    }
+    if (!chunks.empty() && static_cast<int64_t>(chunks.back().size()) > width) {
+      int64_t space_left = width < 1 ? 1 : width - len;
+      auto& chunk = chunks.back();
+      if (break_long) {
+        int64_t end = space_left;
+        if (break_hyphens && static_cast<int64_t>(chunk.size()) > space_left) {
+          for (int64_t h = space_left - 1; h > 0; --h) {
+            if (chunk[h] != '-') continue;
+            if (std::any_of(chunk.begin(), chunk.begin() + h, [](char32_t c) { return c != '-'; }))
+              end = h + 1;
+            break;
+          }
+        }
+        line.emplace_back(chunk.begin(), chunk.begin() + end);
+        chunk.erase(chunk.begin(), chunk.begin() + end);
+      } else if (line.empty()) {
+        line.push_back(std::move(chunk));
+        chunks.pop_back();
+      }
+    }
+    if (!line.empty() && blank(line.back())) line.pop_back();
+    if (!line.empty()) {
+      std::string text;
+      for (const auto& c : line) text += utf8_encode(c);
+      lines.push_back(std::move(text));
+    }
+  }
+  return lines;
+}
+
+Value f_wordwrap(const Value& v, const CallArgs& a, const RenderLimits&) {
+  if (v.is_undefined()) v.raise_undefined();  // int()/+/splitlines fail on Undefined
+  int64_t width = a.get_or(0, "width", Value::integer(79)).i;
+  if (width <= 0) throw TemplateError("ValueError: invalid width " + std::to_string(width));
+  bool break_long = truthy(a.get_or(1, "break_long_words", Value::boolean(true)));
+  Value wrap = a.get_or(2, "wrapstring", Value::none());
+  std::string sep = wrap.is_none() ? "\n" : soft_str(wrap);
+  bool hyphens = truthy(a.get_or(3, "break_on_hyphens", Value::boolean(true)));
+  std::string out;
+  bool first = true;
+  for (const std::string& para : py_splitlines(soft_str(v), false)) {
+    if (!first) out += sep;
+    first = false;
+    auto lines = wrap_line(utf8_decode(para), width, break_long, hyphens);
+    for (size_t k = 0; k < lines.size(); ++k) out += (k ? sep : "") + lines[k];
+  }
+  return Value::string(out);
+}
+
+// urllib.parse.quote: unreserved characters and `safe` pass, other bytes %XX.
+std::string url_quote(const std::string& s, bool for_qs) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/')) {
+      out += static_cast<char>(c);
+    } else if (for_qs && c == ' ') {
+      out += '+';
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Value f_urlencode(const Value& v, const CallArgs&, const RenderLimits&) {
+  if (v.is_string() || !(v.is_sequence() || v.kind == Kind::Dict)) {
+    return Value::string(url_quote(soft_str(v), false));
+  }
+  std::string out;
+  List items = v.kind == Kind::Dict ? List{} : *v.list;
+  if (v.kind == Kind::Dict) {
+    for (const auto& [k, x] : v.dict->items) items.push_back(Value::tuple({k, x}));
+  }
+  for (const Value& kv : items) {
+    List pair = iterate(kv);
+    if (pair.size() != 2) throw TemplateError("ValueError: urlencode needs (key, value) pairs");
+    if (!out.empty()) out += '&';
+    out += url_quote(soft_str(pair[0]), true) + "=" + url_quote(soft_str(pair[1]), true);
+  }
+  return Value::string(out);
+}
+
+Value f_filesizeformat(const Value& v, const CallArgs& a, const RenderLimits&) {
+  bool binary = truthy(a.get_or(0, "binary", Value::boolean(false)));
+  double bytes;
+  if (v.is_numeric()) {
+    bytes = v.as_double();
+  } else if (!v.is_string() || !parse_float(v.str(), bytes)) {
+    throw TemplateError("ValueError: could not convert " + repr(v) + " to float");
+  }
+  const double base = binary ? 1024 : 1000;
+  static const char* const dec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  static const char* const bin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  if (bytes == 1) return Value::string("1 Byte");
+  if (bytes < base) return Value::string(std::to_string(static_cast<int64_t>(bytes)) + " Bytes");
+  double unit = base;
+  int k = 0;
+  for (; k < 8; ++k) {
+    unit *= base;
+    if (bytes < unit) break;
+  }
+  k = std::min(k, 7);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f %s", base * bytes / unit, binary ? bin[k] : dec[k]);
+  return Value::string(buf);
+}
+
+Value f_xmlattr(const Value& v, const CallArgs& a, const RenderLimits& limits) {
+  if (v.kind != Kind::Dict) {
+    throw TemplateError("AttributeError: '" + type_name(v) + "' object has no attribute 'items'");
+  }
+  bool autospace = truthy(a.get_or(0, "autospace", Value::boolean(true)));
+  std::string out;
+  CallArgs none;
+  for (const auto& [k, x] : v.dict->items) {
+    if (x.is_none() || x.is_undefined()) continue;
+    std::string key = soft_str(k);
+    for (char32_t c : utf8_decode(key)) {
+      if (is_py_space(c) || c == '/' || c == '>' || c == '=') {
+        throw TemplateError("ValueError: Invalid character in attribute name: " + repr(k));
+      }
+    }
+    if (!out.empty()) out += ' ';
+    out += f_escape(Value::string(key), none, limits).str() + "=\"" +
+           f_escape(x, none, limits).str() + "\"";
+  }
+  return Value::string(autospace && !out.empty() ? " " + out : out);
+}
+
+// pprint.pformat(value): width 80, dicts sorted, containers broken one item
+// per line when their repr does not fit, long strings split at whitespace.
+class PrettyPrinter {
+ public:
+  std::string format(const Value& v) {
+    write(v, 0, 0, 0);
+    return out_;
+  }
+
+ private:
+  static int64_t width_of(const std::string& s) {
+    return static_cast<int64_t>(utf8_decode(s).size());
+  }
+
+  static std::vector<std::pair<Value, Value>> sorted_items(const Dict& d) {
+    auto items = d.items;
+    std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) {
+      try {
+        return less(x.first, y.first);
+      } catch (const TemplateError&) {  // pprint's _safe_key: unorderable keys by type name
+        return type_name(x.first) < type_name(y.first);
+      }
+    });
+    return items;
+  }
+
+  static std::string safe_repr(const Value& v) {
+    if (v.kind == Kind::Dict) {
+      std::string r = "{";
+      bool first = true;
+      for (const auto& [k, x] : sorted_items(*v.dict)) {
+        r += (first ? "" : ", ") + safe_repr(k) + ": " + safe_repr(x);
+        first = false;
+      }
+      return r + "}";
+    }
+    if (v.is_sequence()) {
+      std::string r = v.kind == Kind::List ? "[" : "(";
+      for (size_t k = 0; k < v.list->size(); ++k) r += (k ? ", " : "") + safe_repr((*v.list)[k]);
+      if (v.kind == Kind::Tuple && v.list->size() == 1) r += ",";
+      return r + (v.kind == Kind::List ? "]" : ")");
+    }
+    return repr(v);
+  }
+
+  void write(const Value& v, int64_t indent, int64_t allowance, int level) {
+    std::string rep = safe_repr(v);
+    if (width_of(rep) <= 80 - indent - allowance) {
+      out_ += rep;
+      return;
+    }
+    if (v.kind == Kind::Dict && !v.dict->items.empty()) {
+      out_ += "{";
+      auto items = sorted_items(*v.dict);
+      for (size_t k = 0; k < items.size(); ++k) {
+        bool last = k + 1 == items.size();
+        std::string key = safe_repr(items[k].first);
+        out_ += key + ": ";
+        write(items[k].second, indent + 1 + width_of(key) + 2, last ? allowance + 1 : 1, level + 1);
+        if (!last) out_ += ",\n" + std::string(indent + 1, ' ');
+      }
+      out_ += "}";
+    } else if (v.is_sequence() && !v.list->empty()) {
+      const bool tuple = v.kind == Kind::Tuple;
+      const std::string end = tuple ? (v.list->size() == 1 ? ",)" : ")") : "]";
+      out_ += tuple ? "(" : "[";
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        bool last = k + 1 == v.list->size();
+        if (k) out_ += ",\n" + std::string(indent + 1, ' ');
+        write((*v.list)[k], indent + 1, last ? allowance + width_of(end) : 1, level + 1);
+      }
+      out_ += end;
+    } else if (v.is_string() && !v.str().empty()) {
+      write_string(v.str(), indent, allowance, level + 1);
+    } else {
+      out_ += rep;
+    }
+  }
+
+  void write_string(const std::string& s, int64_t indent, int64_t allowance, int level) {
+    std::vector<std::string> chunks;
+    std::vector<std::string> lines = py_splitlines(s, true);
+    if (level == 1) {
+      ++indent;
+      ++allowance;
+    }
+    const int64_t max_width = 80 - indent;
+    int64_t max_width1 = max_width;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const bool last_line = i + 1 == lines.size();
+      if (last_line) max_width1 -= allowance;
+      if (width_of(string_repr(lines[i])) <= max_width1) {
+        chunks.push_back(string_repr(lines[i]));
+        continue;
+      }
+      std::vector<std::string> parts;  // re.findall(r'\S*\s*', line) without the empty tail
+      auto cps = utf8_decode(lines[i]);
+      for (size_t k = 0; k < cps.size();) {
+        size_t j = k;
+        while (j < cps.size() && !is_py_space(cps[j])) ++j;
+        while (j < cps.size() && is_py_space(cps[j])) ++j;
+        parts.push_back(utf8_encode(std::vector<char32_t>(cps.begin() + k, cps.begin() + j)));
+        k = j;
+      }
+      int64_t max_width2 = max_width;
+      std::string current;
+      for (size_t j = 0; j < parts.size(); ++j) {
+        std::string candidate = current + parts[j];
+        if (j + 1 == parts.size() && last_line) max_width2 -= allowance;
+        if (width_of(string_repr(candidate)) > max_width2) {
+          if (!current.empty()) chunks.push_back(string_repr(current));
+          current = parts[j];
+        } else {
+          current = candidate;
+        }
+      }
+      if (!current.empty()) chunks.push_back(string_repr(current));
+    }
+    if (chunks.size() == 1) {
+      out_ += string_repr(lines.back());
+      return;
+    }
+    if (level == 1) out_ += "(";
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (i) out_ += "\n" + std::string(indent, ' ');
+      out_ += chunks[i];
+    }
+    if (level == 1) out_ += ")";
+  }
+
+  std::string out_;
+};
+
+Value f_pprint(const Value& v, const CallArgs&, const RenderLimits&) {
+  return Value::string(PrettyPrinter().format(v));
+}
+
+const std::map<std::string, Builtin<FilterFn>>& filter_table() {
+  static const std::map<std::string, Builtin<FilterFn>> m = [] {
+    const Builtin<FilterFn> list[] = {
+        {"tojson", f_tojson, "ensure_ascii? indent? separators? sort_keys?"},
+        {"default", f_default, "default_value? boolean?"},
+        {"d", f_default, "default_value? boolean?"},
+        {"string", f_string, ""},
+        {"safe", f_safe, ""},
+        {"trim", f_trim, "chars?"},
+        {"upper", f_upper, ""},
+        {"lower", f_lower, ""},
+        {"capitalize", f_capitalize, ""},
+        {"title", f_title, ""},
+        {"replace", f_replace, "old new count?"},
+        {"int", f_int, "default? base?"},
+        {"float", f_float, "default?"},
+        {"abs", f_abs, ""},
+        {"round", f_round, "precision? method?"},
+        {"indent", f_indent, "width? first? blank?"},
+        {"wordcount", f_wordcount, ""},
+        {"escape", f_escape, ""},
+        {"e", f_escape, ""},
+        {"forceescape", f_escape, ""},
+        {"center", f_center, "width?"},
+        {"format", f_format, "*"},
+        {"attr", f_attr, "name"},
+        {"striptags", f_striptags, ""},
+        {"truncate", f_truncate, "length? killwords? end? leeway?"},
+        {"wordwrap", f_wordwrap, "width? break_long_words? wrapstring? break_on_hyphens?"},
+        {"urlencode", f_urlencode, ""},
+        {"filesizeformat", f_filesizeformat, "binary?"},
+        {"xmlattr", f_xmlattr, "autospace?"},
+        {"pprint", f_pprint, ""},
+    };
+    std::map<std::string, Builtin<FilterFn>> out;
+    for (const auto& b : list) out.emplace(b.name, b);
+    for (const auto& b : sequence_filters()) out.emplace(b.name, b);
+    return out;
+  }();
   return m;
 }
 
 }  // namespace
 
-bool has_filter(const std::string& name) { return filters().count(name) > 0; }
-bool has_test(const std::string& name) { return tests().count(name) > 0; }
+bool has_filter(const std::string& name) { return filter_table().count(name) > 0; }
 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args,
                    const RenderLimits& limits) {
-  auto it = filters().find(name);
-  if (it == filters().end()) throw TemplateError("no filter named '" + name + "'");
-  if (input.is_undefined() && input.unsafe && name != "default" && name != "d")
-    input.raise_undefined();
-  return it->second(input, args, limits);
-}
-
-bool apply_test(const std::string& name, const Value& input, const CallArgs& args) {
-  auto it = tests().find(name);
-  if (it == tests().end()) throw TemplateError("no test named '" + name + "'");
-  return it->second(input, args);
+  auto it = filter_table().find(name);
+  if (it == filter_table().end()) throw TemplateError("no filter named '" + name + "'");
+  check_signature("filter", name, it->second.signature, args);
+  return it->second.fn(input, args, limits);
 }
 
 }  // namespace hubzoo::jinja

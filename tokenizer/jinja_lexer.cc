@@ -30,7 +30,7 @@ std::string rstrip_ws(const std::string& s) {
   return s.substr(0, e);
 }
 
-// \r\n and \r become \n in template data, as jinja2's _normalize_newlines.
+// \r\n and \r become \n, as jinja2 normalizes a source before lexing it.
 std::string normalize_newlines(const std::string& s) {
   std::string out;
   out.reserve(s.size());
@@ -181,7 +181,7 @@ class Lexer {
   }
 
   void emit_text(const std::string& text) {
-    if (!text.empty()) out_.push_back(Token{Tok::Text, normalize_newlines(text), 0, 0, line_});
+    if (!text.empty()) out_.push_back(Token{Tok::Text, text, 0, 0, line_});
   }
 
   // After a closing `-%}` all whitespace goes; after `%}` one newline (trim_blocks).
@@ -279,7 +279,7 @@ class Lexer {
         size_t q = p + 1;
         while (q < src_.size() && src_[q] != c) q += src_[q] == '\\' ? 2 : 1;
         if (q >= src_.size()) fail(line_, "unterminated string literal");
-        std::string body = normalize_newlines(src_.substr(p + 1, q - p - 1));
+        std::string body = src_.substr(p + 1, q - p - 1);
         out_.push_back(Token{Tok::String, unescape(body, line_), 0, 0, line_});
         line_ += count_newlines(src_, p, q);
         p = q + 1;
@@ -320,7 +320,36 @@ class Lexer {
     }
   }
 
+  // 0b101, 0o17, 0x1f (underscores allowed between digits).
+  size_t prefixed_integer(size_t p, int base) {
+    size_t q = p + 2;
+    std::string digits;
+    auto ok = [&](char c) {
+      int v =
+          std::isdigit(static_cast<unsigned char>(c))
+              ? c - '0'
+              : (std::isxdigit(static_cast<unsigned char>(c)) ? 10 + (std::tolower(c) - 'a') : 99);
+      return v < base;
+    };
+    while (q < src_.size() &&
+           (ok(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && ok(src_[q + 1])))) {
+      if (src_[q] != '_') digits += src_[q];
+      ++q;
+    }
+    if (digits.empty()) fail(line_, "invalid integer literal");
+    errno = 0;
+    Token t{Tok::Int, src_.substr(p, q - p), std::strtoll(digits.c_str(), nullptr, base), 0, line_};
+    if (errno == ERANGE) fail(line_, "integer literal out of range: " + t.text);
+    out_.push_back(t);
+    return q;
+  }
+
   size_t number(size_t p) {
+    if (src_[p] == '0' && p + 1 < src_.size()) {
+      char b = static_cast<char>(std::tolower(src_[p + 1]));
+      if (b == 'b' || b == 'o' || b == 'x')
+        return prefixed_integer(p, b == 'b' ? 2 : b == 'o' ? 8 : 16);
+    }
     size_t q = p;
     auto digits = [&] {
       while (q < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[q])) ||
@@ -371,14 +400,10 @@ class Lexer {
 }  // namespace
 
 std::vector<Token> tokenize(const std::string& source, const LexOptions& options) {
-  std::string src = source;
-  if (!options.keep_trailing_newline && !src.empty()) {
-    if (src.size() >= 2 && src.compare(src.size() - 2, 2, "\r\n") == 0) {
-      src.resize(src.size() - 2);
-    } else if (src.back() == '\n' || src.back() == '\r') {
-      src.pop_back();
-    }
-  }
+  // jinja2 normalizes every line ending before lexing, so trim_blocks and
+  // lstrip_blocks see \r\n as one newline.
+  std::string src = normalize_newlines(source);
+  if (!options.keep_trailing_newline && !src.empty() && src.back() == '\n') src.pop_back();
   return Lexer(src, options).run();
 }
 

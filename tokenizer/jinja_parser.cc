@@ -209,7 +209,7 @@ class Parser {
     if (!skip_name("in")) fail("expected 'in' in for loop");
     n->kids.push_back(parse_tuple(false, {"recursive"}));
     n->kids.push_back(skip_name("if") ? parse_expression(true) : nullptr);
-    if (is_name("recursive")) fail("recursive for loops are not supported");
+    n->recursive = skip_name("recursive");
     expect_block_end();
     std::string end;
     ++loop_depth_;
@@ -217,12 +217,14 @@ class Parser {
     --loop_depth_;
     if (end == "else") {
       expect_block_end();
-      int saved = loop_depth_;
-      loop_depth_ = 0;  // break/continue in a for-else refer to an outer loop only
+      // loop_depth_ is the outer depth again: break/continue here leave an outer loop.
       n->else_body = parse_body({"endfor"}, &end);
-      loop_depth_ = saved;
     }
     expect_block_end();
+    n->uses_loop = n->recursive || !undeclared_names(n->body, {"loop"}).empty();
+    if (const Node* bad = find_loop_assignment(*n)) {
+      fail("can't assign to special loop variable in for-loop target", bad->line);
+    }
     return n;
   }
 
@@ -245,13 +247,44 @@ class Parser {
 
   void parse_signature(Node& n) {
     expect_op("(");
+    bool defaults = false;
     while (!is_op(")")) {
       if (!n.names.empty()) expect_op(",");
-      if (is_op(")")) break;
-      n.names.push_back(expect_name());
-      n.kids.push_back(skip_op("=") ? parse_expression(true) : nullptr);
+      std::string name = expect_name();
+      if (std::count(n.names.begin(), n.names.end(), name)) {
+        fail("duplicate argument '" + name + "' in macro definition");
+      }
+      n.names.push_back(name);
+      if (skip_op("=")) {
+        n.kids.push_back(parse_expression(true));
+        defaults = true;
+      } else if (defaults) {
+        fail("non-default argument follows default argument");
+      } else {
+        n.kids.push_back(nullptr);
+      }
     }
     expect_op(")");
+  }
+
+  // The implicit caller/varargs/kwargs a macro or call block uses.
+  void set_uses(Node& n, size_t default_offset) {
+    n.uses = implicit_macro_uses(n.body);
+    auto explicit_param = [&](const char* p) {
+      return std::find(n.names.begin(), n.names.end(), p) - n.names.begin();
+    };
+    size_t caller = explicit_param("caller");
+    if (n.uses.caller && caller < n.names.size()) {
+      if (!n.kids[caller + default_offset]) {
+        fail(
+            "when defining macros or call blocks the special \"caller\" argument must be "
+            "omitted or be given a default",
+            n.line);
+      }
+      n.uses.caller = false;  // the parameter itself holds it
+    }
+    if (explicit_param("varargs") < static_cast<ptrdiff_t>(n.names.size())) n.uses.varargs = false;
+    if (explicit_param("kwargs") < static_cast<ptrdiff_t>(n.names.size())) n.uses.kwargs = false;
   }
 
   NodePtr parse_macro(int line) {
@@ -266,6 +299,7 @@ class Parser {
     loop_depth_ = saved;
     if (cur().type == Tok::Name) next();  // `{% endmacro name %}`
     expect_block_end();
+    set_uses(*n, 0);
     return n;
   }
 
@@ -280,8 +314,12 @@ class Parser {
     for (auto& d : sig->kids) n->kids.push_back(std::move(d));
     expect_block_end();
     std::string end;
+    int saved = loop_depth_;
+    loop_depth_ = 0;
     n->body = parse_body({"endcall"}, &end);
+    loop_depth_ = saved;
     expect_block_end();
+    set_uses(*n, 1);
     return n;
   }
 
@@ -592,6 +630,8 @@ class Parser {
     return sl;
   }
 
+  // jinja2's parse_call_args: positional, then keyword arguments, `*args`
+  // and `**kwargs`, in that order.
   void parse_args(Node& n) {
     expect_op("(");
     bool first = true;
@@ -599,13 +639,24 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (is_op(")")) break;
-      if (is_op("*") || is_op("**")) fail("*args and **kwargs in calls are not supported");
-      if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
+      if (is_op("*")) {
+        if (n.dyn_args || n.dyn_kwargs) fail("invalid argument syntax");
+        next();
+        n.dyn_args = parse_expression(true);
+      } else if (is_op("**")) {
+        if (n.dyn_kwargs) fail("invalid argument syntax");
+        next();
+        n.dyn_kwargs = parse_expression(true);
+      } else if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
+        if (n.dyn_kwargs) fail("invalid argument syntax");
         std::string key = next().text;
         next();
+        for (const auto& kv : n.kwargs) {
+          if (kv.first == key) fail("keyword argument repeated: " + key);
+        }
         n.kwargs.emplace_back(key, parse_expression(true));
       } else {
-        if (!n.kwargs.empty()) fail("positional argument after keyword argument");
+        if (n.dyn_args || n.dyn_kwargs || !n.kwargs.empty()) fail("invalid argument syntax");
         n.kids.push_back(parse_expression(true));
       }
     }

@@ -163,8 +163,159 @@ TEST(JinjaEval, TypeErrorsAreErrorsNotCrashes) {
   EXPECT_THROW(render("{{ 5 is divisibleby 0 }}"), TemplateError);
   EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), TemplateError);
   EXPECT_THROW(render("{{ 'x'() }}"), TemplateError);
-  EXPECT_THROW(render("{{ x is nosuchtest }}"), TemplateError);
+  EXPECT_THROW(render("{% if x is nosuchtest %}{% endif %}"), TemplateError);
+  EXPECT_THROW(render("{{ x is nosuchtest }}"), FormatError);  // outside an if: at compile time
   EXPECT_THROW(render("{% for a, b in [1] %}{% endfor %}"), TemplateError);
+}
+
+// The message of the error `src` raises when compiled and rendered, or "no error".
+std::string error_of(const std::string& src, const RenderLimits& limits = {}) {
+  try {
+    render(src, nlohmann::ordered_json::object(), limits);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(JinjaErrors, SyntaxErrorsNameTheLine) {
+  EXPECT_TRUE(has(error_of("a\nb\n{% for x in y %}\n{% endif %}"), "line 4"));
+  EXPECT_TRUE(has(error_of("{% macro m(a=1, b) %}{% endmacro %}"), "non-default argument"));
+  EXPECT_TRUE(has(error_of("{% macro m(a, a) %}{% endmacro %}"), "duplicate argument 'a'"));
+  EXPECT_TRUE(has(error_of("\n{% macro m(caller) %}{{ caller() }}{% endmacro %}"), "line 2"));
+  EXPECT_TRUE(has(error_of("{% for x in y %}\n{% set loop = 1 %}{% endfor %}"),
+                  "line 2: can't assign to special loop variable"));
+  EXPECT_TRUE(has(error_of("{{ f(a=1, a=2) }}"), "keyword argument repeated"));
+  EXPECT_TRUE(has(error_of("{{ f(**d, x) }}"), "invalid argument syntax"));
+  EXPECT_TRUE(has(error_of("\n\n{{ x is nope }}"), "line 3: no test named 'nope'"));
+  EXPECT_TRUE(has(error_of("{% for x in y recursive %}{% break %}{% endfor %}"), "no error"));
+  EXPECT_TRUE(has(error_of("{% call m() %}{% break %}{% endcall %}"), "outside of a loop"));
+  EXPECT_THROW(Template("{{ 0x }}"), FormatError);
+  EXPECT_THROW(Template("{{ 99999999999999999999 }}"), FormatError);
+}
+
+TEST(JinjaErrors, UnknownNamesInSoftFramesFailOnlyWhenRun) {
+  // jinja2 checks filters and tests inside if statements and inline ifs at render time.
+  EXPECT_EQ(render("{% if false %}{{ x | nope }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{{ (x | nope) if false else 'ok' }}"), "ok");
+  EXPECT_TRUE(
+      has(error_of("\n{% if true %}{{ x | nope }}{% endif %}"), "line 2: no filter named 'nope'"));
+  EXPECT_THROW(Template("{% if false %}{% for i in x %}{{ i | nope }}{% endfor %}{% endif %}"),
+               FormatError);  // a loop body is not a soft frame
+}
+
+TEST(JinjaErrors, UndefinedAndUncallable) {
+  EXPECT_TRUE(has(error_of("{{ nope() }}"), "'nope' is undefined"));
+  EXPECT_TRUE(has(error_of("{{ {}.nope() }}"), "has no attribute 'nope'"));
+  EXPECT_TRUE(has(error_of("{{ 'x'.nope('a') }}"), "'str object' has no attribute 'nope'"));
+  EXPECT_TRUE(has(error_of("{{ cycler(1)() }}"), "'Cycler' object is not callable"));
+  EXPECT_TRUE(has(error_of("{{ (1)() }}"), "'int' object is not callable"));
+  EXPECT_TRUE(has(error_of("{% for x in [1] %}{{ loop([2]) }}{% endfor %}"), "recursive"));
+  EXPECT_TRUE(
+      has(error_of("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}"), "No caller defined"));
+  EXPECT_THROW(render("{% set l = [] %}{{ l.append(1) }}"), SecurityError);
+  // Unsafe attributes print as '' until used, as jinja2's unsafe Undefined.
+  EXPECT_EQ(render("[{{ ''.__class__ }}][{{ [].pop }}]{{ [].pop is defined }}"), "[][]False");
+}
+
+TEST(JinjaErrors, MacroArgumentBinding) {
+  EXPECT_TRUE(has(error_of("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}"),
+                  "takes not more than 1 argument"));
+  EXPECT_TRUE(
+      has(error_of("{% macro m(a) %}{% endmacro %}{{ m(b=1) }}"), "takes no keyword argument 'b'"));
+  EXPECT_TRUE(has(error_of("{% macro m(a) %}{% endmacro %}{{ m(1, a=2) }}"),
+                  "takes no keyword argument 'a'"));
+  EXPECT_TRUE(has(error_of("{% macro m() %}{% endmacro %}{% call m() %}{% endcall %}"),
+                  "two values for the special caller argument"));
+  EXPECT_EQ(render("{% macro m(a, b=a * 2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}"
+                   "{{ m(1) }} {{ m(1, 3, 4, k=5) }} {{ m(*[7], **{'b': 8}) }}"),
+            "12(){} 13(4,){'k': 5} 78(){}");
+  EXPECT_EQ(render("{% macro m() %}{{ caller(1, 2) }}{% endmacro %}"
+                   "{% call(a, b=0, c=9) m() %}{{ a + b + c }}{% endcall %}"),
+            "12");
+  EXPECT_EQ(render("{% macro m(x) %}{% endmacro %}{{ m }} {{ m.name }} {{ m.arguments }}"),
+            "<Macro 'm'> m ('x',)");
+}
+
+TEST(JinjaErrors, FilterAndTestSignatures) {
+  EXPECT_TRUE(has(error_of("{{ 'a' | upper(1) }}"), "filter 'upper' takes 0 argument"));
+  EXPECT_TRUE(has(error_of("{{ 'a' | replace('a') }}"), "missing required argument 'new'"));
+  EXPECT_TRUE(has(error_of("{{ x | default(nope=1) }}"), "unexpected keyword argument 'nope'"));
+  EXPECT_TRUE(has(error_of("{{ x | default(1, default_value=2) }}"), "multiple values"));
+  EXPECT_TRUE(has(error_of("{{ 1 is odd(2) }}"), "test 'odd' takes 0 argument"));
+  EXPECT_TRUE(has(error_of("{{ '%s' | format(1, a=2) }}"), "positional and keyword"));
+}
+
+TEST(JinjaErrors, RaiseExceptionSurfacesEverywhere) {
+  auto message_of = [](const std::string& src) -> std::string {
+    try {
+      render(src);
+    } catch (const TemplateError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_TRUE(has(message_of("{% macro m() %}\n{{ raise_exception('in macro') }}{% endmacro %}"
+                             "{{ m() }}"),
+                  "in macro"));
+  EXPECT_TRUE(has(message_of("{% macro m() %}{{ caller() }}{% endmacro %}"
+                             "{% call m() %}{{ raise_exception('in caller') }}{% endcall %}"),
+                  "in caller"));
+  EXPECT_TRUE(has(message_of("{% for x in [[1]] recursive %}{% if x is number %}"
+                             "{{ raise_exception('depth ' ~ loop.depth) }}{% else %}"
+                             "{{ loop(x) }}{% endif %}{% endfor %}"),
+                  "depth 2"));
+  EXPECT_TRUE(has(message_of("{{ raise_exception('%s/%d' % ('a', 1)) }}"), "a/1"));
+}
+
+TEST(JinjaEval, RecursiveLoopsAndLoopHelpers) {
+  EXPECT_EQ(render("{% for x in [1, [2, [3]]] recursive %}{% if x is iterable %}({{ loop(x) }})"
+                   "{% else %}{{ x }}@{{ loop.depth0 }}{% endif %}{% endfor %}"),
+            "1@0(2@1(3@2))");
+  EXPECT_EQ(render("{% for x in [[]] recursive %}[{{ loop(x) }}]{% else %}empty{% endfor %}"),
+            "[empty]");
+  // break/continue in a for-else leave the enclosing loop.
+  EXPECT_EQ(render("{% for a in [1, 2, 3] %}{% for b in [] %}{% else %}{% if a == 2 %}{% break %}"
+                   "{% endif %}{% endfor %}{{ a }}{% endfor %}"),
+            "1");
+  EXPECT_EQ(render("{% for x in [1, 1, 2, 1] %}{{ loop.changed(x) }} {% endfor %}"),
+            "True False True True ");
+  EXPECT_EQ(render("{% for x in 'ab' %}{{ loop }}{{ loop.cycle(1, 2, 3) }}{% endfor %}"),
+            "<LoopContext 1/2>1<LoopContext 2/2>2");
+  RenderLimits limits;
+  limits.max_call_depth = 20;
+  EXPECT_THROW(render("{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}", {}, limits),
+               LimitError);
+}
+
+TEST(JinjaEval, PythonStringFormatting) {
+  EXPECT_EQ(render("{{ '%-4s|%05.1f|%x' % ('ab', 3.14159, 255) }}"), "ab  |003.1|ff");
+  EXPECT_EQ(render("{{ '%(a)s-%(b)d' % {'a': 'x', 'b': 2} }}"), "x-2");
+  EXPECT_EQ(render("{{ '{:>6.2f}|{:^5}|{:,}|{!r}'.format(3.14159, 'é', 12345, 'q') }}"),
+            "  3.14|  é  |12,345|'q'");
+  EXPECT_EQ(render("{{ '{0[1]}{x.a}'.format([1, 2], x={'a': 3}) }}"), "23");
+  EXPECT_THROW(render("{{ '{} {0}'.format(1) }}"), TemplateError);
+  EXPECT_THROW(render("{{ '%d' % 'x' }}"), TemplateError);
+}
+
+TEST(JinjaEval, StringCasingIsPythons) {
+  EXPECT_EQ(render("{{ 'straße' | upper }} {{ 'ΟΔΟΣ' | lower }} {{ 'ﬁne' | capitalize }}"),
+            "STRASSE οδος Fine");
+}
+
+TEST(JinjaValue, SelfContainingNamespacePrints) {
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
+            "<Namespace {'me': <Namespace {...}>}>");
+}
+
+TEST(JinjaLexer, CrLfLineEndingsAsJinja2) {
+  // jinja2 normalizes line endings first, so trim_blocks eats "\r\n" too.
+  EXPECT_EQ(render("a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n"), "a\nb\nc");
+  EXPECT_EQ(render("{{ 0x1f }} {{ 0o17 }} {{ 0b101 }} {{ 1_000 }}"), "31 15 5 1000");
 }
 
 TEST(JinjaLimits, RecursionBound) {

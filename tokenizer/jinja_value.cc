@@ -69,7 +69,23 @@ Value Value::make_namespace() {
 Value Value::callable(std::string name, NativeFn fn) {
   Value v;
   v.kind = Kind::Callable;
-  v.fn = std::make_shared<const Callable>(Callable{std::move(name), std::move(fn)});
+  auto c = std::make_shared<Callable>();
+  c->name = std::move(name);
+  c->fn = std::move(fn);
+  v.fn = std::move(c);
+  return v;
+}
+Value Value::object(std::string type, std::string display, std::shared_ptr<Dict> attrs,
+                    NativeFn fn) {
+  Value v;
+  v.kind = Kind::Callable;
+  auto c = std::make_shared<Callable>();
+  c->name = type;
+  c->fn = std::move(fn);
+  c->type = std::move(type);
+  c->display = std::move(display);
+  c->attrs = std::move(attrs);
+  v.fn = std::move(c);
   return v;
 }
 
@@ -148,16 +164,14 @@ std::string type_name(const Value& v) {
     case Kind::Namespace:
       return "Namespace";
     case Kind::Callable:
-      return "function";
+      return v.fn->type;
   }
   return "object";
 }
 
 bool truthy(const Value& v) {
   switch (v.kind) {
-    case Kind::Undefined:
-      if (v.unsafe) v.raise_undefined();
-      return false;
+    case Kind::Undefined:  // an unsafe Undefined, too, is falsy without raising
     case Kind::None:
       return false;
     case Kind::Bool:
@@ -364,10 +378,33 @@ std::string repr(const Value& v) {
   }
 }
 
+namespace {
+// Containers being printed: a namespace can hold itself, and Python prints the
+// inner occurrence as [...] / {...} (reprlib's recursion guard).
+struct ReprGuard {
+  static std::vector<const void*>& active() {
+    static thread_local std::vector<const void*> stack;
+    return stack;
+  }
+  const void* p;
+  bool cycle;
+  explicit ReprGuard(const void* ptr) : p(ptr) {
+    auto& st = active();
+    cycle = std::find(st.begin(), st.end(), p) != st.end();
+    if (!cycle) {
+      if (st.size() > 1000) throw LimitError("value nested too deeply to print");
+      st.push_back(p);
+    }
+  }
+  ~ReprGuard() {
+    if (!cycle) active().pop_back();
+  }
+};
+}  // namespace
+
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case Kind::Undefined:
-      if (v.unsafe) v.raise_undefined();
+    case Kind::Undefined:  // prints as '' even when unsafe, as jinja2's Undefined
       return "";
     case Kind::None:
       return "None";
@@ -381,6 +418,8 @@ std::string to_str(const Value& v) {
       return *v.s;
     case Kind::List:
     case Kind::Tuple: {
+      ReprGuard guard(v.list.get());
+      if (guard.cycle) return v.kind == Kind::List ? "[...]" : "(...)";
       std::string out = v.kind == Kind::List ? "[" : "(";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
@@ -391,6 +430,8 @@ std::string to_str(const Value& v) {
     }
     case Kind::Dict:
     case Kind::Namespace: {
+      ReprGuard guard(v.dict.get());
+      if (guard.cycle) return v.kind == Kind::Dict ? "{...}" : "<Namespace {...}>";
       std::string out = v.kind == Kind::Dict ? "{" : "<Namespace {";
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
@@ -401,7 +442,7 @@ std::string to_str(const Value& v) {
       return out + (v.kind == Kind::Dict ? "}" : "}>");
     }
     case Kind::Callable:
-      return "<function " + v.fn->name + ">";
+      return v.fn->display.empty() ? "<function " + v.fn->name + ">" : v.fn->display;
   }
   return "";
 }
@@ -592,8 +633,7 @@ std::string to_json(const Value& v, const JsonStyle& style) {
 
 List iterate(const Value& v) {
   switch (v.kind) {
-    case Kind::Undefined:
-      if (v.unsafe) v.raise_undefined();
+    case Kind::Undefined:  // iterates as empty, even when unsafe
       return {};
     case Kind::List:
     case Kind::Tuple:

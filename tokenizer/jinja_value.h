@@ -35,9 +35,14 @@ struct Dict;
 struct CallArgs;
 using NativeFn = std::function<Value(CallArgs&)>;
 
+// A function, or a Python object templates can only read attributes of and
+// maybe call: a macro, a loop context, a cycler. Printing shows `display`.
 struct Callable {
   std::string name;
-  NativeFn fn;
+  NativeFn fn;                    // empty: not callable (a cycler)
+  std::string type = "function";  // Python type name, for messages
+  std::string display;            // str(); empty = "<function name>"
+  std::shared_ptr<Dict> attrs;    // readable attributes (loop.index, macro.name)
 };
 
 enum class Kind {
@@ -61,7 +66,7 @@ struct Value {
   double f = 0;
   std::shared_ptr<const std::string> s;  // String; for Undefined: the error message
   std::shared_ptr<List> list;            // List, Tuple
-  std::shared_ptr<Dict> dict;            // Dict, Namespace (namespaces are mutable)
+  std::shared_ptr<Dict> dict;            // Dict, Namespace (mutable); a Tuple's named fields
   std::shared_ptr<const Callable> fn;    // Callable
   bool unsafe = false;                   // Undefined that raises SecurityError when used
 
@@ -77,6 +82,9 @@ struct Value {
   static Value make_dict();
   static Value make_namespace();
   static Value callable(std::string name, NativeFn fn);
+  // An object with attributes (and a call operator when `fn` is set).
+  static Value object(std::string type, std::string display, std::shared_ptr<Dict> attrs,
+                      NativeFn fn = {});
 
   bool is_undefined() const { return kind == Kind::Undefined; }
   bool is_none() const { return kind == Kind::None; }
