@@ -1,10 +1,12 @@
-"""fp32 decode speed of SmolLM2-135M-Instruct: hubzoo vs transformers, same run.
+"""Decode speed of SmolLM2-135M-Instruct in fp32 and bf16: hubzoo vs transformers, same run.
 
-Both generate greedily from the same prompt with the same thread count; decode
-tok/s = (new tokens - 1) / (time of generate - time of a 1-token generate), i.e.
-prefill excluded. Medians over --repeats runs. Writes JSON and a markdown table.
+Every engine/dtype generates greedily from the same prompt with the same thread count;
+decode tok/s = (new tokens - 1) / (time of generate - time of a 1-token generate), i.e.
+prefill excluded. Medians over --repeats runs. Also measured in the same run: the
+machine's read bandwidth (numpy sum over a 512 MiB array), which bounds decode at
+bandwidth / weight bytes per token. Writes JSON, a markdown table and a PNG plot.
 
-    .venv/bin/python bench/decode_fp32.py --json bench/results/decode_fp32.json
+    .venv/bin/python bench/decode.py
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json", default=str(ROOT / "bench/results/decode_fp32.json"))
+    ap.add_argument("--json", default=str(ROOT / "bench/results/decode.json"))
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -52,39 +54,62 @@ def main():
     ids = np.array([tok(text, add_special_tokens=False)["input_ids"]], dtype=np.int64)
     n = args.new_tokens
 
-    hf = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32,
-                                                           attn_implementation="eager").eval()
-    t_ids = torch.tensor(ids)
+    def hf_engine(dtype):
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            args.model, dtype=getattr(torch, dtype), attn_implementation="eager").eval()
+        t_ids = torch.tensor(ids)
 
-    def hf_gen(k):
-        with torch.no_grad():
-            out = hf.generate(t_ids, max_new_tokens=k, min_new_tokens=k, do_sample=False)
-        return out[0, ids.shape[1]:].numpy()
+        def gen(k):
+            with torch.no_grad():
+                out = hf.generate(t_ids, max_new_tokens=k, min_new_tokens=k, do_sample=False)
+            return out[0, ids.shape[1]:].numpy()
 
-    ours = hubzoo.CausalLM.from_pretrained(args.model, num_threads=args.threads)
+        return gen
 
-    def hz_gen(k):
-        return ours.generate(ids, max_new_tokens=k)[0]
+    def hz_engine(dtype, mode):
+        ours = hubzoo.CausalLM.from_pretrained(args.model, dtype=dtype, mode=mode,
+                                               num_threads=args.threads)
+        return lambda k: ours.generate(ids, max_new_tokens=k, ignore_eos=True)[0]
 
-    hf_gen(n), hz_gen(n)  # warm up
+    engines = {
+        "transformers float32": hf_engine("float32"),
+        "transformers bfloat16": hf_engine("bfloat16"),
+        "hubzoo float32": hz_engine("float32", "fused"),
+        "hubzoo bfloat16 eager": hz_engine("bfloat16", "eager"),
+        "hubzoo bfloat16 fused": hz_engine("bfloat16", "fused"),
+    }
     res = {}
-    for name, fn in (("transformers", hf_gen), ("hubzoo", hz_gen)):
+    for name, fn in engines.items():
+        fn(n)  # warm up
         full = timed(lambda: fn(n), args.repeats)
         one = timed(lambda: fn(1), args.repeats)
         res[name] = {"generate_s": full, "prefill_s": one, "decode_tok_s": (n - 1) / (full - one)}
-    same = bool(np.array_equal(hf_gen(n)[: len(hz_gen(n))], hz_gen(n)))
+        print(f"{name}: {res[name]['decode_tok_s']:.1f} tok/s", flush=True)
+    same = bool(np.array_equal(engines["transformers float32"](n), engines["hubzoo float32"](n)))
+    bandwidth = read_bandwidth_gbs(args.threads)
+    params = sum(v.numel() for v in transformers.AutoModelForCausalLM.from_pretrained(
+        args.model).state_dict().values())
     report = {
         "model": os.path.basename(args.model.rstrip("/")),
-        "dtype": "float32",
         "threads": args.threads,
         "prompt_tokens": int(ids.shape[1]),
         "new_tokens": n,
         "repeats": args.repeats,
         "results": res,
-        "ratio_hubzoo_over_transformers": res["hubzoo"]["decode_tok_s"] / res["transformers"]["decode_tok_s"],
-        "same_tokens": same,
+        "hubzoo_bf16_fused_over_fp32": res["hubzoo bfloat16 fused"]["decode_tok_s"]
+        / res["hubzoo float32"]["decode_tok_s"],
+        "hubzoo_over_transformers_fp32": res["hubzoo float32"]["decode_tok_s"]
+        / res["transformers float32"]["decode_tok_s"],
+        "hubzoo_over_transformers_bf16": res["hubzoo bfloat16 fused"]["decode_tok_s"]
+        / res["transformers bfloat16"]["decode_tok_s"],
+        "same_tokens_fp32": same,
+        "read_bandwidth_gbs": bandwidth,
+        "bound_tok_s": {"float32": bandwidth * 1e9 / (4 * params),
+                        "bfloat16": bandwidth * 1e9 / (2 * params)},
+        "parameters": params,
         "machine": platform.processor() or platform.machine(),
-        "cpu": subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout.strip(),
+        "cpu": subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True,
+                              text=True).stdout.split(":")[-1].strip(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "hubzoo": hubzoo.__version__,
@@ -94,14 +119,45 @@ def main():
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     md = Path(args.json).with_suffix(".md")
+    b = report["bound_tok_s"]
     md.write_text(
-        f"# fp32 decode, {report['model']}, {args.threads} threads\n\n"
-        f"{report['cpu']}; prompt {report['prompt_tokens']} tokens, {n} new tokens, median of {args.repeats}.\n\n"
+        f"# Decode, {report['model']}, {args.threads} threads\n\n"
+        f"{report['cpu']}; prompt {report['prompt_tokens']} tokens, {n} new tokens, "
+        f"median of {args.repeats}. Read bandwidth {bandwidth:.1f} GB/s: decode bound "
+        f"~{b['float32']:.0f} tok/s fp32, ~{b['bfloat16']:.0f} tok/s bf16 (weights only).\n\n"
         "| engine | decode tok/s | prefill+1 token (s) |\n|---|---|---|\n"
-        + "".join(f"| {k} | {v['decode_tok_s']:.1f} | {v['prefill_s']:.3f} |\n" for k, v in res.items())
-        + f"\nhubzoo / transformers: **{report['ratio_hubzoo_over_transformers']:.2f}x**; "
-        f"identical tokens: {same}\n")
+        + "".join(f"| {k} | {v['decode_tok_s']:.1f} | {v['prefill_s']:.3f} |\n"
+                  for k, v in res.items())
+        + f"\nhubzoo bf16 (fused) / hubzoo fp32: **{report['hubzoo_bf16_fused_over_fp32']:.2f}x**; "
+        f"hubzoo / transformers: fp32 **{report['hubzoo_over_transformers_fp32']:.2f}x**, "
+        f"bf16 **{report['hubzoo_over_transformers_bf16']:.2f}x**; identical fp32 tokens: {same}\n\n"
+        f"![decode](decode.png)\n")
+    plot(res, b, Path(args.json).with_suffix(".png"))
     print(md.read_text())
+
+
+def read_bandwidth_gbs(threads: int) -> float:
+    """numpy sum over 512 MiB, best of 5 (numpy is single-threaded: scaled by min(threads, 2)
+    is NOT assumed; this is the 1-thread figure, a lower bound of the machine's)."""
+    a = np.ones(128 * 1024 * 1024, dtype=np.float32)
+    best = min(timed(lambda: a.sum(), 1) for _ in range(5))
+    return a.nbytes / best / 1e9
+
+
+def plot(res, bounds, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(res)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.barh(names, [res[k]["decode_tok_s"] for k in names],
+            color=["#999" if k.startswith("transformers") else "#2a6" for k in names])
+    ax.set_xlabel("decode tokens/s (higher is better)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ class ChatSession {
  public:
   explicit ChatSession(const ChatArgs& a)
       : args_(a),
-        model_(load_causal_lm(a.model, {a.threads})),
+        model_(load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)})),
         tokenizer_(Tokenizer::from_pretrained(model_->info().snapshot)),
         template_(ChatTemplate::from_snapshot(model_->info().snapshot)) {
     reset();
@@ -97,9 +97,6 @@ class ChatSession {
 }  // namespace
 
 int run_chat(const ChatArgs& args) {
-  if (args.dtype != "float32") {
-    throw InvalidArgument("--dtype " + args.dtype + " is not supported yet (only float32)");
-  }
   ChatSession chat(args);
   if (!args.message.empty()) {
     chat.reply(args.message);

@@ -45,15 +45,8 @@ struct GenerateArgs {
   int threads = 0;
 };
 
-void check_dtype(const std::string& dtype) {
-  if (dtype != "float32") {
-    throw InvalidArgument("--dtype " + dtype + " is not supported yet (only float32)");
-  }
-}
-
 int run_generate(const GenerateArgs& a) {
-  check_dtype(a.dtype);
-  auto model = load_causal_lm(a.model, {a.threads});
+  auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
   // With --ids a checkpoint without tokenizer.json still runs (text is then null).
   std::optional<Tokenizer> tokenizer;
   if (!a.prompt.empty() || std::filesystem::exists(model->info().snapshot / "tokenizer.json")) {
@@ -113,9 +106,9 @@ int run_tokenize(const std::string& model_ref, const std::string& text, const st
   return 0;
 }
 
-int run_inspect(const std::string& model_ref, int threads) {
+int run_inspect(const std::string& model_ref, int threads, const Numerics& numerics) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = load_causal_lm(model_ref, {threads});
+  auto model = load_causal_lm(model_ref, {threads, numerics});
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelInfo& i = model->info();
@@ -131,7 +124,8 @@ int run_inspect(const std::string& model_ref, int threads) {
       {"bos_token_id", i.bos_token_id},
       {"pad_token_id", i.pad_token_id},
       {"ignored_tensors", i.ignored_tensors},
-      {"dtype", "float32"},
+      {"dtype", i.numerics.dtype_name()},
+      {"mode", i.numerics.mode_name()},
       {"matmul_target", matmul_target_name()},
       {"load_seconds", load_s},
       {"hubzoo_version", HUBZOO_VERSION},
@@ -185,11 +179,13 @@ int main_impl(int argc, char** argv) {
   chat->add_option("--threads", c.threads, "worker threads (0: all cores)");
   chat->add_flag("--stats", c.stats, "print prompt size and speed of each answer on stderr");
 
-  std::string inspect_model;
+  std::string inspect_model, inspect_dtype = "float32", inspect_mode = "fused";
   int inspect_threads = 0;
   auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
   inspect->add_option("-m,--model", inspect_model)->required();
   inspect->add_option("--threads", inspect_threads);
+  inspect->add_option("--dtype", inspect_dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  inspect->add_option("--mode", inspect_mode)->check(CLI::IsMember({"eager", "fused"}));
 
   try {
     app.parse(argc, argv);
@@ -209,7 +205,7 @@ int main_impl(int argc, char** argv) {
   }
   if (chat->parsed()) return cli::run_chat(c);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
-  return run_inspect(inspect_model, inspect_threads);
+  return run_inspect(inspect_model, inspect_threads, Numerics::parse(inspect_dtype, inspect_mode));
 }
 
 }  // namespace

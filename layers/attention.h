@@ -23,13 +23,22 @@ struct AttentionOptions {
   float rms_norm_eps = 1e-6f;
 };
 
+// One query head over `len` cached positions: softmax(q k^T * scale) v, with
+// keys/values j at keys/values + j * row_stride. Scores reduce in position
+// order in fp32. eager_bf16 rounds as transformers' eager attention in bf16:
+// bf16(q k^T), bf16(* scale), softmax in fp32 cast to bf16, bf16(p v).
+// scores: scratch of len floats; out: d floats.
+void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
+                 int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out);
+
 class Attention {
  public:
   // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight.
   Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
             const Rope* rope);
 
-  // x: [M, hidden] (already normed) -> out: [M, hidden]. Writes this layer's
+  // x: [M, hidden] (already normed) -> out: [M, hidden], the o_proj output
+  // (bf16 in eager mode, fp32 in fused mode for the residual add). Writes this layer's
   // keys/values for every row into `cache` (slot, pos) before attending, so a
   // row sees its own sequence's positions 0..pos and nothing else.
   void forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache, int64_t layer,
@@ -37,6 +46,7 @@ class Attention {
 
  private:
   AttentionOptions opt_;
+  Numerics numerics_;
   const Rope* rope_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::optional<RMSNorm> q_norm_, k_norm_;

@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 
+#include "base/error.h"
 #include "ops/elementwise.h"
 
 namespace hubzoo {
@@ -24,16 +25,78 @@ void Linear::forward(const float* x, int64_t m, float* y, ThreadPool& pool) cons
   matmul(a, pool);
 }
 
+void RMSNorm::forward_fp32(const float* x, int64_t rows, float* out) const {
+  const int64_t n = size();
+  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, weight.data(), eps, n, out + r * n);
+}
+
 RMSNorm RMSNorm::load(WeightLoader& w, const std::string& name, int64_t n, float eps) {
   RMSNorm norm;
   norm.weight = w.take(name, {n});
   norm.eps = eps;
+  norm.numerics = w.numerics();
+  return norm;
+}
+
+RMSNorm RMSNorm::from_values(std::vector<float> weight, float eps, Numerics numerics) {
+  numerics.round_stored(weight.data(), static_cast<int64_t>(weight.size()));
+  RMSNorm norm;
+  norm.weight = FloatWeights(std::move(weight));
+  norm.eps = eps;
+  norm.numerics = numerics;
   return norm;
 }
 
 void RMSNorm::forward(const float* x, int64_t rows, float* out) const {
   const int64_t n = size();
-  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, weight.data(), eps, n, out + r * n);
+  if (!numerics.eager_bf16()) {  // fp32 and fused bf16
+    forward_fp32(x, rows, out);
+    return;
+  }
+  // transformers: weight * (x * rsqrt(mean(x^2) + eps)).to(bf16), in bf16.
+  for (int64_t r = 0; r < rows; ++r) {
+    rms_norm(x + r * n, nullptr, eps, n, out + r * n);
+    for (int64_t i = 0; i < n; ++i) {
+      out[r * n + i] = round_bf16(weight[i] * round_bf16(out[r * n + i]));
+    }
+  }
+}
+
+LayerNorm LayerNorm::load(WeightLoader& w, const std::string& prefix, int64_t n, float eps,
+                          bool has_bias) {
+  LayerNorm norm;
+  norm.weight = w.take(prefix + ".weight", {n});
+  if (has_bias) norm.bias = w.take(prefix + ".bias", {n});
+  norm.eps = eps;
+  norm.numerics = w.numerics();
+  return norm;
+}
+
+LayerNorm LayerNorm::from_values(std::vector<float> weight, std::vector<float> bias, float eps,
+                                 Numerics numerics) {
+  if (!bias.empty() && bias.size() != weight.size()) {
+    throw InvalidArgument("LayerNorm bias has " + std::to_string(bias.size()) +
+                          " values, weight has " + std::to_string(weight.size()));
+  }
+  numerics.round_stored(weight.data(), static_cast<int64_t>(weight.size()));
+  numerics.round_stored(bias.data(), static_cast<int64_t>(bias.size()));
+  LayerNorm norm;
+  norm.weight = FloatWeights(std::move(weight));
+  if (!bias.empty()) norm.bias = FloatWeights(std::move(bias));
+  norm.eps = eps;
+  norm.numerics = numerics;
+  return norm;
+}
+
+void LayerNorm::forward_fp32(const float* x, int64_t rows, float* out) const {
+  const int64_t n = size();
+  const float* b = bias ? bias->data() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) layer_norm(x + r * n, weight.data(), b, eps, n, out + r * n);
+}
+
+void LayerNorm::forward(const float* x, int64_t rows, float* out) const {
+  forward_fp32(x, rows, out);
+  numerics.round_eager(out, rows * size());
 }
 
 }  // namespace hubzoo

@@ -1,8 +1,9 @@
-// Linear (y = x W^T + b) and RMSNorm over rows of a [M, features] buffer.
+// Linear (y = x W^T + b), RMSNorm and LayerNorm over rows of a [M, features] buffer.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "layers/weights.h"
 #include "ops/matmul.h"
@@ -24,11 +25,41 @@ struct Linear {
 struct RMSNorm {
   FloatWeights weight;  // [n]
   float eps = 1e-6f;
+  Numerics numerics;  // eager bf16 rounds the normalised x, then x * weight
 
   static RMSNorm load(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  // From values, without a checkpoint; weights are rounded as WeightLoader::take
+  // rounds them under `numerics`.
+  static RMSNorm from_values(std::vector<float> weight, float eps, Numerics numerics);
   int64_t size() const { return weight.size(); }
   // Normalises `rows` rows of size() floats: x: [rows, n] -> out (may alias x).
+  // Statistics are fp32 in every mode; eager bf16 rounds as transformers does.
   void forward(const float* x, int64_t rows, float* out) const;
+  // The same normalisation kept in fp32 (inside a fused kernel).
+  void forward_fp32(const float* x, int64_t rows, float* out) const;
+};
+
+// torch.nn.LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias.
+struct LayerNorm {
+  FloatWeights weight;  // [n]
+  std::optional<FloatWeights> bias;
+  float eps = 1e-5f;
+  Numerics numerics;  // eager bf16 rounds the output once, as PyTorch's bf16 kernel
+
+  // Tensors {prefix}.weight and, with has_bias, {prefix}.bias.
+  static LayerNorm load(WeightLoader& w, const std::string& prefix, int64_t n, float eps,
+                        bool has_bias = true);
+  // From values, without a checkpoint (bias may be empty: none); weights are
+  // rounded as WeightLoader::take rounds them under `numerics`.
+  static LayerNorm from_values(std::vector<float> weight, std::vector<float> bias, float eps,
+                               Numerics numerics);
+  int64_t size() const { return weight.size(); }
+  // Normalises `rows` rows of size() floats: x: [rows, n] -> out (may alias x).
+  // Statistics and the affine map are fp32 in every mode; eager bf16 rounds the
+  // result once (PyTorch's bf16 layer_norm computes in fp32 and casts back).
+  void forward(const float* x, int64_t rows, float* out) const;
+  // The same normalisation kept in fp32 (inside a fused kernel).
+  void forward_fp32(const float* x, int64_t rows, float* out) const;
 };
 
 }  // namespace hubzoo

@@ -12,10 +12,12 @@ class GatedMlp {
   // Tensors: {prefix}.{gate,up,down}_proj.weight (+ .bias when `bias`).
   GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
            bool bias);
-  // x: [M, hidden] -> out: [M, hidden]
+  // x: [M, hidden] -> out: [M, hidden], the down_proj output (bf16 in eager
+  // mode, fp32 in fused mode for the residual add).
   void forward(const float* x, int64_t m, float* out, ThreadPool& pool) const;
 
  private:
+  Numerics numerics_;
   Linear gate_, up_, down_;
 };
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "ops/bf16.h"
 
 namespace hubzoo {
 namespace {
@@ -166,7 +167,8 @@ Rope::Rope(const RopeParams& p, int64_t head_dim, int64_t /*max_position_embeddi
   }
 }
 
-void Rope::apply(int64_t position, float* q, int64_t q_heads, float* k, int64_t k_heads) const {
+void Rope::apply(int64_t position, float* q, int64_t q_heads, float* k, int64_t k_heads,
+                 bool eager_bf16) const {
   const int64_t half = head_dim_ / 2;
   const float pos = static_cast<float>(position);
   // cos/sin of the fp32 angle, scaled as transformers does (cos * attention_scaling).
@@ -175,6 +177,19 @@ void Rope::apply(int64_t position, float* q, int64_t q_heads, float* k, int64_t 
     const float angle = pos * inv_freq_[i];
     cos_buf[i] = static_cast<float>(std::cos(angle)) * attention_scaling_;
     sin_buf[i] = static_cast<float>(std::sin(angle)) * attention_scaling_;
+  }
+  if (eager_bf16) {
+    round_bf16(cos_buf, half);
+    round_bf16(sin_buf, half);
+    for (int64_t h = 0; h < q_heads + k_heads; ++h) {
+      float* v = h < q_heads ? q + h * head_dim_ : k + (h - q_heads) * head_dim_;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = round_bf16(round_bf16(a * cos_buf[i]) + round_bf16(-b * sin_buf[i]));
+        v[i + half] = round_bf16(round_bf16(b * cos_buf[i]) + round_bf16(a * sin_buf[i]));
+      }
+    }
+    return;
   }
   for (int64_t h = 0; h < q_heads + k_heads; ++h) {
     float* v = h < q_heads ? q + h * head_dim_ : k + (h - q_heads) * head_dim_;

@@ -39,8 +39,10 @@ class Rope {
   float attention_scaling() const { return attention_scaling_; }
   // Rotates, in place, the q heads and k heads (each head_dim floats, laid out
   // contiguously) of one token; cos/sin are computed once for both.
-  void apply(int64_t position, float* q, int64_t q_heads, float* k = nullptr,
-             int64_t k_heads = 0) const;
+  // eager_bf16: as transformers in bf16: cos/sin cast to bf16, and q * cos,
+  // rotate_half(q) * sin and their sum each rounded to bf16.
+  void apply(int64_t position, float* q, int64_t q_heads, float* k = nullptr, int64_t k_heads = 0,
+             bool eager_bf16 = false) const;
 
  private:
   int64_t head_dim_;

@@ -4,8 +4,8 @@
 
 namespace hubzoo {
 
-WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint)
-    : ckpt_(std::move(checkpoint)) {
+WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numerics numerics)
+    : ckpt_(std::move(checkpoint)), numerics_(numerics) {
   for (const auto& name : ckpt_->names()) used_[name] = false;
 }
 
@@ -38,11 +38,12 @@ FloatWeights WeightLoader::take(const std::string& name, const Shape& shape) {
   TensorView v = ckpt_->view(name);
   FloatWeights w;
   w.size_ = v.numel();
-  if (info.dtype == DType::F32) {
+  if (info.dtype == DType::F32 && !numerics_.bf16) {
     w.data_ = static_cast<const float*>(v.data);
   } else {
     w.owned_.resize(w.size_);
     convert_to_f32(info.dtype, v.data, w.owned_.data(), w.size_);
+    numerics_.round_stored(w.owned_.data(), w.size_);
     w.data_ = w.owned_.data();
   }
   return w;
@@ -51,13 +52,14 @@ FloatWeights WeightLoader::take(const std::string& name, const Shape& shape) {
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
   const TensorInfo& info = claim(name, {n, k});
   TensorView v = ckpt_->view(name);
+  const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
   PackedMatrix packed;
   if (info.dtype == DType::F32) {
-    packed = pack_weights(static_cast<const float*>(v.data), n, k);
+    packed = pack(static_cast<const float*>(v.data), n, k);
   } else {
     std::vector<float> tmp(static_cast<size_t>(n * k));
     convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
-    packed = pack_weights(tmp.data(), n, k);
+    packed = pack(tmp.data(), n, k);
   }
   ckpt_->release(name);  // the packed copy is the only one kept resident
   return packed;

@@ -9,15 +9,31 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "layers/numerics.h"
 #include "ops/matmul.h"
 
 namespace hubzoo {
 
 // A float32 vector that points into the mapped checkpoint when it is stored
-// as F32 (zero-copy) and owns a converted copy otherwise.
+// as F32 and used as such (zero-copy), and owns a converted copy otherwise.
 class FloatWeights {
  public:
   FloatWeights() = default;
+  // Owns `values` (a layer built without a checkpoint, e.g. in tests).
+  explicit FloatWeights(std::vector<float> values)
+      : size_(static_cast<int64_t>(values.size())), owned_(std::move(values)) {
+    data_ = owned_.data();
+  }
+  // A copy of an owning FloatWeights points at its own copy of the values.
+  FloatWeights(const FloatWeights& o) : data_(o.data_), size_(o.size_), owned_(o.owned_) {
+    if (!owned_.empty()) data_ = owned_.data();
+  }
+  FloatWeights& operator=(const FloatWeights& o) {
+    if (this != &o) *this = FloatWeights(o);
+    return *this;
+  }
+  FloatWeights(FloatWeights&&) noexcept = default;
+  FloatWeights& operator=(FloatWeights&&) noexcept = default;
   const float* data() const { return data_; }
   int64_t size() const { return size_; }
   float operator[](int64_t i) const { return data_[i]; }
@@ -31,7 +47,10 @@ class FloatWeights {
 
 class WeightLoader {
  public:
-  explicit WeightLoader(std::shared_ptr<const Checkpoint> checkpoint);
+  // With numerics.bf16 every weight is rounded to bf16 (matrices are packed as
+  // bf16; vectors hold bf16 values in float32), as transformers' .to(bfloat16).
+  explicit WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numerics numerics = {});
+  const Numerics& numerics() const { return numerics_; }
 
   bool contains(const std::string& name) const;
   // Takes a tensor of exactly `shape` (F32, BF16 or F16) as float32.
@@ -49,6 +68,7 @@ class WeightLoader {
  private:
   const TensorInfo& claim(const std::string& name, const Shape& shape);
   std::shared_ptr<const Checkpoint> ckpt_;
+  Numerics numerics_;
   std::map<std::string, bool> used_;
   std::map<std::string, std::string> ignored_;
 };

@@ -12,6 +12,7 @@
 #include "io/json.h"
 #include "layers/batch.h"
 #include "layers/kv_cache.h"
+#include "layers/numerics.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -31,6 +32,7 @@ struct ModelInfo {
   std::map<std::string, std::string> ignored_tensors;  // name -> reason
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;  // resident, as packed for compute
+  Numerics numerics;
 };
 
 struct ForwardOptions {
@@ -65,6 +67,7 @@ struct LoadContext {
   std::filesystem::path snapshot;
   JsonObject config;
   std::shared_ptr<ThreadPool> pool;
+  Numerics numerics;
 };
 
 // Architectures (config.json `architectures[0]`) this build can load.
@@ -72,6 +75,7 @@ std::vector<std::string> supported_causal_lms();
 
 struct LoadOptions {
   int num_threads = 0;  // 0: all cores
+  Numerics numerics;    // float32 unless asked (Numerics::parse)
 };
 
 // Loads the snapshot at `model` (a directory or a repo id in the HF cache).

@@ -91,19 +91,25 @@ class LlamaModel final : public CausalLM {
       : pool_(ctx.pool), cfg_(parse_config(ctx.config, variant)) {
     auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(ctx.snapshot));
     checkpoint_ = ckpt;
-    WeightLoader w(ckpt);
+    WeightLoader w(ckpt, ctx.numerics);
+    numerics_ = ctx.numerics;
     const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
     rope_ = std::make_unique<Rope>(cfg_.rope, cfg_.attn.head_dim, cfg_.max_position_embeddings);
+    // Base-model checkpoints (LlamaModel, Qwen3Model: what sentence-transformers
+    // saves, e.g. Qwen3-Embedding) carry bare names and no lm_head.
+    const bool bare = !w.contains("model.embed_tokens.weight") && w.contains("embed_tokens.weight");
+    const std::string m = bare ? "" : "model.";
     // (V, H): embed_tokens; lm_head shares it when tied.
     if (cfg_.tie_word_embeddings) {
-      lm_head_.weight = w.take_packed("model.embed_tokens.weight", v, h);
-      w.ignore("lm_head.weight", "tie_word_embeddings: lm_head shares model.embed_tokens.weight");
+      lm_head_.weight = w.take_packed(m + "embed_tokens.weight", v, h);
+      w.ignore("lm_head.weight",
+               "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
     } else {
-      embed_tokens_ = w.take("model.embed_tokens.weight", {v, h});
+      embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
       lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
     }
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      const std::string p = "model.layers." + std::to_string(i);
+      const std::string p = m + "layers." + std::to_string(i);
       layers_.push_back(DecoderLayer{
           RMSNorm::load(w, p + ".input_layernorm.weight", h, cfg_.rms_norm_eps),
           RMSNorm::load(w, p + ".post_attention_layernorm.weight", h, cfg_.rms_norm_eps),
@@ -111,10 +117,10 @@ class LlamaModel final : public CausalLM {
           GatedMlp(w, p + ".mlp", h, cfg_.intermediate_size, cfg_.mlp_bias),
       });
     }
-    norm_ = RMSNorm::load(w, "model.norm.weight", h, cfg_.rms_norm_eps);
+    norm_ = RMSNorm::load(w, m + "norm.weight", h, cfg_.rms_norm_eps);
     // transformers recomputes rotary inv_freq; old checkpoints may still store it.
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      w.ignore("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq",
+      w.ignore(m + "layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq",
                "RoPE frequencies are recomputed from the config");
     }
     w.finish();
@@ -126,6 +132,7 @@ class LlamaModel final : public CausalLM {
     info_.num_layers = cfg_.num_layers;
     info_.max_position_embeddings = cfg_.max_position_embeddings;
     info_.ignored_tensors = w.ignored();
+    info_.numerics = ctx.numerics;
     for (const auto& name : ckpt->names()) {
       if (!info_.ignored_tensors.count(name))
         info_.num_parameters += num_elements(ckpt->info(name).shape);
@@ -177,10 +184,12 @@ class LlamaModel final : public CausalLM {
       layer.self_attn.forward(batch, normed.data(), branch.data(), cache, i, *pool_);
       capture(p + ".self_attn", branch.data(), m, h);
       add_inplace(x.data(), branch.data(), m * h);
+      numerics_.round_eager(x.data(), m * h);  // a bf16 residual add in eager
       layer.post_attention_layernorm.forward(x.data(), m, normed.data());
       layer.mlp.forward(normed.data(), m, branch.data(), *pool_);
       capture(p + ".mlp", branch.data(), m, h);
       add_inplace(x.data(), branch.data(), m * h);
+      numerics_.round_eager(x.data(), m * h);
       capture(p, x.data(), m, h);
     }
     norm_.forward(x.data(), m, normed.data());
@@ -203,6 +212,7 @@ class LlamaModel final : public CausalLM {
     }
     out.logits.resize(rows * v);
     lm_head_.forward(lm_in, rows, out.logits.data(), *pool_);
+    numerics_.round_eager(out.logits.data(), rows * v);  // transformers' bf16 logits
     capture("logits", out.logits.data(), rows, v);
     for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
   }
@@ -241,6 +251,7 @@ class LlamaModel final : public CausalLM {
 
   std::shared_ptr<ThreadPool> pool_;
   LlamaConfig cfg_;
+  Numerics numerics_;
   std::shared_ptr<const Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
   ModelInfo info_;
   std::unique_ptr<Rope> rope_;

@@ -44,7 +44,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
     throw ConfigError(config.where() + ": architecture '" + archs[0] +
                       "' is not supported (supported: " + supported + ")");
   }
-  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads)};
+  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads),
+                  options.numerics};
   return it->second(ctx);
 }
 

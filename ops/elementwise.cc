@@ -39,13 +39,51 @@ float sum(const float* a, int64_t n) {
   return total;
 }
 
+float sum_of_squared_deviations(const float* a, float mean, int64_t n) {
+  float s[kLanes] = {};
+  const int64_t blocked = n / kLanes * kLanes;
+  for (int64_t i = 0; i < blocked; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float d = a[i + j] - mean;
+      s[j] += d * d;
+    }
+  }
+  float total = combine_lanes(s);
+  for (int64_t i = blocked; i < n; ++i) {
+    const float d = a[i] - mean;
+    total += d * d;
+  }
+  return total;
+}
+
 }  // namespace
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out) {
   if (n <= 0) return;
   const float variance = sum_of_products(x, x, n) / static_cast<float>(n);
   const float inv_rms = 1.0f / std::sqrt(variance + eps);
+  if (!weight) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv_rms;
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv_rms);
+}
+
+void layer_norm(const float* x, const float* weight, const float* bias, float eps, int64_t n,
+                float* out) {
+  if (n <= 0) return;
+  const float count = static_cast<float>(n);
+  const float mean = sum(x, n) / count;
+  // Two passes: squared deviations from the mean, not E[x^2] - mean^2, which
+  // cancels catastrophically for rows with a large mean.
+  const float variance = sum_of_squared_deviations(x, mean, n) / count;
+  const float inv_std = 1.0f / std::sqrt(variance + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float y = (x[i] - mean) * inv_std;
+    if (weight) y *= weight[i];
+    if (bias) y += bias[i];
+    out[i] = y;
+  }
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {

@@ -10,8 +10,16 @@
 namespace hubzoo {
 
 // out = x * (1 / sqrt(mean(x^2) + eps)) * weight, as PyTorch's Llama RMSNorm:
-// variance in fp32, x * rsqrt(variance + eps), then * weight. out may alias x.
+// variance in fp32, x * rsqrt(variance + eps), then * weight (skipped when
+// weight is null). out may alias x.
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
+
+// out = (x - mean) / sqrt(var + eps) * weight + bias with fp32 statistics, as
+// torch.nn.functional.layer_norm: mean first, then the (biased) variance as the
+// mean of squared deviations, each reduced in a fixed order. weight and bias
+// may each be null (skipped). out may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, float eps, int64_t n,
+                float* out);
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp(-g)). out may alias gate or up.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);

@@ -46,6 +46,66 @@ TEST(Elementwise, RmsNormMatchesDouble) {
   }
 }
 
+// x = {1, 2, 3, 6}: mean 3, squared deviations {4, 1, 0, 9} -> variance 3.5.
+TEST(Elementwise, LayerNormHandComputed) {
+  const float x[] = {1.0f, 2.0f, 3.0f, 6.0f};
+  const float w[] = {1.0f, 2.0f, -1.0f, 0.5f};
+  const float b[] = {0.5f, 0.0f, 1.0f, -2.0f};
+  const float eps = 0.5f;                             // variance + eps = 4: inv_std = 0.5 exactly
+  const float normed[] = {-1.0f, -0.5f, 0.0f, 1.5f};  // (x - 3) / 2
+  float out[4];
+  layer_norm(x, w, b, eps, 4, out);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], normed[i] * w[i] + b[i]) << i;
+  layer_norm(x, nullptr, nullptr, eps, 4, out);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], normed[i]) << i;
+  layer_norm(x, w, nullptr, eps, 4, out);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], normed[i] * w[i]) << i;
+  layer_norm(x, nullptr, b, eps, 4, out);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], normed[i] + b[i]) << i;
+  // In place.
+  float y[] = {1.0f, 2.0f, 3.0f, 6.0f};
+  layer_norm(y, w, b, eps, 4, y);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y[i], normed[i] * w[i] + b[i]) << i;
+  // A constant row normalises to zero (variance 0, no NaN); n = 0 writes nothing.
+  const float c[] = {7.0f, 7.0f, 7.0f};
+  layer_norm(c, nullptr, b, 1e-5f, 3, out);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], b[i]) << i;
+  out[0] = 42.0f;
+  layer_norm(nullptr, nullptr, nullptr, 1e-5f, 0, out);
+  EXPECT_EQ(out[0], 42.0f);
+}
+
+// Two-pass statistics stay accurate on rows with a large mean, where
+// E[x^2] - mean^2 in fp32 would cancel to noise.
+TEST(Elementwise, LayerNormMatchesDoubleWithLargeMean) {
+  for (int64_t n : kSizes) {
+    for (float offset : {0.0f, 1000.0f}) {
+      auto x = random_vector(n, 12, 2.0f);
+      for (auto& v : x) v += offset;
+      auto w = random_vector(n, 13, 0.1f);
+      for (auto& v : w) v += 1.0f;
+      const auto b = random_vector(n, 14, 0.1f);
+      const float eps = 1e-5f;
+      std::vector<float> out(n);
+      layer_norm(x.data(), w.data(), b.data(), eps, n, out.data());
+      double mean = 0, var = 0;
+      for (float v : x) mean += v;
+      mean /= n;
+      for (float v : x) var += (v - mean) * (v - mean);
+      var /= n;
+      const double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < n; ++i) {
+        const double normed = (x[i] - mean) * inv;
+        const double want = normed * w[i] + b[i];
+        // fp32 rounding of x - mean scales with |x| / std (~500 at offset 1000).
+        const double tol =
+            2e-6 * (std::abs(normed * w[i]) + std::abs(b[i])) + 1e-7 * (1.0 + std::abs(x[i]) * inv);
+        EXPECT_NEAR(out[i], want, tol) << "n=" << n << " offset=" << offset << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(Elementwise, SiluMulMatchesDouble) {
   for (int64_t n : kSizes) {
     const auto g = random_vector(n, 3, 4.0f);
@@ -139,6 +199,10 @@ TEST(Elementwise, ReductionsIndependentOfPlacement) {
   softmax_inplace(a.data(), n);
   softmax_inplace(buf.data() + 13, n);
   EXPECT_EQ(0, std::memcmp(a.data(), buf.data() + 13, n * sizeof(float)));
+  std::copy(x.begin(), x.end(), buf.begin() + 13);
+  layer_norm(x.data(), w.data(), w.data(), 1e-5f, n, a.data());
+  layer_norm(buf.data() + 13, w.data(), w.data(), 1e-5f, n, b.data());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)));
 }
 
 }  // namespace

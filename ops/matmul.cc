@@ -18,18 +18,23 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/bf16.h"
 
 #ifndef HUBZOO_OPS_BLOCKED_DOT
 #define HUBZOO_OPS_BLOCKED_DOT
 namespace hubzoo {
+inline float widen(float w) { return w; }
+inline float widen(uint16_t w) { return bf16_to_float(w); }
+
 // The reduction order of one output element (matmul.h), written out in scalar
 // code: x[0..K) against a packed weight column (stride kPanel).
-inline float blocked_dot(const float* x, const float* w, int64_t K) {
+template <typename WT>
+float blocked_dot(const float* x, const WT* w, int64_t K) {
   float total = 0.0f;
   for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
     const int64_t k1 = std::min(K, k0 + kKBlock);
     float acc = 0.0f;
-    for (int64_t kk = k0; kk < k1; ++kk) acc = std::fma(x[kk], w[kk * kPanel], acc);
+    for (int64_t kk = k0; kk < k1; ++kk) acc = std::fma(x[kk], widen(w[kk * kPanel]), acc);
     total += acc;
   }
   return total;
@@ -72,10 +77,18 @@ constexpr int kMR = std::max(1, kAccBudget / kVecsPerPanel);
 // flight to hide FMA latency and to keep several weight streams open.
 constexpr int PanelsPerTile(int mr) { return std::clamp(kAccBudget / (mr * kVecsPerPanel), 1, 4); }
 
+// kLanes weights as float32 vector: loaded, or widened exactly from bf16.
+HWY_INLINE V LoadWeights(DF d, const float* HWY_RESTRICT p) { return hn::Load(d, p); }
+HWY_INLINE V LoadWeights(DF d, const uint16_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToUnsigned<DF> d32;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+}
+
 // y[0..MR, 0..NP*kPanel) (+)= tile. xp: packed x block [K][MR]; w: first panel;
 // n_valid: columns of y that exist from the tile's first column on.
-template <int MR, int NP>
-HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, int64_t K,
+template <int MR, int NP, typename WT>
+HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int64_t K,
                      const float* HWY_RESTRICT bias, float* HWY_RESTRICT y, int64_t ldy,
                      int64_t n_valid) {
   constexpr int C = NP * kVecsPerPanel;
@@ -100,7 +113,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, 
       V wv[C];
 #pragma GCC unroll 64
       for (int c = 0; c < C; ++c) {
-        wv[c] = hn::Load(
+        wv[c] = LoadWeights(
             d, w + (c / kVecsPerPanel) * panel_stride + kk * kPanel + (c % kVecsPerPanel) * kLanes);
       }
 #pragma GCC unroll 64
@@ -137,14 +150,14 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT w, 
   }
 }
 
-// MR rows of y over panels [p0, p1).
-template <int MR>
-HWY_NOINLINE void RowBlock(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1,
-                           const float* bias, float* y, int64_t ldy) {
+// MR rows of y over panels [p0, p1) of weights `panels` (float or bf16).
+template <int MR, typename WT>
+HWY_NOINLINE void RowBlock(const float* xp, const WT* panels, const PackedMatrix& w, int64_t p0,
+                           int64_t p1, const float* bias, float* y, int64_t ldy) {
   constexpr int NP = PanelsPerTile(MR);
   const int64_t K = w.k;
   const auto tile_args = [&](int64_t p) {
-    return std::make_tuple(w.data.get() + p * K * kPanel, bias ? bias + p * kPanel : nullptr,
+    return std::make_tuple(panels + p * K * kPanel, bias ? bias + p * kPanel : nullptr,
                            y + p * kPanel, w.n - p * kPanel);
   };
   int64_t p = p0;
@@ -158,11 +171,21 @@ HWY_NOINLINE void RowBlock(const float* xp, const PackedMatrix& w, int64_t p0, i
   }
 }
 
+template <int MR>
+void RowBlockAny(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1, const float* bias,
+                 float* y, int64_t ldy) {
+  if (w.is_bf16()) {
+    RowBlock<MR>(xp, w.bf16.get(), w, p0, p1, bias, y, ldy);
+  } else {
+    RowBlock<MR>(xp, w.data.get(), w, p0, p1, bias, y, ldy);
+  }
+}
+
 using RowBlockFn = void (*)(const float*, const PackedMatrix&, int64_t, int64_t, const float*,
                             float*, int64_t);
 template <size_t... I>
 constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequence<I...>) {
-  return {&RowBlock<static_cast<int>(I) + 1>...};
+  return {&RowBlockAny<static_cast<int>(I) + 1>...};
 }
 // kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
 constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
@@ -197,7 +220,7 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     kRowBlocks[rows - 1](xp, *a.w, p0, p1, a.bias, a.y + r0 * a.ldy, a.ldy);
     return;
   }
-  const int64_t row_bytes = std::max<int64_t>(1, K * 4);
+  const int64_t row_bytes = std::max<int64_t>(1, K * (a.w->is_bf16() ? 2 : 4));
   const int64_t chunk = std::max<int64_t>(1, kRowChunkBytes / row_bytes / kMR) * kMR;
   const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (row_bytes * kPanel));
   for (int64_t rc = 0; rc < rows; rc += chunk) {
@@ -222,8 +245,9 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = a.x + r * a.ldx;
     for (int64_t n = p0 * kPanel; n < n_end; ++n) {
-      const float* w = a.w->data.get() + (n / kPanel) * K * kPanel + n % kPanel;
-      const float acc = blocked_dot(x, w, K);
+      const int64_t at = (n / kPanel) * K * kPanel + n % kPanel;
+      const float acc = a.w->is_bf16() ? blocked_dot(x, a.w->bf16.get() + at, K)
+                                       : blocked_dot(x, a.w->data.get() + at, K);
       a.y[r * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }
@@ -268,9 +292,28 @@ HWY_EXPORT(DispatchedTarget);
 namespace {
 
 void free_aligned(float* p) { std::free(p); }
+void free_aligned16(uint16_t* p) { std::free(p); }
+
+template <typename T>
+T* alloc_panels(int64_t elements) {
+  const size_t bytes = (std::max<int64_t>(elements, 32) * sizeof(T) + 63) / 64 * 64;
+  T* data = static_cast<T*>(std::aligned_alloc(64, bytes));
+  if (!data) throw std::bad_alloc();
+  std::memset(data, 0, bytes);  // zero padding past n in the last panel
+  return data;
+}
+
+template <typename T, typename Convert>
+void pack_into(const float* w, int64_t n, int64_t k, T* data, Convert convert) {
+  for (int64_t row = 0; row < n; ++row) {
+    const float* src = w + row * k;
+    T* dst = data + (row / kPanel) * k * kPanel + row % kPanel;
+    for (int64_t c = 0; c < k; ++c) dst[c * kPanel] = convert(src[c]);
+  }
+}
 
 void check_args(const MatmulArgs& a) {
-  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data))
+  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16))
     throw InvalidArgument("matmul: weights are not packed");
   if (a.m < 0) throw InvalidArgument("matmul: negative row count");
   if (a.m > 0 && a.w->n > 0 && (!a.y || (a.w->k > 0 && !a.x)))
@@ -283,9 +326,18 @@ void check_args(const MatmulArgs& a) {
 
 }  // namespace
 
+float PackedMatrix::at(int64_t row, int64_t col) const {
+  const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
+  return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
+}
+
 void PackedMatrix::copy_row(int64_t row, float* out) const {
-  const float* src = data.get() + (row / kPanel) * k * kPanel + row % kPanel;
-  for (int64_t c = 0; c < k; ++c) out[c] = src[c * kPanel];
+  const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
+  if (is_bf16()) {
+    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bf16[first + c * kPanel]);
+  } else {
+    for (int64_t c = 0; c < k; ++c) out[c] = data[first + c * kPanel];
+  }
 }
 
 PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
@@ -293,17 +345,18 @@ PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
   PackedMatrix p;
   p.n = n;
   p.k = k;
-  const int64_t floats = p.num_panels() * k * kPanel;
-  const size_t bytes = (std::max<int64_t>(floats, 16) * sizeof(float) + 63) / 64 * 64;
-  float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!data) throw std::bad_alloc();
-  p.data = std::unique_ptr<float[], void (*)(float*)>(data, &free_aligned);
-  std::memset(data, 0, bytes);  // zero padding past n in the last panel
-  for (int64_t row = 0; row < n; ++row) {
-    const float* src = w + row * k;
-    float* dst = data + (row / kPanel) * k * kPanel + row % kPanel;
-    for (int64_t c = 0; c < k; ++c) dst[c * kPanel] = src[c];
-  }
+  p.data = {alloc_panels<float>(p.num_panels() * k * kPanel), &free_aligned};
+  pack_into(w, n, k, p.data.get(), [](float v) { return v; });
+  return p;
+}
+
+PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
+  if (n < 0 || k < 0) throw InvalidArgument("pack_weights_bf16: negative shape");
+  PackedMatrix p;
+  p.n = n;
+  p.k = k;
+  p.bf16 = {alloc_panels<uint16_t>(p.num_panels() * k * kPanel), &free_aligned16};
+  pack_into(w, n, k, p.bf16.get(), [](float v) { return bf16_bits(v); });
   return p;
 }
 
@@ -312,8 +365,10 @@ void matmul_reference(const MatmulArgs& a) {
   const PackedMatrix& w = *a.w;
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t n = 0; n < w.n; ++n) {
-      const float* wn = w.data.get() + (n / kPanel) * w.k * kPanel + n % kPanel;
-      const float acc = blocked_dot(a.x + m * a.ldx, wn, w.k);
+      const int64_t at = (n / kPanel) * w.k * kPanel + n % kPanel;
+      const float* x = a.x + m * a.ldx;
+      const float acc = w.is_bf16() ? blocked_dot(x, w.bf16.get() + at, w.k)
+                                    : blocked_dot(x, w.data.get() + at, w.k);
       a.y[m * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }

@@ -24,20 +24,27 @@ namespace hubzoo {
 constexpr int64_t kPanel = 32;   // columns per packed panel (2 AVX-512 vectors)
 constexpr int64_t kKBlock = 64;  // k per FMA chain; fixed, whatever the shape
 
+// Weights packed as float32 or as bf16 (bit patterns, converted exactly to
+// float32 in registers): the same layout, the same reduction order, so a bf16
+// matrix gives exactly the result of its float32 widening.
 struct PackedMatrix {
-  int64_t n = 0;                                                      // output features (rows of W)
-  int64_t k = 0;                                                      // input features
-  std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};  // 64-byte aligned
+  int64_t n = 0;  // output features (rows of W)
+  int64_t k = 0;  // input features
+  // Exactly one of these holds the panels (64-byte aligned).
+  std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};
+  std::unique_ptr<uint16_t[], void (*)(uint16_t*)> bf16{nullptr, nullptr};
+  bool is_bf16() const { return bf16 != nullptr; }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
+  int64_t bytes() const { return num_panels() * k * kPanel * (is_bf16() ? 2 : 4); }
   // Element W[row, col] read back from the packed layout (embedding lookup of tied weights).
-  float at(int64_t row, int64_t col) const {
-    return data[((row / kPanel) * k + col) * kPanel + row % kPanel];
-  }
+  float at(int64_t row, int64_t col) const;
   void copy_row(int64_t row, float* out) const;  // W[row, :] -> out[0..k)
 };
 
 // Packs row-major W [n, k] (float32).
 PackedMatrix pack_weights(const float* w, int64_t n, int64_t k);
+// Packs row-major W [n, k] as bf16, rounding to nearest even (as torch's .to(bfloat16)).
+PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k);
 
 // x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).
 // bias may be null.

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "hwy/targets.h"
+#include "ops/bf16.h"
 
 namespace hubzoo {
 namespace {
@@ -138,6 +139,50 @@ TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
 
 // A row's output does not depend on the other rows in the batch, on its slot,
 // or on the thread count.
+// bf16 weights: bit-identical to the reference on every target and thread
+// count, and equal to the float32 matmul of the same (widened) weights.
+TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
+  std::vector<Problem> problems;
+  for (int64_t m : {1, 2, 13, 17, 64}) {
+    for (int64_t n : {1, 33, 100}) {
+      for (int64_t k : {7, 64, 577}) problems.push_back({m, n, k, m % 2 == 1, m == 13});
+    }
+  }
+  ThreadPool one(1), two(2);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    Data d = make_data(p, static_cast<uint32_t>(1000 + i));
+    const PackedMatrix bf = pack_weights_bf16(d.w.data(), p.n, p.k);
+    ASSERT_TRUE(bf.is_bf16());
+    std::vector<float> widened(d.w.size());
+    for (size_t j = 0; j < widened.size(); ++j) widened[j] = round_bf16(d.w[j]);
+    for (int64_t r = 0; r < p.n; ++r) {
+      for (int64_t c = 0; c < p.k; c += 5) ASSERT_EQ(bf.at(r, c), widened[r * p.k + c]);
+    }
+    const PackedMatrix wide = pack_weights(widened.data(), p.n, p.k);
+    const auto want = run(p, d.x.data(), wide, d.bias.data(), nullptr);
+    expect_same_bits(p, want, run(p, d.x.data(), bf, d.bias.data(), nullptr));
+    EveryTarget::run([&] {
+      for (ThreadPool* pool : {&one, &two}) {
+        expect_same_bits(p, want, run(p, d.x.data(), bf, d.bias.data(), pool));
+      }
+    });
+  }
+}
+
+TEST(Bf16, RoundsToNearestEvenLikeTorch) {
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
+            1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(round_bf16(-2.5f), -2.5f);
+  EXPECT_TRUE(std::isinf(round_bf16(3.4e38f)));  // rounds up past the largest bf16
+  EXPECT_TRUE(std::isnan(round_bf16(std::nanf(""))));
+  EXPECT_EQ(bf16_bits(std::nanf("")) & 0x7FC0u, 0x7FC0u);
+  EXPECT_EQ(bf16_bits(1.0f), 0x3F80u);
+}
+
 TEST(Matmul, BatchInvariant) {
   const int64_t n = 100, k = 577, max_m = 45;
   const Problem all{max_m, n, k, true, false};

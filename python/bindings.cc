@@ -36,7 +36,9 @@ struct Row {
 
 class PyCausalLM {
  public:
-  PyCausalLM(const std::string& model, int threads) : model_(load_causal_lm(model, {threads})) {}
+  PyCausalLM(const std::string& model, int threads, const std::string& dtype,
+             const std::string& mode)
+      : model_(load_causal_lm(model, {threads, Numerics::parse(dtype, mode)})) {}
 
   nb::dict info() const {
     const ModelInfo& i = model_->info();
@@ -52,6 +54,8 @@ class PyCausalLM {
     d["num_parameters"] = i.num_parameters;
     d["ignored_tensors"] = i.ignored_tensors;
     d["matmul_target"] = std::string(matmul_target_name());
+    d["dtype"] = std::string(i.numerics.dtype_name());
+    d["mode"] = std::string(i.numerics.mode_name());
     return d;
   }
 
@@ -124,7 +128,7 @@ class PyCausalLM {
 
   nb::ndarray<nb::numpy, int64_t> generate(IdArray ids, std::optional<IdArray> mask,
                                            int64_t max_new_tokens, float temperature, int64_t top_k,
-                                           float top_p, uint64_t seed) {
+                                           float top_p, uint64_t seed, bool stop_at_eos) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
     std::vector<std::vector<int64_t>> prompts(batch);
     for (int64_t b = 0; b < batch; ++b) {
@@ -135,6 +139,7 @@ class PyCausalLM {
     GenerateOptions opt;
     opt.max_new_tokens = max_new_tokens;
     opt.sampling = {temperature, top_k, top_p, seed};
+    opt.stop_at_eos = stop_at_eos;
     GenerateResult r;
     {
       nb::gil_scoped_release release;
@@ -160,6 +165,7 @@ class PyCausalLM {
 
 void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
 void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
+void bind_ops(nb::module_& m);            // python/ops_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -177,14 +183,17 @@ NB_MODULE(_hubzoo, m) {
       nb::arg("ref"));
   bind_tokenizer(m);
   bind_chat_template(m);
+  bind_ops(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
-      .def(nb::init<const std::string&, int>(), nb::arg("model"), nb::arg("threads") = 0)
+      .def(nb::init<const std::string&, int, const std::string&, const std::string&>(),
+           nb::arg("model"), nb::arg("threads") = 0, nb::arg("dtype") = "float32",
+           nb::arg("mode") = "fused")
       .def("info", &PyCausalLM::info)
       .def("capture_names", &PyCausalLM::capture_names)
       .def("forward", &PyCausalLM::forward, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("capture"), nb::arg("prefill_len"))
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"));
+           nb::arg("seed"), nb::arg("stop_at_eos") = true);
 }

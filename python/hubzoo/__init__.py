@@ -22,10 +22,11 @@ from ._hubzoo import (  # noqa: F401  (re-exported)
     TensorMappingError,
 )
 
+
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
 
-_DTYPES = ("float32",)
+_DTYPES = ("float32", "bfloat16")
 _MODES = ("eager", "fused")
 
 
@@ -62,7 +63,7 @@ class CausalLM:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
         if mode not in _MODES:
             raise InvalidArgument(f"mode must be one of {_MODES}, got {mode!r}")
-        return cls(_hubzoo.CausalLM(str(path_or_id), num_threads), dtype, mode)
+        return cls(_hubzoo.CausalLM(str(path_or_id), num_threads, dtype, mode), dtype, mode)
 
     def _inputs(self, input_ids, attention_mask):
         ids = _as_ids(input_ids)
@@ -89,12 +90,14 @@ class CausalLM:
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None) -> np.ndarray:
-        """New tokens int64 [batch, steps] (left padding allowed via attention_mask)."""
+                 seed: int | None = None, ignore_eos: bool = False) -> np.ndarray:
+        """New tokens int64 [batch, steps] (left padding allowed via attention_mask).
+
+        ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks)."""
         ids, mask = self._inputs(input_ids, attention_mask)
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
-                                    int(seed or 0))
+                                    int(seed or 0), not ignore_eos)
 
     @property
     def capture_names(self) -> list[str]:

@@ -52,7 +52,7 @@ def hf_forward(model, input_ids, attention_mask=None, position_ids=None, capture
         def fn(_module, _inputs, output):
             if isinstance(output, (tuple, list)):
                 output = output[0]
-            captured[name] = output.detach().numpy().copy()
+            captured[name] = output.detach().float().numpy().copy()
 
         return fn
 

@@ -175,13 +175,18 @@ def build(variant: str, out_dir: str | Path, seed: int = SEED, **overrides: Any)
     return out
 
 
-def load_hf(path: str | Path):
-    """The transformers model of a checkpoint: fp32, eager attention, eval mode."""
+def load_hf(path: str | Path, dtype: str = "float32"):
+    """The transformers model of a checkpoint: eager attention, eval mode, fp32 or bf16.
+
+    bf16 is loaded as users load it, from_pretrained(dtype=torch.bfloat16): the RoPE
+    inv_freq buffer stays fp32 there, whereas model.to(torch.bfloat16) would round it too
+    (and make transformers' bf16 look worse than it is).
+    """
     import torch
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation="eager"
+        path, dtype=getattr(torch, dtype), attn_implementation="eager"
     )
     model.eval()
     return model

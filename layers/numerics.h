@@ -1,0 +1,58 @@
+// How a model computes: float32, or bf16 in one of two modes (shared/design.md,
+// Numerics). Weights are bf16 in both bf16 modes (rounded at load as
+// transformers' .to(bfloat16) rounds them) and so is the KV cache; every
+// matmul and reduction accumulates in float32. The modes differ in where
+// activations are rounded to bf16:
+//
+// eager: at the op boundaries of transformers' eager PyTorch code, so a bf16
+//   model rounds where transformers' bf16 model rounds: norm statistics in
+//   fp32 then cast, weight * normed in bf16, every matmul output, RoPE on bf16
+//   cos/sin, bf16 scores, softmax in fp32 cast to bf16, SiLU and products,
+//   residual adds, logits.
+// fused: each layer runs as fused kernels that keep fp32 throughout; only what
+//   is stored past the forward pass (weights, the KV cache) is bf16. Rounding
+//   activations at kernel boundaries as well was measured worse than
+//   transformers' own bf16 (error ratio 1.05 on SmolLM2 against 0.29 without;
+//   docs/architecture.md), and fp32 activations cost nothing on CPU, where
+//   decode time is the weights' bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/error.h"
+#include "ops/bf16.h"
+
+namespace hubzoo {
+
+struct Numerics {
+  bool bf16 = false;
+  bool eager = false;
+
+  // dtype "float32" | "bfloat16", mode "eager" | "fused" (ignored for float32).
+  static Numerics parse(const std::string& dtype, const std::string& mode) {
+    if (dtype != "float32" && dtype != "bfloat16") {
+      throw InvalidArgument("dtype must be 'float32' or 'bfloat16', got '" + dtype + "'");
+    }
+    if (mode != "eager" && mode != "fused") {
+      throw InvalidArgument("mode must be 'eager' or 'fused', got '" + mode + "'");
+    }
+    return {dtype == "bfloat16", dtype == "bfloat16" && mode == "eager"};
+  }
+  const char* dtype_name() const { return bf16 ? "bfloat16" : "float32"; }
+  const char* mode_name() const { return eager ? "eager" : "fused"; }
+
+  // A value transformers' eager bf16 code rounds here.
+  float round_eager(float x) const { return eager_bf16() ? round_bf16(x) : x; }
+  void round_eager(float* x, int64_t n) const {
+    if (eager_bf16()) round_bf16(x, n);
+  }
+  // A tensor kept past the forward pass (weights, KV cache): bf16 in both bf16 modes.
+  float round_stored(float x) const { return bf16 ? round_bf16(x) : x; }
+  void round_stored(float* x, int64_t n) const {
+    if (bf16) round_bf16(x, n);
+  }
+  bool eager_bf16() const { return bf16 && eager; }
+};
+
+}  // namespace hubzoo

@@ -1,0 +1,103 @@
+"""hubzoo.verify: the verification ladder (shared/design.md) run against transformers on this machine.
+
+    python -m hubzoo.verify MODEL [--dtype float32|bfloat16|all] [--mode eager|fused|all]
+        [--json FILE] [--markdown FILE] [--plot FILE.png] [--threads N] [--long-tokens 512]
+        [--new-tokens 32] [--quiet]
+
+MODEL is a snapshot directory or a repo id in the HF cache. Progress goes to stderr;
+the matrix to stdout. Exit status: 0 every check of every available column passed,
+1 a check failed, 2 the run could not start or finish (bad MODEL, bad option).
+A dtype/mode that hubzoo refuses with InvalidArgument (bf16 before it exists) is
+a column marked "not available"; it neither passes nor fails.
+
+In Python:
+
+    from hubzoo import verify
+    report = verify.run("models/SmolLM2-135M-Instruct", dtypes=["float32"])
+    print(verify.render_text(report))
+    open("r.md", "w").write(verify.render_markdown(report))
+    verify.plot_layers(report, "r.png")
+
+The reference is transformers with attn_implementation="eager": HF fp32 (the
+truth every number is measured against) and HF bf16 (the same model
+.to(torch.bfloat16): what a bf16 engine can be expected to reach).
+
+Columns: dtype x mode x input. Inputs: "short" (the chat-template prompt when the
+snapshot has a chat template, else a fixed sentence) and "long" (>= long_tokens
+tokens of prose, past any enabled sliding window); without tokenizer.json both are
+deterministic random ids.
+
+Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
+
+    format, model, name, snapshot, architecture, num_layers, vocab_size, elapsed_s, notes: [str]
+    metadata: hubzoo_version, git_commit, source_tree {path, head, dirty}, compiler,
+              compiler_detail, matmul_target, cpu, cpu_flags, cpu_count, threads {hubzoo, torch},
+              reference {library, attn_implementation, fp32, bf16}, versions {torch,
+              transformers, tokenizers, sentence-transformers, numpy, python}, platform, date, argv
+    settings: dtypes, modes, long_tokens, new_tokens, decode_steps_long, margin_sigmas,
+              top_k, thresholds {fp32_logits_atol, cached_atol_fp32, bf16_ratio_max {eager, fused}}
+    inputs: {short|long: {kind, tokens, description, ids}}
+    references: {short|long: {tokens, sigma, margin_threshold, margin_positions,
+              hf_fp32_greedy: [ids],
+              hf_bf16: {logits_rms, logits_max_abs, kl_mean, kl_max, top1_agreement,
+                        top5_containment, margin_full, greedy (short input only,
+                        and only when a bf16 column ran; else null)},
+              layers: {names, hf_fp32_rms, hf_bf16_err_rms}}}
+    columns: [{name "dtype/mode/input", dtype, mode, input, status "ok"|"not available",
+              reason, tokens,
+              metrics: {logits_rms, logits_max_abs, bf16_ratio, kl_mean, kl_max,
+                        top1_agreement, top5_containment,
+                        greedy {tokens, reference, prefix, length, identical},
+                        cached {prefill, positions, argmax_agreement, max_abs_diff},
+                        margin {threshold, positions, full, cached_positions, cached}},
+              layers: {names, rms},
+              checks: [{key, label, pass (true|false|null = not applicable), value, threshold}],
+              passed}]           (metrics/layers null and checks [] when not available)
+    summary: {passed, complete, failed: ["column: check"], not_available: [column]}
+    matrix: {columns: [name], rows: [{key, label, cells: [str]}]}
+
+Numbers (fractions are over positions of the input; KL in nats, per token):
+    logits RMS / max abs err    ours - HF fp32 over every logit
+    error ratio                 RMS(ours - HF fp32) / RMS(HF bf16 - HF fp32) (sigma)
+    mean/max KL                 KL(softmax HF fp32 || softmax ours); [ref] rows: HF bf16's own;
+                                KL ratio: our mean KL / HF bf16's mean KL
+    top-1, top-5                our argmax = HF fp32's; HF fp32's argmax among our 5 largest
+    greedy                      our greedy (our dtype) vs HF fp32 model.generate(do_sample=False):
+                                identical leading tokens / longer length
+    cached decode               forward_incremental (prefill, then one token per step) vs our
+                                own full forward, over the decoded positions
+    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma: share
+                                where our argmax equals HF fp32's (full forward, cached decode)
+    per-layer                   RMS(ours - HF fp32) at embed, layers.{i} (decoder layer output),
+                                norm, logits (forward hooks on the HF side)
+
+Checks (the ladder's pass bars): fp32: logits max abs <= 1e-3, argmax equal, greedy
+identical, cached decode within 1e-4; bf16: error ratio <= 1.15 eager / 1.0 fused; every
+dtype: cached decode argmax equal, top-5 containment 100%, 8-sigma decisions 100% (full and
+cached; n/a when no position clears the margin), mean KL <= HF bf16's mean KL (in bf16
+eager, <= 1.15^2 x HF bf16's: KL grows with the square of the logit error, and eager
+reproduces transformers' own bf16 roundings, so it sits at HF's KL give or take
+accumulation-order noise).
+
+The bf16 reference is transformers loaded with from_pretrained(dtype=torch.bfloat16), as
+users load it (model.to(torch.bfloat16) would also round the RoPE inv_freq buffer).
+"""
+
+from __future__ import annotations
+
+from .harness import (  # noqa: F401
+    DTYPES,
+    FORMAT,
+    INPUTS,
+    MODES,
+    Progress,
+    VerifyError,
+    run,
+)
+from .report import CHECKS, ROWS, matrix, plot_layers, render_markdown, render_matrix_markdown, render_text  # noqa: F401
+
+
+def main(argv=None) -> int:
+    from .cli import main as _main
+
+    return _main(argv)
