@@ -4,6 +4,9 @@
 #include <mutex>
 #include <queue>
 #include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "tokenizer/models.h"
@@ -30,6 +33,58 @@ struct Merge {
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
 
+// Merges: pair_key -> (rank, new id), an open-addressing hash table with
+// linear probing (one cache line per lookup, where a node-based map takes two
+// or three dependent misses). Inserting an existing key overwrites it.
+class MergeTable {
+ public:
+  struct Entry {
+    uint64_t key;
+    uint32_t rank, new_id;
+  };
+
+  explicit MergeTable(size_t expected = 0) { resize(2 * expected); }
+
+  void insert(uint64_t key, uint32_t rank, uint32_t new_id) {
+    if (2 * (size_ + 1) > slots_.size()) resize(2 * slots_.size());
+    Entry& e = slots_[index(key)];
+    if (e.key == kEmpty) ++size_;
+    e = {key, rank, new_id};
+  }
+  const Entry* find(uint64_t key) const {
+    const Entry& e = slots_[index(key)];
+    return e.key == kEmpty ? nullptr : &e;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // no pair of 32-bit ids is all ones
+
+  // The slot holding `key`, or the empty slot where it belongs.
+  size_t index(uint64_t key) const {
+    const size_t mask = slots_.size() - 1;
+    size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+    while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask;
+    return i;
+  }
+  // At least `min_slots` slots (a power of two, 16 or more), entries kept.
+  void resize(size_t min_slots) {
+    size_t slots = 16;
+    int bits = 4;
+    while (slots < min_slots) slots *= 2, ++bits;
+    std::vector<Entry> old = std::move(slots_);
+    slots_.assign(slots, Entry{kEmpty, 0, 0});
+    shift_ = 64 - bits;
+    size_ = 0;
+    for (const Entry& e : old) {
+      if (e.key != kEmpty) insert(e.key, e.rank, e.new_id);
+    }
+  }
+
+  std::vector<Entry> slots_;
+  int shift_ = 60;
+  size_t size_ = 0;
+};
+
 std::string optional_string(const Json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
@@ -48,8 +103,14 @@ class BPE : public Model {
     fuse_unk_ = j.value("fuse_unk", false);
     byte_fallback_ = j.value("byte_fallback", false);
     ignore_merges_ = j.value("ignore_merges", false);
+    for (const auto& [token, id] : vocab_) {
+      if (id >= id_to_token_.size()) id_to_token_.resize(id + 1);
+      id_to_token_[id] = token;
+    }
+    const Json& merges = field(j, "merges", src);
+    merges_ = MergeTable(merges.size());
     uint32_t rank = 0;
-    for (const Json& m : field(j, "merges", src)) {
+    for (const Json& m : merges) {
       std::string a, b;
       if (m.is_string()) {
         const std::string s = m.get<std::string>();
@@ -69,7 +130,7 @@ class BPE : public Model {
         throw FormatError(src.file + ": BPE merge '" + a + " " + b +
                           "' uses a token missing from the vocab");
       }
-      merges_[pair_key(*ia, *ib)] = {rank++, *im};
+      merges_.insert(pair_key(*ia, *ib), rank++, *im);
     }
   }
 
@@ -141,12 +202,9 @@ class BPE : public Model {
 
   void merge_all(std::vector<Symbol>& word) const {
     std::priority_queue<Merge> queue;
-    auto find = [&](uint32_t a, uint32_t b) -> const std::pair<uint32_t, uint32_t>* {
-      auto it = merges_.find(pair_key(a, b));
-      return it == merges_.end() ? nullptr : &it->second;
-    };
+    auto find = [&](uint32_t a, uint32_t b) { return merges_.find(pair_key(a, b)); };
     for (size_t i = 0; i + 1 < word.size(); ++i) {
-      if (auto m = find(word[i].id, word[i + 1].id)) queue.push({i, m->first, m->second});
+      if (auto m = find(word[i].id, word[i + 1].id)) queue.push({i, m->rank, m->new_id});
     }
     while (!queue.empty()) {
       const Merge top = queue.top();
@@ -156,7 +214,7 @@ class BPE : public Model {
       const size_t next_pos = static_cast<size_t>(cur.next);
       const Symbol right = word[next_pos];
       auto m = find(cur.id, right.id);
-      if (!m || m->second != top.new_id) continue;  // stale queue entry
+      if (!m || m->new_id != top.new_id) continue;  // stale queue entry
       cur.id = top.new_id;
       cur.len += right.len;
       cur.next = right.next;
@@ -166,11 +224,11 @@ class BPE : public Model {
       }
       if (cur.prev >= 0) {
         const auto prev = static_cast<size_t>(cur.prev);
-        if (auto pm = find(word[prev].id, cur.id)) queue.push({prev, pm->first, pm->second});
+        if (auto pm = find(word[prev].id, cur.id)) queue.push({prev, pm->rank, pm->new_id});
       }
       if (cur.next >= 0 && static_cast<size_t>(cur.next) < word.size()) {
         if (auto nm = find(cur.id, word[static_cast<size_t>(cur.next)].id)) {
-          queue.push({top.pos, nm->first, nm->second});
+          queue.push({top.pos, nm->rank, nm->new_id});
         }
       }
     }
@@ -181,13 +239,15 @@ class BPE : public Model {
     size_t offset = 0;
     for (const Symbol& s : word) {
       if (s.len == 0) continue;
-      out.push_back({s.id, vocab_r_.at(s.id), {offset, offset + s.len}});
+      if (s.id >= id_to_token_.size()) throw std::out_of_range("BPE: id without a token");
+      out.push_back({s.id, id_to_token_[s.id], {offset, offset + s.len}});
       offset += s.len;
     }
     return out;
   }
 
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // pair -> (rank, new id)
+  MergeTable merges_;
+  std::vector<std::string> id_to_token_;  // vocab_r_ as a dense array
   std::string unk_, prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   mutable std::shared_mutex cache_mutex_;

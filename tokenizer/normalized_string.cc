@@ -4,6 +4,25 @@
 
 namespace hubzoo::tok {
 
+namespace {
+
+// Byte length of the UTF-8 character starting with `lead` (as decode_utf8 counts it).
+inline size_t char_bytes(unsigned char lead) {
+  return lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+}
+
+// append_utf8 and utf8_len in one, inlined for the per-character loop of transform_range.
+inline size_t append_char(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+    return 1;
+  }
+  append_utf8(out, c);
+  return utf8_len(c);
+}
+
+}  // namespace
+
 NormalizedString::NormalizedString(std::string_view original)
     : original_(original), normalized_(original) {
   alignments_.reserve(original.size());
@@ -41,10 +60,10 @@ NormalizedString NormalizedString::slice_normalized(size_t start, size_t end) co
     out.original_ = original_.substr(orig.first, orig.second - orig.first);
   }
   out.normalized_ = normalized_.substr(start, end - start);
-  out.alignments_.reserve(end - start);
+  out.alignments_.resize(end - start);
   for (size_t i = start; i < end; ++i) {
-    out.alignments_.push_back(
-        {alignments_[i].first - orig.first, alignments_[i].second - orig.first});
+    out.alignments_[i - start] = {alignments_[i].first - orig.first,
+                                  alignments_[i].second - orig.first};
   }
   out.original_shift_ = original_shift_ + orig.first;
   return out;
@@ -57,8 +76,7 @@ void NormalizedString::transform_range(size_t start, size_t end,
   auto skip_chars = [&](size_t count) {
     size_t bytes = 0;
     for (; count > 0 && cursor < range.size(); --count) {
-      size_t n = 0;
-      decode_utf8(range, cursor, &n);
+      const size_t n = char_bytes(static_cast<unsigned char>(range[cursor]));
       cursor += n;
       bytes += n;
     }
@@ -80,9 +98,12 @@ void NormalizedString::transform_range(size_t start, size_t end,
     }
     if (d.change <= 0) offset += skip_chars(1);
     if (d.change < 0) offset += skip_chars(static_cast<size_t>(-d.change));
-    const size_t len = utf8_len(d.c);
-    append_utf8(out, d.c);
-    aligns.insert(aligns.end(), len, align);
+    aligns.insert(aligns.end(), append_char(out, d.c), align);
+  }
+  if (start == 0 && end == normalized_.size()) {  // the whole string: no splicing
+    alignments_ = std::move(aligns);
+    normalized_ = std::move(out);
+    return;
   }
   alignments_.erase(alignments_.begin() + start, alignments_.begin() + end);
   alignments_.insert(alignments_.begin() + start, aligns.begin(), aligns.end());
@@ -266,7 +287,12 @@ void PreTokenizedString::split(const std::function<std::vector<Split>(Normalized
       next.push_back(std::move(s));
       continue;
     }
-    for (Split& piece : fn(std::move(s.normalized))) {
+    std::vector<Split> pieces = fn(std::move(s.normalized));
+    // One split often becomes thousands: grow once, not by repeated doubling.
+    if (next.capacity() < next.size() + pieces.size()) {
+      next.reserve(std::max(2 * next.capacity(), next.size() + pieces.size()));
+    }
+    for (Split& piece : pieces) {
       if (!piece.normalized.empty()) next.push_back(std::move(piece));
     }
   }
@@ -276,9 +302,10 @@ void PreTokenizedString::split(const std::function<std::vector<Split>(Normalized
 void PreTokenizedString::split_normalized(
     const std::function<std::vector<NormalizedString>(NormalizedString&&)>& fn) {
   split([&](NormalizedString&& n) {
+    std::vector<NormalizedString> pieces = fn(std::move(n));
     std::vector<Split> out;
-    for (NormalizedString& piece : fn(std::move(n)))
-      out.push_back({std::move(piece), std::nullopt});
+    out.reserve(pieces.size());
+    for (NormalizedString& piece : pieces) out.push_back({std::move(piece), std::nullopt});
     return out;
   });
 }

@@ -15,27 +15,39 @@ const char* kByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 class ByteLevel : public PreTokenizer {
+  // Each byte becomes its GPT-2 alphabet character; the first byte of a
+  // character replaces it, the others are inserted after it. `dest` is scratch.
+  static void to_bytes(NormalizedString& n, std::vector<CharChange>& dest) {
+    dest.clear();
+    const std::string& text = n.get();
+    for (size_t i = 0, len = 0; i < text.size(); i += len) {
+      const auto lead = static_cast<unsigned char>(text[i]);
+      len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;  // valid UTF-8
+      for (size_t k = 0; k < len; ++k) {
+        dest.push_back({byte_to_char(static_cast<uint8_t>(text[i + k])), k > 0 ? 1 : 0});
+      }
+    }
+    n.transform(dest, 0);
+  }
+
  public:
   ByteLevel(bool add_prefix_space, bool use_regex)
       : add_prefix_space_(add_prefix_space), use_regex_(use_regex), re_(kByteLevelPattern) {}
 
+  // HF splits every piece, then maps the bytes of every piece; mapping each
+  // piece right after the split is the same and touches it while in cache.
   void pre_tokenize(PreTokenizedString& p) const override {
     p.split_normalized([&](NormalizedString&& n) {
       if (add_prefix_space_ && (n.get().empty() || n.get()[0] != ' ')) n.prepend(" ");
-      if (!use_regex_) return std::vector<NormalizedString>{std::move(n)};
-      return n.split(find_matches(re_, n.get()), SplitBehavior::Isolated);
-    });
-    p.normalize([](NormalizedString& n) {
-      std::vector<CharChange> dest;
-      dest.reserve(n.size());
-      const std::string& text = n.get();
-      for (size_t i = 0, len = 0; i < text.size(); i += len) {
-        decode_utf8(text, i, &len);
-        for (size_t k = 0; k < len; ++k) {
-          dest.push_back({byte_to_char(static_cast<uint8_t>(text[i + k])), k > 0 ? 1 : 0});
-        }
+      std::vector<NormalizedString> pieces;
+      if (use_regex_) {
+        pieces = n.split(find_matches(re_, n.get()), SplitBehavior::Isolated);
+      } else {
+        pieces.push_back(std::move(n));
       }
-      n.transform(dest, 0);
+      std::vector<CharChange> dest;
+      for (NormalizedString& piece : pieces) to_bytes(piece, dest);
+      return pieces;
     });
   }
 
@@ -76,7 +88,11 @@ class CharSplit : public PreTokenizer {
   SplitBehavior behavior_;
 };
 
-bool is_bert_punc(char32_t c) { return is_ascii_punctuation(c) || is_punctuation(c); }
+bool is_bert_punc(char32_t c) {
+  // is_ascii_punctuation || is_punctuation; every ASCII character in a P*
+  // category is ASCII punctuation, so ASCII needs no Unicode lookup.
+  return c < 0x80 ? is_ascii_punctuation(c) : is_punctuation(c);
+}
 
 class BertPre : public PreTokenizer {
  public:
