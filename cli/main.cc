@@ -43,6 +43,7 @@ struct GenerateArgs {
   int64_t top_k = 0;
   uint64_t seed = 0;
   int threads = 0;
+  bool ignore_eos = false;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -59,6 +60,7 @@ int run_generate(const GenerateArgs& a) {
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
   opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  opt.stop_at_eos = !a.ignore_eos;
   const bool json = a.format == "json";
   std::optional<DecodeStream> stream;
   if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
@@ -156,6 +158,7 @@ int main_impl(int argc, char** argv) {
   gen->add_option("--seed", g.seed);
   gen->add_option("--threads", g.threads, "worker threads (0: all cores)");
   gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
+  gen->add_flag("--ignore-eos", g.ignore_eos, "generate all --max-new-tokens (benchmarks)");
 
   std::string tok_model, tok_text, tok_format = "text";
   auto* tokenize = app.add_subcommand("tokenize", "encode text with the model's tokenizer.json");

@@ -69,19 +69,11 @@ std::string group(const std::string& digits, char sep, int every) {
 std::string ascii_of(const std::string& s) {
   std::string out;
   for (char32_t c : utf8_decode(s)) {
-    char buf[16];
     if (c < 0x80) {
       out += static_cast<char>(c);
-      continue;
-    }
-    if (c < 0x100) {
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-    } else if (c < 0x10000) {
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
     } else {
-      std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
+      py_escape_codepoint(out, c);
     }
-    out += buf;
   }
   return out;
 }

@@ -300,6 +300,19 @@ std::vector<char32_t> utf8_decode(const std::string& s) {
   return out;
 }
 
+void py_escape_codepoint(std::string& out, char32_t cp) {
+  char buf[16];
+  const auto c = static_cast<unsigned>(cp);
+  if (c < 0x100) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+  } else if (c < 0x10000) {
+    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+  } else {
+    std::snprintf(buf, sizeof buf, "\\U%08x", c);
+  }
+  out += buf;
+}
+
 void utf8_append(std::string& out, char32_t cp) {
   utf8proc_uint8_t buf[4];
   utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
@@ -350,15 +363,7 @@ std::string string_repr(const std::string& s) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (!py_printable(c)) {
-      char buf[16];
-      if (c < 0x100) {
-        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      } else if (c < 0x10000) {
-        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      } else {
-        std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
-      }
-      out += buf;
+      py_escape_codepoint(out, c);
     } else {
       utf8_append(out, c);
     }

@@ -145,6 +145,8 @@ List iterate(const Value& v);
 std::vector<char32_t> utf8_decode(const std::string& s);
 std::string utf8_encode(const std::vector<char32_t>& cps);
 void utf8_append(std::string& out, char32_t cp);
+// Python's escape of a code point in repr()/ascii(): \xhh, \uhhhh or \Uhhhhhhhh.
+void py_escape_codepoint(std::string& out, char32_t cp);
 bool is_py_space(char32_t c);
 
 }  // namespace hubzoo::jinja
