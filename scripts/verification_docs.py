@@ -46,9 +46,11 @@ and one model with
 ## How to read a matrix
 
 **The reference.** transformers with `attn_implementation="eager"`, loaded in float32:
-*HF fp32* is the truth every number is measured against. *HF bf16* is the same model
-`.to(torch.bfloat16)`: what a bf16 engine can be expected to reach, so hubzoo's bf16
-errors are judged relative to it. Rows marked `[ref]` describe the reference, not hubzoo.
+*HF fp32* is the truth every number is measured against. *HF bf16* is the same
+checkpoint loaded as users load it, `from_pretrained(dtype=torch.bfloat16)` (which keeps
+the RoPE `inv_freq` buffer in fp32; `model.to(torch.bfloat16)` would round it too and
+inflate transformers' bf16 error): what a bf16 engine can be expected to reach, so
+hubzoo's bf16 errors are judged relative to it. Rows marked `[ref]` describe the reference, not hubzoo.
 
 **Columns** are dtype x mode x input. `float32` ignores the mode (fp32 matmuls are true
 fp32 in both), so its eager and fused columns should agree; `bfloat16` has two modes:
@@ -69,7 +71,7 @@ tokenizer, so both inputs are deterministic random token ids (32 and 512 of them
 | error ratio | RMS(ours - HF fp32) / RMS(HF bf16 - HF fp32). For bf16 the ladder's bar: <= 1.15 eager, <= 1.0 fused. For fp32 it is informative: how far below bf16's own error we are |
 | [ref] sigma | RMS(HF bf16 - HF fp32) over all logits of that input: the noise scale bf16 itself adds |
 | mean / max KL | per position, KL(softmax(HF fp32) ‖ softmax(ours)) in nats; mean and max over positions. The `[ref]` rows: HF bf16's own KL from HF fp32 |
-| mean KL ratio | our mean KL / HF bf16's mean KL: the KL check passes at <= 1 |
+| mean KL ratio | our mean KL / HF bf16's mean KL: the KL check passes at <= 1 (fp32, bf16 fused) and <= 1.15^2 (bf16 eager) |
 | top-1 | positions where our argmax equals HF fp32's |
 | top-5 | positions where HF fp32's argmax is among our 5 largest logits |
 | greedy 32 new | our greedy generation (in the column's dtype) vs HF fp32 `model.generate(do_sample=False)`, 32 new tokens: identical leading tokens / length (shorter when EOS ends it). `[ref]`: HF bf16's greedy vs HF fp32's (short input, only when a bf16 column ran) |
@@ -82,7 +84,10 @@ position qualifies): fp32 — logits within atol 1e-3, argmax equal everywhere, 
 tokens identical, cached decode within 1e-4; bf16 — error ratio <= 1.15 eager / 1.0
 fused; every dtype — cached decode argmax equal to the full forward, HF fp32's top-1 in
 our top-5 at every position, every 8-sigma decision kept (full forward and cached
-decode), mean KL no worse than HF bf16's.
+decode), mean KL no worse than HF bf16's. In bf16 eager the KL bar is 1.15^2 x HF bf16's:
+eager reproduces transformers' bf16 roundings, so its KL sits at HF's own give or take
+accumulation-order noise, and KL grows with the square of the logit error, so the
+eager RMS bar of 1.15 carries over squared.
 
 **Plots.** One panel per input; x: the named intermediates in forward order, y (log):
 RMS(x - HF fp32) per dtype/mode, with HF bf16's error as the dashed reference line.
