@@ -2,7 +2,7 @@
 
 Every engine/dtype generates greedily from the same prompt with the same thread count;
 decode tok/s = (new tokens - 1) / (time of generate - time of a 1-token generate), i.e.
-prefill excluded. Medians over --repeats runs. Also measured in the same run: the
+prefill excluded. Medians over --repeats rounds; each round runs every engine in turn. Also measured in the same run: the
 machine's read bandwidth (numpy sum over a 512 MiB array), which bounds decode at
 bandwidth / weight bytes per token. Writes JSON, a markdown table and a PNG plot.
 
@@ -78,17 +78,25 @@ def main():
         "hubzoo bfloat16 eager": hz_engine("bfloat16", "eager"),
         "hubzoo bfloat16 fused": hz_engine("bfloat16", "fused"),
     }
-    res = {}
-    for name, fn in engines.items():
+    # Rounds alternate the engines, so a change in machine load hits all of them alike.
+    for fn in engines.values():
         fn(n)  # warm up
-        full = timed(lambda: fn(n), args.repeats)
-        one = timed(lambda: fn(1), args.repeats)
+    fulls = {name: [] for name in engines}
+    ones = {name: [] for name in engines}
+    for _ in range(args.repeats):
+        for name, fn in engines.items():
+            fulls[name].append(timed(lambda: fn(n), 1))
+            ones[name].append(timed(lambda: fn(1), 1))
+    res = {}
+    for name in engines:
+        full, one = statistics.median(fulls[name]), statistics.median(ones[name])
         res[name] = {"generate_s": full, "prefill_s": one, "decode_tok_s": (n - 1) / (full - one)}
         print(f"{name}: {res[name]['decode_tok_s']:.1f} tok/s", flush=True)
     same = bool(np.array_equal(engines["transformers float32"](n), engines["hubzoo float32"](n)))
     bandwidth = read_bandwidth_gbs(args.threads)
-    params = sum(v.numel() for v in transformers.AutoModelForCausalLM.from_pretrained(
-        args.model).state_dict().values())
+    # Weights read per decoded token: every parameter once (a tied embedding is read as
+    # the lm_head; num_parameters counts shared tensors once).
+    params = transformers.AutoModelForCausalLM.from_pretrained(args.model).num_parameters()
     report = {
         "model": os.path.basename(args.model.rstrip("/")),
         "threads": args.threads,
@@ -123,7 +131,7 @@ def main():
     md.write_text(
         f"# Decode, {report['model']}, {args.threads} threads\n\n"
         f"{report['cpu']}; prompt {report['prompt_tokens']} tokens, {n} new tokens, "
-        f"median of {args.repeats}. Read bandwidth {bandwidth:.1f} GB/s: decode bound "
+        f"median of {args.repeats}. Read bandwidth ({args.threads} threads) {bandwidth:.1f} GB/s: decode bound "
         f"~{b['float32']:.0f} tok/s fp32, ~{b['bfloat16']:.0f} tok/s bf16 (weights only).\n\n"
         "| engine | decode tok/s | prefill+1 token (s) |\n|---|---|---|\n"
         + "".join(f"| {k} | {v['decode_tok_s']:.1f} | {v['prefill_s']:.3f} |\n"
@@ -137,10 +145,17 @@ def main():
 
 
 def read_bandwidth_gbs(threads: int) -> float:
-    """numpy sum over 512 MiB, best of 5 (numpy is single-threaded: scaled by min(threads, 2)
-    is NOT assumed; this is the 1-thread figure, a lower bound of the machine's)."""
-    a = np.ones(128 * 1024 * 1024, dtype=np.float32)
-    best = min(timed(lambda: a.sum(), 1) for _ in range(5))
+    """Read bandwidth with `threads` threads: numpy sums over disjoint parts of 1 GiB
+    (numpy releases the GIL), best of 5."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = np.ones(256 * 1024 * 1024, dtype=np.float32)
+    parts = np.array_split(a, threads)
+    with ThreadPoolExecutor(threads) as ex:
+        def once():
+            list(ex.map(np.sum, parts))
+
+        best = min(timed(once, 1) for _ in range(5))
     return a.nbytes / best / 1e9
 
 
