@@ -2,7 +2,16 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+namespace hubzoo::server {
+struct ServerOptions;
+}
 
 namespace hubzoo::cli {
 
@@ -18,5 +27,22 @@ struct ChatArgs {
 
 // One shot with a message, else a read-reply loop on stdin until EOF or /exit.
 int run_chat(const ChatArgs& args);
+
+struct EmbedArgs {
+  std::string model, dtype = "float32", mode = "fused", format = "text";
+  std::optional<std::string> prompt, prompt_name;
+  std::optional<bool> normalize;
+  std::vector<std::string> texts;
+  int64_t batch_size = 32;
+  int threads = 0;
+};
+
+// `hubzoo embed` (cli/embed.cc): registers its options on `app`.
+CLI::App* add_embed_command(CLI::App& app, EmbedArgs& args);
+int run_embed(const EmbedArgs& args);
+
+// `hubzoo serve` (cli/serve.cc): registers its options on `app`; runs until SIGINT/SIGTERM.
+CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& options);
+int run_serve(const server::ServerOptions& options);
 
 }  // namespace hubzoo::cli

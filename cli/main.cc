@@ -14,6 +14,7 @@
 #include "hub/snapshot.h"
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
+#include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hubzoo {
@@ -182,6 +183,12 @@ int main_impl(int argc, char** argv) {
   chat->add_option("--threads", c.threads, "worker threads (0: all cores)");
   chat->add_flag("--stats", c.stats, "print prompt size and speed of each answer on stderr");
 
+  cli::EmbedArgs e;
+  auto* embed = cli::add_embed_command(app, e);
+
+  server::ServerOptions serve_options;
+  auto* serve = cli::add_serve_command(app, serve_options);
+
   std::string inspect_model, inspect_dtype = "float32", inspect_mode = "fused";
   int inspect_threads = 0;
   auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
@@ -207,6 +214,8 @@ int main_impl(int argc, char** argv) {
     return run_generate(g);
   }
   if (chat->parsed()) return cli::run_chat(c);
+  if (embed->parsed()) return cli::run_embed(e);
+  if (serve->parsed()) return cli::run_serve(serve_options);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
   return run_inspect(inspect_model, inspect_threads, Numerics::parse(inspect_dtype, inspect_mode));
 }

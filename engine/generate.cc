@@ -14,7 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& options) {
-  validate(options.sampling);
+  validate(options.sampling, model.info().vocab_size);
   if (options.max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
   const ModelInfo& info = model.info();
   const int64_t batch = static_cast<int64_t>(prompts.size());
@@ -44,6 +44,7 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
                static_cast<int32_t>(i));
     }
     lengths[b] = static_cast<int64_t>(prompts[b].size());
+    samplers[b].set_prompt(prompts[b]);
     result.prompt_tokens += lengths[b];
     fwd.logits_rows.push_back(step.size() - 1);
     rows.push_back(b);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/error.h"
@@ -71,12 +74,122 @@ TEST(Sampler, InvalidParametersAreNamed) {
   }
 }
 
+TEST(Sampler, PenaltiesAndBiasFollowTheirDefinitions) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.logit_bias = {{4, 10.0f}};
+  Sampler s(p);
+  s.set_prompt({0, 2});
+  s.accept(3);
+  s.accept(3);
+  auto l = logits();  // {0.1, 2.0, -1.0, 1.9, 0.5, 1.0}
+  s.process(l.data(), 6);
+  EXPECT_FLOAT_EQ(l[0], 0.05f);                      // prompt token: / 2
+  EXPECT_FLOAT_EQ(l[1], 2.0f);                       // unseen
+  EXPECT_FLOAT_EQ(l[2], -2.0f);                      // negative: * 2
+  EXPECT_FLOAT_EQ(l[3], 1.9f / 2.0f - 0.5f - 0.5f);  // generated twice
+  EXPECT_FLOAT_EQ(l[4], 10.5f);                      // biased
+  // Greedy applies bias and penalties: token 4 wins.
+  auto l2 = logits();
+  EXPECT_EQ(s.sample(l2.data(), 6), 4);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  // p(i) / p(max) = exp(l_i - 2.0): with min_p 0.5 only 2.0 and 1.9 survive.
+  SamplingParams p{.temperature = 1.0f, .min_p = 0.5f};
+  auto l = logits();
+  Sampler(p).process(l.data(), 6);
+  for (int i : {0, 2, 4, 5}) EXPECT_TRUE(std::isinf(l[i])) << i;
+  EXPECT_FLOAT_EQ(l[1], 2.0f);
+  EXPECT_FLOAT_EQ(l[3], 1.9f);
+}
+
+TEST(Sampler, TopKKeepsTies) {
+  // transformers keeps every token reaching the k-th value.
+  std::vector<float> l = {1.0f, 3.0f, 2.0f, 2.0f, 0.0f};
+  Sampler({.temperature = 1.0f, .top_k = 2}).process(l.data(), 5);
+  EXPECT_TRUE(std::isinf(l[0]));
+  EXPECT_FALSE(std::isinf(l[2]));
+  EXPECT_FALSE(std::isinf(l[3]));
+}
+
+TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogits) {
+  auto l = logits();
+  const Logprobs lp = compute_logprobs(l.data(), 6, 3, 2);
+  double z = 0;
+  for (float x : l) z += std::exp(static_cast<double>(x));
+  EXPECT_NEAR(lp.chosen.logprob, 1.9 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].id, 1);
+  EXPECT_EQ(lp.top[1].id, 3);
+  EXPECT_NEAR(lp.top[0].logprob, 2.0 - std::log(z), 1e-6);
+}
+
+TEST(Sampler, NewParametersAreValidated) {
+  EXPECT_THROW(validate({.min_p = 1.5f}), InvalidArgument);
+  EXPECT_THROW(validate({.repetition_penalty = 0.0f}), InvalidArgument);
+  EXPECT_THROW(validate({.presence_penalty = 3.0f}), InvalidArgument);
+  EXPECT_THROW(validate({.frequency_penalty = -2.5f}), InvalidArgument);
+  EXPECT_THROW(validate({.logit_bias = {{1, 200.0f}}}), InvalidArgument);
+  EXPECT_THROW(validate({.logit_bias = {{10, 1.0f}}}, 6), InvalidArgument);
+  EXPECT_NO_THROW(validate({.logit_bias = {{5, -100.0f}}}, 6));
+}
+
 TEST(Rng, UniformInUnitInterval) {
   Rng r(1);
   for (int i = 0; i < 1000; ++i) {
     const double u = r.uniform();
     EXPECT_GE(u, 0.0);
     EXPECT_LT(u, 1.0);
+  }
+}
+
+// Cases written by python/tests/test_sampler_parity.py: random logits, our
+// parameters, and what transformers' logits processors return for them (null:
+// -inf). Without HUBZOO_SAMPLER_CASES the test is skipped.
+TEST(SamplerParity, ProcessEqualsTransformersLogitsProcessors) {
+  const char* path = std::getenv("HUBZOO_SAMPLER_CASES");
+  if (!path) GTEST_SKIP() << "HUBZOO_SAMPLER_CASES not set (python/tests/test_sampler_parity.py)";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const auto cases = nlohmann::json::parse(in).at("cases");
+  ASSERT_FALSE(cases.empty());
+  for (const auto& c : cases) {
+    const auto& p = c.at("params");
+    SamplingParams sp;
+    sp.temperature = p.at("temperature");
+    sp.top_k = p.at("top_k");
+    sp.top_p = p.at("top_p");
+    sp.min_p = p.at("min_p");
+    sp.repetition_penalty = p.at("repetition_penalty");
+    sp.presence_penalty = p.at("presence_penalty");
+    sp.frequency_penalty = p.at("frequency_penalty");
+    for (const auto& [id, bias] : p.at("logit_bias").items()) {
+      sp.logit_bias.emplace_back(std::stoll(id), bias.get<float>());
+    }
+    std::vector<float> l = c.at("logits").get<std::vector<float>>();
+    const auto& expected = c.at("expected");
+    ASSERT_EQ(expected.size(), l.size());
+    Sampler s(sp);
+    s.set_prompt(c.at("prompt").get<std::vector<int64_t>>());
+    for (int64_t id : c.at("generated").get<std::vector<int64_t>>()) s.accept(id);
+    s.process(l.data(), static_cast<int64_t>(l.size()));
+    int kept = 0, mismatched = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+      const bool removed = expected[i].is_null();
+      kept += !removed;
+      if (removed != std::isinf(l[i]) ||
+          (!removed &&
+           std::fabs(l[i] - expected[i].get<float>()) > 1e-6f * std::max(1.0f, std::fabs(l[i])))) {
+        if (++mismatched <= 3) {
+          ADD_FAILURE() << c.at("name") << ": token " << i << " ours " << l[i] << " transformers "
+                        << expected[i].dump();
+        }
+      }
+    }
+    EXPECT_EQ(mismatched, 0) << c.at("name") << " (" << kept << " kept by transformers)";
   }
 }
 

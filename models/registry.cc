@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "hub/snapshot.h"
+#include "models/encoder.h"
 #include "models/families.h"
 
 namespace hubzoo {
@@ -18,7 +19,80 @@ const std::map<std::string, Loader>& registry() {
   return r;
 }
 
+// Encoders: BERT-family architectures (and their model_type, for configs
+// without `architectures`); every causal LM above, and its base model as
+// sentence-transformers saves it (e.g. Qwen3-Embedding), also loads as a
+// decoder embedder (models/decoder_encoder.cc).
+using EncoderLoader = std::unique_ptr<Encoder> (*)(const LoadContext&);
+
+const std::map<std::string, EncoderLoader>& encoder_registry() {
+  static const std::map<std::string, EncoderLoader> r = {
+      {"BertModel", load_bert_encoder},
+      {"BertForMaskedLM", load_bert_encoder},
+      {"BertForPreTraining", load_bert_encoder},
+      {"RobertaModel", load_roberta_encoder},
+      {"RobertaForMaskedLM", load_roberta_encoder},
+      {"XLMRobertaModel", load_roberta_encoder},
+      {"XLMRobertaForMaskedLM", load_roberta_encoder},
+  };
+  return r;
+}
+
+const std::map<std::string, std::string>& base_decoders() {
+  static const std::map<std::string, std::string> r = {{"LlamaModel", "LlamaForCausalLM"},
+                                                       {"Qwen2Model", "Qwen2ForCausalLM"},
+                                                       {"Qwen3Model", "Qwen3ForCausalLM"}};
+  return r;
+}
+
+const std::map<std::string, std::string>& encoder_model_types() {
+  static const std::map<std::string, std::string> r = {
+      {"bert", "BertModel"}, {"roberta", "RobertaModel"}, {"xlm-roberta", "XLMRobertaModel"}};
+  return r;
+}
+
 }  // namespace
+
+std::vector<std::string> supported_encoders() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : encoder_registry()) names.push_back(name);
+  for (const auto& name : supported_causal_lms()) names.push_back(name);
+  for (const auto& [name, _] : base_decoders()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOptions& options) {
+  const std::filesystem::path dir = resolve_snapshot(model);
+  const std::filesystem::path config_path = dir / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    throw FileError(dir.string() + ": no config.json in the snapshot directory");
+  }
+  JsonObject config(read_json_file(config_path), config_path.string());
+  std::string arch;
+  if (const auto archs = config.maybe<std::vector<std::string>>("architectures")) {
+    if (!archs->empty()) arch = (*archs)[0];
+  }
+  if (arch.empty()) {
+    const auto type = encoder_model_types().find(config.get_or<std::string>("model_type", ""));
+    if (type == encoder_model_types().end()) {
+      throw ConfigError(config.where() + ": no 'architectures' and no known encoder 'model_type'");
+    }
+    arch = type->second;
+  }
+  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics};
+  const auto base = base_decoders().find(arch);
+  const auto decoder = registry().find(base == base_decoders().end() ? arch : base->second);
+  if (decoder != registry().end()) return decoder_as_encoder(decoder->second(ctx));
+  auto it = encoder_registry().find(arch);
+  if (it == encoder_registry().end()) {
+    std::string supported;
+    for (const auto& name : supported_encoders())
+      supported += (supported.empty() ? "" : ", ") + name;
+    throw ConfigError(config.where() + ": architecture '" + arch +
+                      "' is not supported as an encoder (supported: " + supported + ")");
+  }
+  return it->second(ctx);
+}
 
 std::vector<std::string> supported_causal_lms() {
   std::vector<std::string> names;
@@ -44,8 +118,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
     throw ConfigError(config.where() + ": architecture '" + archs[0] +
                       "' is not supported (supported: " + supported + ")");
   }
-  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads),
-                  options.numerics};
+  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics};
   return it->second(ctx);
 }
 

@@ -166,6 +166,7 @@ class PyCausalLM {
 void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
 void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
 void bind_ops(nb::module_& m);            // python/ops_bindings.cc
+void bind_embed(nb::module_& m);          // python/embed_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -184,6 +185,7 @@ NB_MODULE(_hubzoo, m) {
   bind_tokenizer(m);
   bind_chat_template(m);
   bind_ops(m);
+  bind_embed(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&>(),

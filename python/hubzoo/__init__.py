@@ -22,6 +22,7 @@ from ._hubzoo import (  # noqa: F401  (re-exported)
     TensorMappingError,
 )
 
+from .embedder import Embedder, Encoder, supported_encoders  # noqa: E402,F401  (re-exported)
 
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit

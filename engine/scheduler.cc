@@ -1,0 +1,336 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "engine/stop_strings.h"
+
+namespace hubzoo {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+struct Scheduler::Sequence {
+  Sequence(uint64_t id_, GenerationRequest r)
+      : id(id_), req(std::move(r)), sampler(req.sampling), stops(req.stop) {}
+  uint64_t id;
+  GenerationRequest req;
+  Sampler sampler;
+  std::optional<DecodeStream> decode;
+  StopStrings stops;
+  std::vector<int64_t> stop_ids;  // EOS (unless ignored) and the request's own
+  int64_t max_new = 0;
+  int64_t slot = -1;
+  int64_t prefilled = 0;  // prompt tokens in the cache
+  Completion done;
+  std::atomic<bool> cancelled{false};
+  bool finished = false;
+  Clock::time_point submitted = Clock::now(), admitted, first_token;
+  std::vector<float> raw_logits;  // copy kept for logprobs
+};
+
+Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const SchedulerOptions& options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(options),
+      cache_(model.new_cache(std::max<int64_t>(options.max_slots, 1))) {
+  if (options_.max_slots <= 0) throw InvalidArgument("max_slots must be > 0");
+  if (options_.max_queue < 0) throw InvalidArgument("max_queue must be >= 0");
+  if (options_.max_batch_tokens <= 0) throw InvalidArgument("max_batch_tokens must be > 0");
+  const int64_t model_max = model.info().max_position_embeddings;
+  if (options_.max_context <= 0) options_.max_context = model_max > 0 ? model_max : 2048;
+  if (model_max > 0 && options_.max_context > model_max) {
+    throw InvalidArgument("max_context " + std::to_string(options_.max_context) +
+                          " exceeds the model's max_position_embeddings " +
+                          std::to_string(model_max));
+  }
+  for (int64_t s = options_.max_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+  stats_.max_slots = options_.max_slots;
+  stats_.max_queue = options_.max_queue;
+  stats_.max_context = options_.max_context;
+  stats_.kv_budget_bytes = options_.max_slots * options_.max_context * cache_.row_size() * 2 *
+                           model.info().num_layers * static_cast<int64_t>(sizeof(float));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+uint64_t Scheduler::submit(GenerationRequest request) {
+  const ModelInfo& info = model_.info();
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0) throw InvalidArgument("the prompt is empty");
+  for (int64_t id : request.prompt) {
+    if (id < 0 || id >= info.vocab_size) {
+      throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(info.vocab_size) + ")");
+    }
+  }
+  validate(request.sampling, info.vocab_size);
+  if (request.max_tokens <= 0) throw InvalidArgument("max_tokens must be > 0");
+  if (request.top_logprobs > info.vocab_size) {
+    throw InvalidArgument("top_logprobs exceeds the vocabulary size");
+  }
+  if (!tokenizer_ && !request.stop.empty()) {
+    throw InvalidArgument("stop strings need a tokenizer");
+  }
+  if (prompt_len >= options_.max_context) {
+    throw ContextOverflow(
+        "the prompt is " + std::to_string(prompt_len) + " tokens; the maximum context is " +
+        std::to_string(options_.max_context) + " tokens, which leaves no room for a new token");
+  }
+  std::unique_lock lock(mu_);
+  if (stopping_) throw ShuttingDown("the server is shutting down");
+  const int64_t would_wait =
+      static_cast<int64_t>(waiting_.size()) - static_cast<int64_t>(free_slots_.size());
+  if (would_wait >= options_.max_queue) {
+    ++stats_.rejected;
+    throw QueueFull("all " + std::to_string(options_.max_slots) + " slots are busy and " +
+                    std::to_string(options_.max_queue) + " requests are queued");
+  }
+  const uint64_t id = next_id_++;
+  auto s = std::make_shared<Sequence>(id, std::move(request));
+  s->max_new = std::min(s->req.max_tokens, options_.max_context - prompt_len);
+  s->stop_ids = s->req.stop_token_ids;
+  if (!s->req.ignore_eos) {
+    s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
+  }
+  s->sampler.set_prompt(s->req.prompt);
+  if (tokenizer_) s->decode.emplace(*tokenizer_, s->req.skip_special_tokens);
+  s->done.prompt_tokens = prompt_len;
+  waiting_.push_back(s);
+  live_[id] = s;
+  ++stats_.submitted;
+  lock.unlock();
+  cv_.notify_all();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    it->second->cancelled = true;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mu_);
+  SchedulerStats s = stats_;
+  s.running = options_.max_slots - static_cast<int64_t>(free_slots_.size());
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  return s;
+}
+
+void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) {
+  std::erase_if(waiting_, [&](const std::shared_ptr<Sequence>& s) {
+    if (!s->cancelled) return false;
+    cancelled.push_back(s);
+    return true;
+  });
+  while (!waiting_.empty() && !free_slots_.empty()) {
+    auto s = waiting_.front();
+    waiting_.pop_front();
+    s->slot = free_slots_.back();
+    free_slots_.pop_back();
+    s->admitted = Clock::now();
+    running_.push_back(s);
+  }
+}
+
+void Scheduler::loop() {
+  while (true) {
+    for (const auto& s : std::vector(running_)) {
+      if (s->cancelled) finish(s, FinishReason::kCancelled, "");
+    }
+    std::vector<std::shared_ptr<Sequence>> dropped;
+    bool stop = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      stop = stopping_;
+      if (stop) {
+        dropped.assign(waiting_.begin(), waiting_.end());
+        waiting_.clear();
+      } else {
+        admit_locked(dropped);
+      }
+    }
+    for (const auto& s : dropped) finish(s, FinishReason::kCancelled, "");
+    if (stop) {
+      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kCancelled, "");
+      return;
+    }
+    if (running_.empty()) continue;
+    try {
+      step();
+    } catch (const std::exception& e) {  // e.g. out of memory: fail what runs, keep serving
+      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kError, e.what());
+    }
+  }
+}
+
+void Scheduler::step() {
+  const auto t0 = Clock::now();
+  const int64_t vocab = model_.info().vocab_size;
+  TokenBatch batch;
+  ForwardOptions fwd;
+  std::vector<std::shared_ptr<Sequence>> owners;  // of each logits row
+  std::vector<std::shared_ptr<Sequence>> in_batch;
+  // A decode row for every sequence past its prompt.
+  for (const auto& s : running_) {
+    const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
+    if (s->prefilled < prompt_len) continue;
+    const int64_t pos = prompt_len + static_cast<int64_t>(s->done.tokens.size()) - 1;
+    batch.add(static_cast<int32_t>(s->done.tokens.back()), static_cast<int32_t>(s->slot),
+              static_cast<int32_t>(pos));
+    fwd.logits_rows.push_back(batch.size() - 1);
+    owners.push_back(s);
+    in_batch.push_back(s);
+  }
+  // Prefill chunks in admission order, within the token budget.
+  int64_t budget = options_.max_batch_tokens;
+  for (const auto& s : running_) {
+    const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
+    if (s->prefilled >= prompt_len || budget == 0) continue;
+    const int64_t n = std::min(prompt_len - s->prefilled, budget);
+    for (int64_t i = s->prefilled; i < s->prefilled + n; ++i) {
+      batch.add(static_cast<int32_t>(s->req.prompt[i]), static_cast<int32_t>(s->slot),
+                static_cast<int32_t>(i));
+    }
+    s->prefilled += n;
+    budget -= n;
+    in_batch.push_back(s);
+    if (s->prefilled == prompt_len) {
+      fwd.logits_rows.push_back(batch.size() - 1);
+      owners.push_back(s);
+    }
+  }
+  if (batch.size() == 0) return;
+  // An empty list would ask for every row's logits; a chunk-only step needs none.
+  const bool dummy_row = fwd.logits_rows.empty();
+  if (dummy_row) fwd.logits_rows.push_back(0);
+  try {
+    model_.forward(batch, cache_, fwd, out_);
+  } catch (const std::exception& e) {
+    for (const auto& s : in_batch) finish(s, FinishReason::kError, e.what());
+    return;
+  }
+  for (size_t r = 0; r < owners.size(); ++r) {
+    const auto& s = owners[r];
+    if (s->finished) continue;
+    std::optional<FinishReason> reason;
+    std::string error;
+    try {
+      float* logits = &out_.logits[r * vocab];
+      if (!advance(*s, logits)) continue;
+      reason = s->done.reason;
+    } catch (const std::exception& e) {
+      reason = FinishReason::kError;
+      error = e.what();
+    }
+    finish(s, *reason, error);
+  }
+  std::lock_guard lock(mu_);
+  ++stats_.steps;
+  stats_.batch_rows += static_cast<uint64_t>(batch.size());
+  stats_.busy_seconds += seconds_between(t0, Clock::now());
+  stats_.kv_cache_bytes = cache_.bytes();
+}
+
+bool Scheduler::advance(Sequence& s, float* logits) {
+  const int64_t vocab = model_.info().vocab_size;
+  const bool want_logprobs = s.req.top_logprobs >= 0;
+  if (want_logprobs) s.raw_logits.assign(logits, logits + vocab);
+  const int64_t token = s.sampler.sample(logits, vocab);
+  if (s.done.tokens.empty()) s.first_token = Clock::now();
+  s.done.tokens.push_back(token);
+  TokenEvent event;
+  event.token = token;
+  if (want_logprobs) {
+    event.has_logprobs = true;
+    event.logprobs = compute_logprobs(s.raw_logits.data(), vocab, token, s.req.top_logprobs);
+  }
+  std::optional<FinishReason> reason;
+  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
+    event.text = s.stops.flush();
+    event.end_token = true;
+    reason = FinishReason::kStop;
+  } else {
+    if (s.decode) {
+      auto r = s.stops.push(s.decode->step(token).value_or(""));
+      event.text = std::move(r.text);
+      if (r.stopped) {
+        s.done.stop_string = r.matched;
+        reason = FinishReason::kStop;
+      }
+    }
+    if (!reason && static_cast<int64_t>(s.done.tokens.size()) >= s.max_new) {
+      event.text += s.stops.flush();
+      reason = FinishReason::kLength;
+    }
+  }
+  s.done.text += event.text;
+  if (s.req.on_token) s.req.on_token(event);
+  if (reason) s.done.reason = *reason;
+  return reason.has_value();
+}
+
+void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
+                       const std::string& error) {
+  if (s->finished) return;
+  s->finished = true;
+  if (s->slot >= 0) cache_.clear(s->slot);
+  std::erase(running_, s);
+  const auto now = Clock::now();
+  Completion& c = s->done;
+  c.reason = reason;
+  c.error = error;
+  c.completion_tokens = static_cast<int64_t>(c.tokens.size());
+  const auto admitted = s->slot >= 0 ? s->admitted : now;
+  c.queue_seconds = seconds_between(s->submitted, admitted);
+  if (!c.tokens.empty()) c.first_token_seconds = seconds_between(s->submitted, s->first_token);
+  c.total_seconds = seconds_between(s->submitted, now);
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(s->id);
+    if (s->slot >= 0) free_slots_.push_back(s->slot);
+    ++stats_.finished[static_cast<int>(reason)];
+    stats_.prompt_tokens += static_cast<uint64_t>(s->prefilled);
+    stats_.generated_tokens += static_cast<uint64_t>(c.completion_tokens);
+    stats_.kv_cache_bytes = cache_.bytes();
+  }
+  s->slot = -1;
+  if (s->req.on_finish) s->req.on_finish(c);
+}
+
+}  // namespace hubzoo

@@ -1,0 +1,165 @@
+// Continuous batching: requests join and leave between forward passes. Each
+// step runs one TokenBatch holding a decode row for every running request and
+// prefill chunks of newly admitted ones, each request in its own KV-cache slot.
+//
+// KV memory is budgeted in slots: at most `max_slots` sequences hold cache
+// rows, each at most `max_context` positions. A request that finds no free
+// slot waits in a bounded queue; when the queue is full submit() refuses it
+// (QueueFull). A finished or cancelled request's slot is cleared (its memory
+// released) before the next step.
+//
+// Batch invariance: every row of a step is computed as it would be alone
+// (the kernels reduce each row in a fixed order and attention reads only the
+// row's own slot), each request samples with its own Sampler, and prefill
+// chunks continue the cache exactly where it ends. So a request's tokens do
+// not depend on what else runs, how its prompt was chunked, or which slot it got.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "models/causal_lm.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hubzoo {
+
+// submit() when every slot is busy and the queue holds max_queue requests.
+struct QueueFull : Error {
+  using Error::Error;
+};
+// submit() after shutdown() began.
+struct ShuttingDown : Error {
+  using Error::Error;
+};
+// A prompt that does not leave room for one new token in max_context.
+struct ContextOverflow : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
+
+struct SchedulerOptions {
+  int64_t max_slots = 4;           // sequences holding KV memory at once
+  int64_t max_queue = 64;          // requests waiting for a slot
+  int64_t max_context = 0;         // positions per slot (prompt + new); 0: the model's maximum
+  int64_t max_batch_tokens = 256;  // prefill tokens per step (decode rows come on top)
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+// One generated token as the callback sees it.
+struct TokenEvent {
+  int64_t token = 0;
+  // Text this token released (may be empty: an incomplete UTF-8 character or
+  // a possible stop string is held back). All events' text concatenated is
+  // the completion's text.
+  std::string text;
+  bool end_token = false;  // an EOS or stop token: it ends the text and adds none of its own
+  bool has_logprobs = false;
+  Logprobs logprobs;  // of the model's raw distribution, before any sampling processor
+};
+
+struct Completion {
+  FinishReason reason = FinishReason::kStop;
+  std::vector<int64_t> tokens;  // generated, including a final EOS / stop token
+  std::string text;             // released text; a matched stop string is not in it
+  std::string stop_string;      // the stop string that ended it, if one did
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  std::string error;  // kError: what went wrong
+  double queue_seconds = 0, first_token_seconds = 0, total_seconds = 0;
+};
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt;
+  int64_t max_tokens = 16;  // new tokens; also capped by max_context
+  SamplingParams sampling;
+  std::vector<std::string> stop;        // stop strings (need a tokenizer)
+  std::vector<int64_t> stop_token_ids;  // on top of the model's EOS ids
+  bool ignore_eos = false;
+  int64_t top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's plus n alternatives
+  bool skip_special_tokens = true;
+  // Called on the engine thread, in order; keep them short (hand off to
+  // another thread). on_finish is called exactly once, last.
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const Completion&)> on_finish;
+};
+
+struct SchedulerStats {
+  int64_t max_slots = 0, max_queue = 0, max_context = 0;
+  int64_t running = 0;  // requests holding a slot
+  int64_t waiting = 0;  // requests queued for a slot
+  int64_t kv_cache_bytes = 0;
+  int64_t kv_budget_bytes = 0;  // every slot at max_context positions
+  uint64_t submitted = 0, rejected = 0;
+  uint64_t finished[4] = {0, 0, 0, 0};  // by FinishReason
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t steps = 0, batch_rows = 0;
+  double busy_seconds = 0;
+};
+
+class Scheduler {
+ public:
+  // `tokenizer` may be null: no text, and stop strings are refused.
+  // Starts the engine thread.
+  Scheduler(CausalLM& model, const Tokenizer* tokenizer, const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request and returns its id. Throws InvalidArgument for bad
+  // parameters, ContextOverflow when the prompt leaves no room, QueueFull,
+  // ShuttingDown. Callbacks run only for accepted requests.
+  uint64_t submit(GenerationRequest request);
+  // Ends a request between steps (reason kCancelled) and frees its slot.
+  // Unknown or finished ids are ignored.
+  void cancel(uint64_t id);
+  // Refuses new requests, cancels every queued and running one and stops
+  // the engine thread. Idempotent; the destructor calls it.
+  void shutdown();
+
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return options_; }
+  const ModelInfo& model_info() const { return model_.info(); }
+
+ private:
+  struct Sequence;
+  void loop();
+  // Under mu_: moves waiting requests into free slots, drops cancelled ones.
+  void admit_locked(std::vector<std::shared_ptr<Sequence>>& finished);
+  void step();
+  // Samples a token for `s` from its logits; true if it finished.
+  bool advance(Sequence& s, float* logits);
+  void finish(const std::shared_ptr<Sequence>& s, FinishReason reason, const std::string& error);
+
+  CausalLM& model_;
+  const Tokenizer* tokenizer_;
+  SchedulerOptions options_;
+  KvCache cache_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  std::deque<std::shared_ptr<Sequence>> waiting_;
+  std::map<uint64_t, std::shared_ptr<Sequence>> live_;  // waiting or running, by id
+  std::vector<int64_t> free_slots_;
+  SchedulerStats stats_;
+
+  // Engine thread only.
+  std::vector<std::shared_ptr<Sequence>> running_;  // admission order
+  ForwardResult out_;
+  std::thread thread_;
+};
+
+}  // namespace hubzoo

@@ -1,0 +1,328 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <random>
+
+#include "engine/generate.h"
+
+namespace hubzoo {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRepo = fs::path(__FILE__).parent_path().parent_path();
+const fs::path kSmolLM2 = kRepo / "models" / "SmolLM2-135M-Instruct";
+
+// A model whose logits at a position are a pure function of its slot's tokens
+// so far, like a real decoder's; it checks that every row continues its slot.
+class FakeLM : public CausalLM {
+ public:
+  explicit FakeLM(int64_t vocab, int64_t max_positions = 4096) {
+    info_.architecture = "Fake";
+    info_.vocab_size = vocab;
+    info_.max_position_embeddings = max_positions;
+    info_.eos_token_ids = {2};
+  }
+  const ModelInfo& info() const override { return info_; }
+  KvCache new_cache(int64_t num_slots) const override {
+    history_.assign(num_slots, {});
+    return KvCache(1, num_slots, 4);
+  }
+  std::vector<std::string> capture_names() const override { return {}; }
+  void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+               ForwardResult& out) override {
+    std::map<int64_t, int64_t> next;
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const int64_t slot = batch.slot[t];
+      auto [it, fresh] = next.try_emplace(slot, cache.length(slot));
+      if (batch.pos[t] != it->second) throw InvalidArgument("position does not continue its slot");
+      ++it->second;
+      auto& h = history_[slot];
+      h.resize(batch.pos[t]);
+      h.push_back(batch.ids[t]);
+    }
+    for (const auto& [slot, len] : next) cache.reserve(slot, len);
+    ++forward_calls;
+    max_rows = std::max(max_rows, batch.size());
+    const int64_t v = info_.vocab_size;
+    out.logits.assign(opt.logits_rows.size() * v, 0.0f);
+    for (size_t r = 0; r < opt.logits_rows.size(); ++r) {
+      const int64_t t = opt.logits_rows[r];
+      const auto& h = history_[batch.slot[t]];
+      uint64_t seed = 1469598103934665603ull;
+      for (int64_t i = 0; i <= batch.pos[t]; ++i) seed = (seed ^ h[i]) * 1099511628211ull;
+      std::mt19937_64 rng(seed);
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      for (int64_t i = 0; i < v; ++i) out.logits[r * v + i] = normal(rng);
+    }
+    for (const auto& [slot, len] : next) cache.set_length(slot, len);
+  }
+  int64_t forward_calls = 0, max_rows = 0;
+
+ private:
+  ModelInfo info_;
+  mutable std::vector<std::vector<int64_t>> history_;
+};
+
+// Collects one request's events; wait() blocks until it finished.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenEvent> events;
+  std::optional<Completion> done;
+  void attach(GenerationRequest& r) {
+    r.on_token = [this](const TokenEvent& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+    };
+    r.on_finish = [this](const Completion& c) {
+      std::lock_guard lock(mu);
+      done = c;
+      cv.notify_all();
+    };
+  }
+  Completion wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done.has_value(); });
+    return *done;
+  }
+};
+
+std::vector<int64_t> prompt_of(int64_t len, int64_t seed, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> p(len);
+  for (auto& id : p) id = 3 + static_cast<int64_t>(rng() % (vocab - 3));
+  return p;
+}
+
+Completion run_alone(CausalLM& model, const Tokenizer* tok, GenerationRequest r) {
+  Scheduler s(model, tok, {.max_slots = 1, .max_queue = 1});
+  Collector c;
+  c.attach(r);
+  s.submit(std::move(r));
+  return c.wait();
+}
+
+TEST(Scheduler, ConcurrentRequestsGetTheTokensTheyGetAlone) {
+  FakeLM model(97);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt_of(3 + 5 * i, i, 97);
+    r.max_tokens = 4 + (i * 7) % 13;
+    r.ignore_eos = i % 3 == 0;
+    if (i % 2) r.sampling = {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 100u + i};
+    requests.push_back(r);
+  }
+  std::vector<Completion> alone;
+  for (const auto& r : requests) alone.push_back(run_alone(model, nullptr, r));
+
+  model.max_rows = 0;
+  // Few slots, a small prefill budget: requests wait, prompts are chunked,
+  // prefill chunks share steps with decode rows.
+  Scheduler s(model, nullptr, {.max_slots = 3, .max_queue = 16, .max_batch_tokens = 7});
+  std::vector<Collector> collectors(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto r = requests[i];
+    collectors[i].attach(r);
+    s.submit(std::move(r));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Completion c = collectors[i].wait();
+    EXPECT_EQ(c.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(c.reason, alone[i].reason) << "request " << i;
+    EXPECT_EQ(c.prompt_tokens, static_cast<int64_t>(requests[i].prompt.size()));
+  }
+  EXPECT_LE(model.max_rows, 3 + 7);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  EXPECT_EQ(st.kv_cache_bytes, 0);
+  EXPECT_EQ(st.finished[0] + st.finished[1], requests.size());
+}
+
+TEST(Scheduler, StopsAtEosAndMaxTokens) {
+  FakeLM model(5);  // EOS (2) is likely
+  GenerationRequest r;
+  r.prompt = {3, 4};
+  r.max_tokens = 1000;
+  r.sampling.temperature = 1.0f;
+  const Completion c = run_alone(model, nullptr, r);
+  EXPECT_EQ(c.reason, FinishReason::kStop);
+  EXPECT_EQ(c.tokens.back(), 2);
+  r.ignore_eos = true;
+  r.max_tokens = 9;
+  const Completion d = run_alone(model, nullptr, r);
+  EXPECT_EQ(d.reason, FinishReason::kLength);
+  EXPECT_EQ(d.completion_tokens, 9);
+}
+
+TEST(Scheduler, ContextLimitEndsWithLengthAndRefusesLongPrompts) {
+  FakeLM model(50, 16);
+  Scheduler s(model, nullptr, {.max_slots = 1, .max_queue = 0});
+  GenerationRequest r;
+  r.prompt = prompt_of(10, 1, 50);
+  r.max_tokens = 100;
+  r.ignore_eos = true;
+  Collector c;
+  c.attach(r);
+  s.submit(r);
+  const Completion done = c.wait();
+  EXPECT_EQ(done.reason, FinishReason::kLength);
+  EXPECT_EQ(done.completion_tokens, 6);  // 10 + 6 = 16 positions
+  r.prompt = prompt_of(16, 1, 50);
+  EXPECT_THROW(s.submit(r), ContextOverflow);
+  r.prompt = {49, 50};
+  EXPECT_THROW(s.submit(r), InvalidArgument);
+  r.prompt = {1};
+  r.sampling.top_p = 0.0f;
+  EXPECT_THROW(s.submit(r), InvalidArgument);
+}
+
+TEST(Scheduler, FullQueueRefusesAndCancelFreesTheSlot) {
+  FakeLM model(64);
+  Scheduler s(model, nullptr, {.max_slots = 2, .max_queue = 1});
+  GenerationRequest endless;
+  endless.prompt = {5, 6, 7};
+  endless.max_tokens = 1 << 30;
+  endless.ignore_eos = true;
+  std::vector<Collector> c(3);
+  std::vector<uint64_t> ids;
+  for (auto& col : c) {
+    auto r = endless;
+    col.attach(r);
+    ids.push_back(s.submit(std::move(r)));
+  }
+  EXPECT_THROW(s.submit(endless), QueueFull);
+  EXPECT_EQ(s.stats().rejected, 1u);
+  // Cancelling a running one lets the queued one in; then cancel everything.
+  s.cancel(ids[0]);
+  EXPECT_EQ(c[0].wait().reason, FinishReason::kCancelled);
+  for (int i = 0; i < 200 && s.stats().waiting > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.stats().waiting, 0);
+  EXPECT_EQ(s.stats().running, 2);
+  s.cancel(ids[1]);
+  s.cancel(ids[2]);
+  EXPECT_EQ(c[1].wait().reason, FinishReason::kCancelled);
+  EXPECT_EQ(c[2].wait().reason, FinishReason::kCancelled);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_cache_bytes, 0);
+  EXPECT_EQ(st.finished[static_cast<int>(FinishReason::kCancelled)], 3u);
+  s.cancel(12345);  // unknown: ignored
+}
+
+TEST(Scheduler, ShutdownCancelsEverythingAndRefusesNewRequests) {
+  FakeLM model(64);
+  Scheduler s(model, nullptr, {.max_slots = 1, .max_queue = 4});
+  GenerationRequest endless;
+  endless.prompt = {5};
+  endless.max_tokens = 1 << 30;
+  endless.ignore_eos = true;
+  std::vector<Collector> c(3);
+  for (auto& col : c) {
+    auto r = endless;
+    col.attach(r);
+    s.submit(std::move(r));
+  }
+  s.shutdown();
+  for (auto& col : c) EXPECT_EQ(col.wait().reason, FinishReason::kCancelled);
+  EXPECT_THROW(s.submit(endless), ShuttingDown);
+}
+
+class SchedulerSmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kSmolLM2 / "config.json")) GTEST_SKIP() << kSmolLM2 << " not prepared";
+  }
+};
+
+TEST_F(SchedulerSmolLM2, StreamedTextAndStopStringsAcrossTokens) {
+  auto model = std::make_unique<FakeLM>(49152);
+  const Tokenizer tok = Tokenizer::from_pretrained(kSmolLM2);
+  GenerationRequest r;
+  r.prompt = tok.encode("Hello").ids;
+  r.max_tokens = 24;
+  r.ignore_eos = true;
+  r.top_logprobs = 3;
+  Collector all;
+  all.attach(r);
+  {
+    Scheduler s(*model, &tok, {.max_slots = 1, .max_queue = 0});
+    s.submit(r);
+    all.wait();
+  }
+  const Completion c = *all.done;
+  EXPECT_EQ(c.text, tok.decode(c.tokens, true));
+  std::string streamed;
+  for (const auto& e : all.events) {
+    streamed += e.text;
+    ASSERT_TRUE(e.has_logprobs);
+    ASSERT_EQ(e.logprobs.top.size(), 3u);
+    EXPECT_EQ(e.logprobs.chosen.id, e.token);  // greedy: the chosen one is the most likely
+    EXPECT_EQ(e.logprobs.top[0].id, e.token);
+    EXPECT_LE(e.logprobs.chosen.logprob, 0.0f);
+  }
+  EXPECT_EQ(streamed, c.text);
+
+  // A stop string made of the end of one token's text and the start of the next's.
+  auto ascii = [](const std::string& t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char ch) { return ch > 32; });
+  };
+  std::string stop;
+  for (size_t k = 1; k + 1 < c.tokens.size() && stop.empty(); ++k) {
+    const std::string a = tok.decode({c.tokens[k]}, true), b = tok.decode({c.tokens[k + 1]}, true);
+    if (ascii(a) && ascii(b)) stop = a.substr(a.size() - 1) + b.substr(0, 1);
+  }
+  ASSERT_FALSE(stop.empty());
+  const size_t at = c.text.find(stop);
+  ASSERT_NE(at, std::string::npos);
+  r.stop = {"never appears in this text", stop};
+  Collector stopped;
+  stopped.attach(r);
+  Scheduler s(*model, &tok, {.max_slots = 1, .max_queue = 0});
+  s.submit(r);
+  const Completion d = stopped.wait();
+  EXPECT_EQ(d.reason, FinishReason::kStop);
+  EXPECT_EQ(d.stop_string, stop);
+  EXPECT_EQ(d.text, c.text.substr(0, at));
+  std::string streamed_stopped;
+  for (const auto& e : stopped.events) streamed_stopped += e.text;
+  EXPECT_EQ(streamed_stopped, d.text);
+}
+
+TEST_F(SchedulerSmolLM2, BitIdenticalToGenerateAloneWithChunkedPrefill) {
+  auto model = load_causal_lm(kSmolLM2.string());
+  const int64_t vocab = model->info().vocab_size;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(prompt_of(5 + 9 * i, 40 + i, vocab));
+  std::vector<std::vector<int64_t>> expected;
+  for (const auto& p : prompts) {
+    GenerateOptions g;
+    g.max_new_tokens = 6;
+    g.stop_at_eos = false;
+    expected.push_back(generate(*model, {p}, g).tokens[0]);
+  }
+  Scheduler s(*model, nullptr, {.max_slots = 4, .max_queue = 8, .max_batch_tokens = 13});
+  std::vector<Collector> c(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = 6;
+    r.ignore_eos = true;
+    c[i].attach(r);
+    s.submit(std::move(r));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(c[i].wait().tokens, expected[i]) << "prompt " << i;
+  }
+}
+
+}  // namespace
+}  // namespace hubzoo

@@ -1,0 +1,128 @@
+// Row kernels of ops/vector_math.h: scalar references and a Highway kernel
+// compiled once per SIMD target and dispatched at run time.
+#include "ops/vector_math.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#ifndef HUBZOO_OPS_VECTOR_MATH_CONSTANTS
+#define HUBZOO_OPS_VECTOR_MATH_CONSTANTS
+namespace hubzoo::gelu {
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kP = 0.3275911f;
+constexpr float kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f;
+constexpr float kA4 = -1.453152027f, kA5 = 1.061405429f;
+}  // namespace hubzoo::gelu
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/vector_math.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "hwy/contrib/math/math-inl.h"  // after highway.h
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D, class V>
+HWY_INLINE V Gelu(D d, V x) {
+  using namespace gelu;
+  const V one = hn::Set(d, 1.0f);
+  const V z = hn::Mul(x, hn::Set(d, kSqrtHalf));
+  const V t = hn::Div(one, hn::MulAdd(hn::Set(d, kP), hn::Abs(z), one));
+  V r = hn::MulAdd(hn::Set(d, kA5), t, hn::Set(d, kA4));
+  r = hn::MulAdd(r, t, hn::Set(d, kA3));
+  r = hn::MulAdd(r, t, hn::Set(d, kA2));
+  r = hn::MulAdd(r, t, hn::Set(d, kA1));
+  const V e = hn::Exp(d, hn::Neg(hn::Mul(z, z)));
+  const V erf = hn::CopySign(hn::NegMulAdd(hn::Mul(r, t), e, one), z);  // +-(1 - r t e)
+  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(one, erf));
+}
+
+// Applies fn to every full vector of x[0..n) and to the tail padded with `pad`.
+template <class D, class Fn>
+HWY_INLINE void ForEachVector(D d, float* HWY_RESTRICT x, int64_t n, float pad, Fn fn) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(fn(hn::LoadU(d, x + i)), d, x + i);
+  if (i < n) {
+    HWY_ALIGN float buf[hn::MaxLanes(d)];
+    std::fill_n(buf, hn::MaxLanes(d), pad);
+    std::memcpy(buf, x + i, (n - i) * sizeof(float));
+    hn::Store(fn(hn::Load(d, buf)), d, buf);
+    std::memcpy(x + i, buf, (n - i) * sizeof(float));
+  }
+}
+
+void GeluErf(float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, x, n, 0.0f, [d](auto v) { return Gelu(d, v); });
+}
+
+void SoftmaxRow(float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  // Padding lanes hold -FLT_MAX: they never win the max and their exp is 0.
+  V vmax = hn::Set(d, -FLT_MAX);
+  ForEachVector(d, x, n, -FLT_MAX, [&](V v) {
+    vmax = hn::Max(vmax, v);
+    return v;
+  });
+  const V max = hn::Set(d, hn::GetLane(hn::MaxOfLanes(d, vmax)));
+  V vsum = hn::Zero(d);  // lane j sums elements j, j + lanes, ... in order
+  ForEachVector(d, x, n, -FLT_MAX, [&](V v) {
+    const V e = hn::Exp(d, hn::Sub(v, max));
+    vsum = hn::Add(vsum, e);
+    return e;
+  });
+  const V sum = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, vsum)));
+  ForEachVector(d, x, n, 0.0f, [&](V v) { return hn::Div(v, sum); });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hubzoo {
+
+HWY_EXPORT(GeluErf);
+HWY_EXPORT(SoftmaxRow);
+
+void gelu_erf(float* x, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(GeluErf)(x, n);
+}
+
+void softmax_row(float* x, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SoftmaxRow)(x, n);
+}
+
+void gelu_erf_reference(float* x, int64_t n) {
+  using namespace gelu;
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = x[i] * kSqrtHalf;
+    const float t = 1.0f / std::fma(kP, std::fabs(z), 1.0f);
+    float r = std::fma(kA5, t, kA4);
+    r = std::fma(r, t, kA3);
+    r = std::fma(r, t, kA2);
+    r = std::fma(r, t, kA1);
+    const float erf_abs = 1.0f - r * t * std::exp(-(z * z));
+    x[i] = 0.5f * x[i] * (1.0f + std::copysign(erf_abs, z));
+  }
+}
+
+void softmax_row_reference(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float max = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+}  // namespace hubzoo
+#endif  // HWY_ONCE

@@ -1,0 +1,85 @@
+// OpenAI's wire format: error objects, typed request fields, the sampling
+// parameters shared by /v1/chat/completions and /v1/completions, logprobs and
+// server-sent events. Pure functions over JSON, no HTTP.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace hubzoo::server {
+
+using Json = nlohmann::ordered_json;
+
+// Answered as {"error": {"message", "type", "param", "code"}} with `status`.
+struct ApiError : std::runtime_error {
+  ApiError(int status_, std::string type_, const std::string& message, std::string param_ = "",
+           std::string code_ = "")
+      : std::runtime_error(message),
+        status(status_),
+        type(std::move(type_)),
+        param(std::move(param_)),
+        code(std::move(code_)) {}
+  int status;
+  std::string type, param, code;
+};
+
+// 400 invalid_request_error naming the parameter.
+ApiError bad_request(const std::string& message, const std::string& param = "",
+                     const std::string& code = "");
+Json error_body(const ApiError& e);
+
+// Never throws on invalid UTF-8 (replaced), unlike Json::dump().
+std::string dump(const Json& j);
+// "data: <json>\n\n"
+std::string sse(const Json& j);
+
+// Parses a request body; 400 for malformed JSON or a body that is not an object.
+Json parse_body(const std::string& body);
+
+// Typed optional fields: nullopt when absent or null; 400 naming the field
+// when present with the wrong type.
+std::optional<bool> get_bool(const Json& body, const char* key);
+std::optional<int64_t> get_int(const Json& body, const char* key);
+std::optional<double> get_number(const Json& body, const char* key);
+std::optional<std::string> get_string(const Json& body, const char* key);
+
+// What chat and completions requests share, read from the body.
+struct GenerationParams {
+  std::string model;  // empty: not given
+  bool stream = false, include_usage = false;
+  std::optional<int64_t> max_tokens;
+  bool return_token_ids = false;  // hubzoo extension: token ids in each choice
+  GenerationRequest request;      // prompt and callbacks left empty
+};
+
+// Sampling fields, stop, seed, penalties, logit_bias, n, and the extensions
+// top_k, min_p, repetition_penalty, ignore_eos, skip_special_tokens,
+// stop_token_ids. Throws ApiError 400 naming the parameter.
+// `random_seed` is used when the request has no seed.
+GenerationParams parse_generation_params(const Json& body, int64_t vocab_size,
+                                         uint64_t random_seed);
+
+// Logprobs in the two OpenAI formats. `token_text(id)` gives a token's text.
+struct LogprobEntry {
+  int64_t token = 0;
+  Logprobs logprobs;
+};
+Json chat_logprobs(const std::vector<LogprobEntry>& entries,
+                   const std::function<std::string(int64_t)>& token_text);
+// `text_offset` of each entry: where its text starts in the completion.
+Json completion_logprobs(const std::vector<LogprobEntry>& entries,
+                         const std::vector<int64_t>& text_offsets,
+                         const std::function<std::string(int64_t)>& token_text);
+
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// Whether a-b are equal, in time independent of where they differ.
+bool constant_time_equal(const std::string& given, const std::string& expected);
+
+}  // namespace hubzoo::server

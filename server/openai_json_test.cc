@@ -1,0 +1,128 @@
+#include "server/openai_json.h"
+
+#include <gtest/gtest.h>
+
+namespace hubzoo::server {
+namespace {
+
+GenerationParams parse(const char* body) {
+  return parse_generation_params(Json::parse(body), 100, 42);
+}
+
+// The ApiError a body raises: status and param.
+std::pair<int, std::string> error_of(const char* body) {
+  try {
+    parse(body);
+  } catch (const ApiError& e) {
+    return {e.status, e.param};
+  }
+  return {0, ""};
+}
+
+TEST(OpenAIJson, DefaultsAreOpenAIs) {
+  const GenerationParams g = parse("{}");
+  EXPECT_FALSE(g.stream);
+  EXPECT_FALSE(g.max_tokens.has_value());
+  EXPECT_EQ(g.request.sampling.temperature, 1.0f);
+  EXPECT_EQ(g.request.sampling.top_p, 1.0f);
+  EXPECT_EQ(g.request.sampling.seed, 42u);  // the server's random seed when none is given
+  EXPECT_TRUE(g.request.skip_special_tokens);
+}
+
+TEST(OpenAIJson, ReadsEveryField) {
+  const GenerationParams g = parse(R"({"model": "m", "stream": true,
+      "stream_options": {"include_usage": true}, "max_completion_tokens": 7, "temperature": 0,
+      "top_p": 0.5, "top_k": -1, "min_p": 0.1, "presence_penalty": 1, "frequency_penalty": -1,
+      "repetition_penalty": 1.2, "seed": 5, "logit_bias": {"3": -100, "7": 2.5},
+      "stop": ["a", "bc"], "stop_token_ids": [9], "ignore_eos": true, "return_token_ids": true,
+      "user": "ignored", "n": 1})");
+  EXPECT_EQ(g.model, "m");
+  EXPECT_TRUE(g.stream && g.include_usage && g.return_token_ids);
+  EXPECT_EQ(*g.max_tokens, 7);
+  const SamplingParams& s = g.request.sampling;
+  EXPECT_EQ(s.temperature, 0.0f);
+  EXPECT_EQ(s.top_p, 0.5f);
+  EXPECT_EQ(s.top_k, 0);
+  EXPECT_FLOAT_EQ(s.min_p, 0.1f);
+  EXPECT_EQ(s.presence_penalty, 1.0f);
+  EXPECT_EQ(s.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.2f);
+  EXPECT_EQ(s.seed, 5u);
+  ASSERT_EQ(s.logit_bias.size(), 2u);
+  EXPECT_EQ(s.logit_bias[0], (std::pair<int64_t, float>{3, -100.0f}));
+  EXPECT_EQ(g.request.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(g.request.stop_token_ids, (std::vector<int64_t>{9}));
+  EXPECT_TRUE(g.request.ignore_eos);
+  EXPECT_EQ(parse(R"({"stop": "x"})").request.stop, (std::vector<std::string>{"x"}));
+}
+
+TEST(OpenAIJson, WrongTypesAndBadValuesNameTheParameter) {
+  using E = std::pair<int, std::string>;
+  EXPECT_EQ(error_of(R"({"temperature": "1"})"), E(400, "temperature"));
+  EXPECT_EQ(error_of(R"({"temperature": -0.1})"), E(400, "temperature"));
+  EXPECT_EQ(error_of(R"({"temperature": 2.5})"), E(400, "temperature"));
+  EXPECT_EQ(error_of(R"({"top_p": 0})"), E(400, "top_p"));
+  EXPECT_EQ(error_of(R"({"max_tokens": 1.5})"), E(400, "max_tokens"));
+  EXPECT_EQ(error_of(R"({"max_tokens": -3})"), E(400, "max_tokens"));
+  EXPECT_EQ(error_of(R"({"stream": 1})"), E(400, "stream"));
+  EXPECT_EQ(error_of(R"({"stream_options": true})"), E(400, "stream_options"));
+  EXPECT_EQ(error_of(R"({"n": 3})"), E(400, "n"));
+  EXPECT_EQ(error_of(R"({"top_k": -2})"), E(400, "top_k"));
+  EXPECT_EQ(error_of(R"({"seed": "7"})"), E(400, "seed"));
+  EXPECT_EQ(error_of(R"({"stop": [1]})"), E(400, "stop"));
+  EXPECT_EQ(error_of(R"({"logit_bias": {"x": 1}})"), E(400, "logit_bias"));
+  EXPECT_EQ(error_of(R"({"logit_bias": {"100": 1}})"), E(400, "logit_bias"));  // vocab 100
+  EXPECT_EQ(error_of(R"({"logit_bias": {"1": 101}})"), E(400, "logit_bias"));
+  EXPECT_EQ(error_of(R"({"presence_penalty": 2.1})"), E(400, "presence_penalty"));
+  EXPECT_EQ(error_of(R"({"repetition_penalty": 0})"), E(400, "repetition_penalty"));
+  EXPECT_EQ(error_of(R"({"model": 3})"), E(400, "model"));
+}
+
+TEST(OpenAIJson, MalformedBodiesAre400) {
+  EXPECT_THROW(parse_body("{"), ApiError);
+  EXPECT_THROW(parse_body("[1]"), ApiError);
+  EXPECT_THROW(parse_body(""), ApiError);
+  EXPECT_NO_THROW(parse_body(R"({"a": 1})"));
+}
+
+TEST(OpenAIJson, ErrorObjectShape) {
+  const Json e = error_body(
+      ApiError(404, "invalid_request_error", "no such model", "model", "model_not_found"));
+  EXPECT_EQ(e.dump(), R"({"error":{"message":"no such model","type":"invalid_request_error",)"
+                      R"("param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(error_body(bad_request("x")).dump(),
+            R"({"error":{"message":"x","type":"invalid_request_error","param":null,"code":null}})");
+}
+
+TEST(OpenAIJson, DumpReplacesInvalidUtf8AndSseFraming) {
+  EXPECT_EQ(dump(Json{{"t", std::string("a\xC3")}}), "{\"t\":\"a\xEF\xBF\xBD\"}");
+  EXPECT_EQ(sse(Json{{"a", 1}}), "data: {\"a\":1}\n\n");
+}
+
+TEST(OpenAIJson, LogprobFormats) {
+  std::vector<LogprobEntry> entries(2);
+  entries[0] = {5, {{5, -0.5f}, {{5, -0.5f}, {6, -1.5f}}}};
+  entries[1] = {7, {{7, -2.0f}, {}}};
+  auto text = [](int64_t id) { return "t" + std::to_string(id); };
+  const Json chat = chat_logprobs(entries, text);
+  EXPECT_EQ(chat["content"][0]["token"], "t5");
+  EXPECT_EQ(chat["content"][0]["bytes"], Json::array({116, 53}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "t6");
+  EXPECT_EQ(chat["content"][1]["logprob"], -2.0f);
+  const Json text_lp = completion_logprobs(entries, {0, 2}, text);
+  EXPECT_EQ(text_lp["tokens"], Json::array({"t5", "t7"}));
+  EXPECT_EQ(text_lp["top_logprobs"][0]["t6"], -1.5f);
+  EXPECT_EQ(text_lp["text_offset"], Json::array({0, 2}));
+}
+
+TEST(OpenAIJson, ConstantTimeEqual) {
+  EXPECT_TRUE(constant_time_equal("secret", "secret"));
+  EXPECT_FALSE(constant_time_equal("secreT", "secret"));
+  EXPECT_FALSE(constant_time_equal("secret1", "secret"));
+  EXPECT_FALSE(constant_time_equal("secre", "secret"));
+  EXPECT_FALSE(constant_time_equal("", "secret"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+}
+
+}  // namespace
+}  // namespace hubzoo::server

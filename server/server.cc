@@ -1,0 +1,345 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "base/error.h"
+#include "server/server_impl.h"
+
+namespace hubzoo::server {
+namespace {
+
+// A served model's id: the repo id, or a directory's name.
+std::string model_id_of(const std::string& ref) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(ref)) return ref;
+  fs::path p = fs::path(ref).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// Metrics label for a path: known routes only, so clients cannot grow the label set.
+std::string path_label(const std::string& path) {
+  static const char* known[] = {"/",
+                                "/v1/models",
+                                "/v1/chat/completions",
+                                "/v1/completions",
+                                "/v1/embeddings",
+                                "/tokenize",
+                                "/detokenize",
+                                "/health",
+                                "/metrics"};
+  for (const char* k : known) {
+    if (path == k) return path;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+}  // namespace
+
+void send_json(httplib::Response& res, const Json& body, int status) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, error_body(e), e.status);
+}
+
+Server::Impl::Impl(const ServerOptions& options) : opt(options) {
+  if (opt.max_concurrency <= 0) throw InvalidArgument("--max-concurrency must be > 0");
+  if (opt.max_queue < 0) throw InvalidArgument("--max-queue must be >= 0");
+  if (opt.max_body_bytes <= 0) throw InvalidArgument("--max-body-bytes must be > 0");
+  model_id = opt.served_model_name.empty() ? model_id_of(opt.model) : opt.served_model_name;
+  const Numerics numerics = Numerics::parse(opt.dtype, opt.mode);
+  model = load_causal_lm(opt.model, {opt.threads, numerics});
+  tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(model->info().snapshot));
+  try {
+    chat_template = ChatTemplate::from_snapshot(model->info().snapshot);
+  } catch (const Error& e) {
+    chat_template_missing = e.what();
+  }
+  SchedulerOptions so;
+  so.max_slots = opt.max_concurrency;
+  so.max_queue = opt.max_queue;
+  so.max_context = opt.max_context;
+  so.max_batch_tokens = opt.max_batch_tokens;
+  scheduler = std::make_unique<Scheduler>(*model, tokenizer.get(), so);
+  if (!opt.embedding_model.empty()) {
+    embedder = Embedder::load(opt.embedding_model, {opt.threads, numerics});
+    embedding_id = model_id_of(opt.embedding_model);
+  }
+  created = std::chrono::duration_cast<std::chrono::seconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
+  fingerprint = std::string("hubzoo-") + HUBZOO_VERSION + "-" + HUBZOO_GIT_COMMIT;
+  rng.seed(std::random_device{}());
+  install_routes();
+}
+
+uint64_t Server::Impl::random_seed() {
+  std::lock_guard lock(rng_mu);
+  return rng();
+}
+
+std::string Server::Impl::new_id(const char* prefix) {
+  static const char* hex = "0123456789abcdef";
+  std::string id = prefix;
+  const uint64_t a = random_seed(), b = random_seed();
+  for (int i = 0; i < 16; ++i) id += hex[(a >> (4 * i)) & 15];
+  for (int i = 0; i < 8; ++i) id += hex[(b >> (4 * i)) & 15];
+  return id;
+}
+
+std::string Server::Impl::token_text(int64_t id) const { return tokenizer->decode({id}, false); }
+
+void Server::Impl::check_model(const std::string& requested, bool embedding) const {
+  if (requested.empty()) return;
+  const std::string& served = embedding ? embedding_id : model_id;
+  if (requested == served) return;
+  throw ApiError(404, "invalid_request_error",
+                 "The model '" + requested + "' does not exist; this server serves '" + served +
+                     "'" + (embedding ? " for embeddings." : "."),
+                 "model", "model_not_found");
+}
+
+void Server::Impl::check_context(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                                 const char* param) const {
+  const int64_t limit = scheduler->options().max_context;
+  const std::string head =
+      "This model's maximum context length is " + std::to_string(limit) + " tokens. ";
+  if (prompt_tokens >= limit) {
+    throw ApiError(400, "invalid_request_error",
+                   head + "However, your prompt is " + std::to_string(prompt_tokens) +
+                       " tokens, which leaves no room for the completion.",
+                   param, "context_length_exceeded");
+  }
+  if (max_tokens && prompt_tokens + *max_tokens > limit) {
+    throw ApiError(400, "invalid_request_error",
+                   head + "However, you requested " + std::to_string(prompt_tokens + *max_tokens) +
+                       " tokens (" + std::to_string(prompt_tokens) + " in the prompt, " +
+                       std::to_string(*max_tokens) +
+                       " for the completion). Please reduce the prompt or max_tokens.",
+                   "max_tokens", "context_length_exceeded");
+  }
+}
+
+void Server::Impl::guarded(const httplib::Request& req, httplib::Response& res, bool auth,
+                           const std::function<void()>& fn) {
+  try {
+    if (auth && !opt.api_key.empty()) {
+      const std::string header = req.get_header_value("Authorization");
+      const std::string scheme = "Bearer ";
+      const std::string key = header.rfind(scheme, 0) == 0 ? header.substr(scheme.size()) : "";
+      if (!constant_time_equal(key, opt.api_key)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        throw ApiError(401, "invalid_request_error",
+                       header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
+                                      : "Incorrect API key provided.",
+                       "", "invalid_api_key");
+      }
+    }
+    fn();
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const QueueFull& e) {
+    res.set_header("Retry-After", "1");
+    send_error(res, ApiError(429, "rate_limit_error",
+                             std::string("The server is at capacity: ") + e.what() + ".", "",
+                             "queue_full"));
+  } catch (const ShuttingDown& e) {
+    send_error(res, ApiError(503, "server_error", e.what(), "", "shutting_down"));
+  } catch (const ContextOverflow& e) {
+    send_error(res,
+               ApiError(400, "invalid_request_error", e.what(), "", "context_length_exceeded"));
+  } catch (const Error& e) {  // InvalidArgument, template errors, ...: the request's fault
+    send_error(res, bad_request(e.what()));
+  } catch (const std::exception& e) {
+    send_error(res, ApiError(500, "server_error", std::string("Internal error: ") + e.what()));
+  }
+}
+
+void Server::Impl::handle_models(const httplib::Request& req, httplib::Response& res) {
+  auto entry = [&](const std::string& id, int64_t max_len) {
+    Json m = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "hubzoo"}};
+    if (max_len > 0) m["max_model_len"] = max_len;
+    return m;
+  };
+  Json data = Json::array({entry(model_id, scheduler->options().max_context)});
+  if (embedder) data.push_back(entry(embedding_id, embedder->info().max_seq_length));
+  if (req.matches.size() > 1) {
+    const std::string id = req.matches[1];
+    for (const auto& m : data) {
+      if (m["id"] == id) return send_json(res, m);
+    }
+    throw ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist.", "model",
+                   "model_not_found");
+  }
+  send_json(res, Json{{"object", "list"}, {"data", data}});
+}
+
+void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  check_model(get_string(body, "model").value_or(""));
+  std::vector<int64_t> ids;
+  std::vector<std::string> strs;
+  if (body.contains("messages")) {
+    ids = chat_prompt(body, get_bool(body, "add_generation_prompt").value_or(true));
+  } else {
+    const auto prompt = get_string(body, "prompt");
+    if (!prompt) throw bad_request("Give 'prompt' (a string) or 'messages'.", "prompt");
+    const Encoding e =
+        tokenizer->encode(*prompt, get_bool(body, "add_special_tokens").value_or(true));
+    ids = e.ids;
+    strs = e.tokens;
+  }
+  Json out = {
+      {"count", ids.size()}, {"max_model_len", scheduler->options().max_context}, {"tokens", ids}};
+  if (get_bool(body, "return_token_strs").value_or(false)) {
+    if (strs.empty()) {
+      for (int64_t id : ids) strs.push_back(tokenizer->id_to_token(id).value_or(""));
+    }
+    out["token_strs"] = strs;
+  }
+  send_json(res, out);
+}
+
+void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  check_model(get_string(body, "model").value_or(""));
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) {
+    throw bad_request("'tokens' must be an array of token ids.", "tokens");
+  }
+  std::vector<int64_t> ids;
+  const int64_t vocab = static_cast<int64_t>(tokenizer->vocab_size());
+  for (const auto& t : *it) {
+    if (!t.is_number_integer())
+      throw bad_request("'tokens' must be an array of token ids.", "tokens");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      throw bad_request("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab) + ").",
+                        "tokens");
+    }
+    ids.push_back(id);
+  }
+  send_json(res, Json{{"prompt", tokenizer->decode(ids, false)}});
+}
+
+void Server::Impl::install_routes() {
+  using httplib::Request;
+  using httplib::Response;
+  http.new_task_queue = [n = opt.max_concurrency + opt.max_queue + 16] {
+    return new httplib::ThreadPool(static_cast<size_t>(n));
+  };
+  http.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
+  http.set_keep_alive_timeout(5);
+  http.set_write_timeout(10);
+  auto route = [this](bool auth, void (Impl::*fn)(const Request&, Response&)) {
+    return [this, auth, fn](const Request& req, Response& res) {
+      guarded(req, res, auth, [&] { (this->*fn)(req, res); });
+    };
+  };
+  http.Post("/v1/chat/completions", route(true, &Impl::handle_chat));
+  http.Post("/v1/completions", route(true, &Impl::handle_completions));
+  http.Post("/v1/embeddings", route(true, &Impl::handle_embeddings));
+  http.Post("/tokenize", route(true, &Impl::handle_tokenize));
+  http.Post("/detokenize", route(true, &Impl::handle_detokenize));
+  http.Get("/v1/models", route(true, &Impl::handle_models));
+  http.Get(R"(/v1/models/(.+))", route(true, &Impl::handle_models));
+  http.Get("/health", [this](const Request&, Response& res) {
+    const bool down = stopping.load();
+    send_json(res, Json{{"status", down ? "shutting down" : "ok"}}, down ? 503 : 200);
+  });
+  http.Get("/metrics", [this](const Request&, Response& res) {
+    res.set_content(metrics.render(scheduler->stats(), model_id),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/", [](const Request&, Response& res) {
+    res.set_content(kChatPage, "text/html; charset=utf-8");
+  });
+  // Errors httplib answers itself (no route, body too large) get OpenAI's shape too.
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "HTTP error " + std::to_string(res.status);
+        if (res.status == 404) message = "Unknown endpoint: " + req.method + " " + req.path;
+        if (res.status == 413) {
+          message = "The request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes.";
+        }
+        send_error(res, ApiError(res.status, "invalid_request_error", message));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, "server_error", "Internal error: " + what));
+  });
+  http.set_logger([this](const Request& req, const Response& res) {
+    metrics.count_response(path_label(req.path), res.status);
+    if (opt.log_requests) {
+      std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+    }
+  });
+}
+
+Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+  Impl& s = *impl_;
+  int port = s.opt.port;
+  if (port == 0) {
+    port = s.http.bind_to_any_port(s.opt.host);
+  } else if (!s.http.bind_to_port(s.opt.host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    throw InvalidArgument("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
+                          " (address in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+std::string Server::describe() const {
+  const Impl& s = *impl_;
+  const SchedulerStats st = s.scheduler->stats();
+  const ModelInfo& info = s.model->info();
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "%s (%s %s), %lld slots x %lld tokens, KV cache up to %.1f MiB, queue %lld%s%s",
+                s.model_id.c_str(), info.numerics.dtype_name(), info.numerics.mode_name(),
+                static_cast<long long>(st.max_slots), static_cast<long long>(st.max_context),
+                st.kv_budget_bytes / 1048576.0, static_cast<long long>(st.max_queue),
+                s.embedder ? ", embeddings: " : "", s.embedding_id.c_str());
+  return line;
+}
+
+void Server::run() {
+  if (impl_->stopping) return;
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  Impl& s = *impl_;
+  s.stopping = true;
+  s.scheduler->shutdown();  // streams end: their generations are cancelled
+  // Let open streams write their last event before the listener stops them.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (s.open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  s.http.stop();
+}
+
+}  // namespace hubzoo::server

@@ -1,0 +1,50 @@
+// `hubzoo serve`: an OpenAI-compatible HTTP API over the continuous-batching
+// scheduler, with a web chat page. Thin: requests become GenerationRequests,
+// scheduler events become JSON or server-sent events.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace hubzoo::server {
+
+struct ServerOptions {
+  std::string model;              // snapshot directory or repo id
+  std::string embedding_model;    // optional: enables /v1/embeddings
+  std::string served_model_name;  // empty: the repo id, or the directory's name
+  std::string host = "127.0.0.1";
+  int port = 8080;              // 0: any free port
+  std::string api_key;          // empty: no authentication
+  int64_t max_concurrency = 8;  // KV-cache slots
+  int64_t max_queue = 64;       // requests waiting for a slot; more get 429
+  int64_t max_body_bytes = 8 << 20;
+  int64_t max_context = 0;         // tokens per request (prompt + new); 0: the model's
+  int64_t max_batch_tokens = 256;  // prefill tokens per forward pass
+  std::string dtype = "float32", mode = "fused";
+  int threads = 0;           // model threads; 0: all cores
+  bool log_requests = true;  // one line per request on stderr
+};
+
+class Server {
+ public:
+  // Loads the model(s); throws hubzoo::Error naming what failed.
+  explicit Server(const ServerOptions& options);
+  ~Server();
+  // Binds host:port; returns the port (the one chosen when port was 0).
+  // Throws hubzoo::Error when the address cannot be bound.
+  int bind();
+  // One line on what is served: model, dtype, slots, context, KV budget.
+  std::string describe() const;
+  // Serves until stop(); returns after in-flight requests ended.
+  void run();
+  // Thread-safe: refuses new work, cancels running generations, stops listening.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hubzoo::server

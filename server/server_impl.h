@@ -1,0 +1,79 @@
+// What the server's source files share: the loaded models, the scheduler,
+// the HTTP server and the handlers (server.cc: routing, auth, errors and the
+// small endpoints; generation.cc: chat and text completions; embeddings.cc).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "engine/embedder.h"
+#include "engine/scheduler.h"
+#include "models/causal_lm.h"
+#include "server/metrics.h"
+#include "server/openai_json.h"
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hubzoo::server {
+
+struct Server::Impl {
+  explicit Impl(const ServerOptions& options);
+
+  ServerOptions opt;
+  std::string model_id, embedding_id;
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string chat_template_missing;  // why there is none
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Embedder> embedder;
+  std::mutex embed_mu;  // one encode() at a time
+  Metrics metrics;
+  httplib::Server http;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> open_streams{0};  // SSE responses not yet ended
+  int64_t created = 0;               // unix time the server started
+  std::string fingerprint;
+  std::mutex rng_mu;
+  std::mt19937_64 rng;
+
+  void install_routes();
+  // Runs a handler: authentication, then `fn`; every error becomes an
+  // OpenAI error object with its status.
+  void guarded(const httplib::Request& req, httplib::Response& res, bool auth,
+               const std::function<void()>& fn);
+
+  // 404 model_not_found unless `requested` is empty or a served model.
+  void check_model(const std::string& requested, bool embedding = false) const;
+  // 400 context_length_exceeded when the prompt (plus max_tokens) exceeds the context.
+  void check_context(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                     const char* param) const;
+  std::string token_text(int64_t id) const;
+  uint64_t random_seed();
+  std::string new_id(const char* prefix);
+
+  void handle_chat(const httplib::Request& req, httplib::Response& res);
+  void handle_completions(const httplib::Request& req, httplib::Response& res);
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_models(const httplib::Request& req, httplib::Response& res);
+
+  // Renders a chat request's messages through the chat template.
+  std::vector<int64_t> chat_prompt(const Json& body, bool add_generation_prompt);
+};
+
+void send_json(httplib::Response& res, const Json& body, int status = 200);
+void send_error(httplib::Response& res, const ApiError& e);
+
+// The web chat page (chat_page.cc).
+extern const char* const kChatPage;
+
+}  // namespace hubzoo::server
