@@ -23,7 +23,8 @@ const fs::path kMiniLM =
 class MiniLM : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kMiniLM / "config.json")) GTEST_SKIP() << kMiniLM << " not prepared";
+    ASSERT_TRUE(fs::exists(kMiniLM / "config.json"))
+        << kMiniLM << " missing: run scripts/prepare_models.py (scripts/test does)";
   }
 };
 

@@ -239,7 +239,8 @@ TEST(Scheduler, ShutdownCancelsEverythingAndRefusesNewRequests) {
 class SchedulerSmolLM2 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kSmolLM2 / "config.json")) GTEST_SKIP() << kSmolLM2 << " not prepared";
+    ASSERT_TRUE(fs::exists(kSmolLM2 / "config.json"))
+        << kSmolLM2 << " missing: run scripts/prepare_models.py (scripts/test does)";
   }
 };
 

@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/sampler.h"
 #include "layers/attention.h"
 #include "layers/linear.h"
 #include "layers/numerics.h"
@@ -142,6 +144,33 @@ nb::tuple py_attention(const In& q, const In& keys, const In& vals, float scale,
                         make_array(std::move(scores), {static_cast<size_t>(len)}));
 }
 
+// Sampler::process on one row of logits: what the sampler draws from, for the
+// parity test against transformers' logits processors (-inf: removed).
+Out py_sampler_process(const In& logits, const std::vector<int64_t>& prompt,
+                       const std::vector<int64_t>& generated, float temperature, int64_t top_k,
+                       float top_p, float min_p, float repetition_penalty, float presence_penalty,
+                       float frequency_penalty,
+                       const std::vector<std::pair<int64_t, float>>& logit_bias) {
+  check_vector(logits, "logits");
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repetition_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.logit_bias = logit_bias;
+  const auto vocab = static_cast<int64_t>(logits.size());
+  validate(p, vocab);
+  Sampler s(p);
+  s.set_prompt(prompt);
+  for (int64_t id : generated) s.accept(id);
+  std::vector<float> out = values(logits);
+  s.process(out.data(), vocab);
+  return make_array(std::move(out), {static_cast<size_t>(vocab)});
+}
+
 }  // namespace
 
 void bind_ops(nb::module_& m) {
@@ -160,4 +189,11 @@ void bind_ops(nb::module_& m) {
   ops.def("attention", &py_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"),
           nb::arg("scale"), nb::arg("eager_bf16") = true,
           "softmax(q keys^T * scale) values for one head -> (out [d], probabilities [len]).");
+  ops.def("sampler_process", &py_sampler_process, nb::arg("logits"), nb::arg("prompt"),
+          nb::arg("generated"), nb::arg("temperature") = 0.0f, nb::arg("top_k") = 0,
+          nb::arg("top_p") = 1.0f, nb::arg("min_p") = 0.0f, nb::arg("repetition_penalty") = 1.0f,
+          nb::arg("presence_penalty") = 0.0f, nb::arg("frequency_penalty") = 0.0f,
+          nb::arg("logit_bias") = std::vector<std::pair<int64_t, float>>{},
+          "Sampler::process on logits [vocab] after the prompt and generated tokens: the "
+          "processed logits, -inf where a filter removed the token.");
 }

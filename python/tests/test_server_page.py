@@ -74,8 +74,8 @@ class Browser:
 
 @pytest.fixture()
 def browser():
-    if not shutil.which("chromium") or not shutil.which("chromedriver"):
-        pytest.skip("chromium / chromedriver not installed (scripts/setup.sh installs them)")
+    missing = [b for b in ("chromium", "chromedriver") if not shutil.which(b)]
+    assert not missing, f"{missing} not installed: scripts/setup.sh installs them"
     port = free_port()
     driver = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
