@@ -68,6 +68,10 @@ struct LoadContext {
   JsonObject config;
   std::shared_ptr<ThreadPool> pool;
   Numerics numerics;
+  // False when the model is loaded as an encoder (embeddings only): a base-model
+  // checkpoint without lm_head (e.g. an untied LlamaModel saved by
+  // sentence-transformers) then loads, and forward() returns no logits.
+  bool needs_lm_head = true;
 };
 
 // Architectures (config.json `architectures[0]`) this build can load.

@@ -106,7 +106,8 @@ class LlamaModel final : public CausalLM {
                "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
     } else {
       embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
-      lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
+      has_lm_head_ = ctx.needs_lm_head || w.contains("lm_head.weight");
+      if (has_lm_head_) lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
     }
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = m + "layers." + std::to_string(i);
@@ -195,6 +196,11 @@ class LlamaModel final : public CausalLM {
     norm_.forward(x.data(), m, normed.data());
     capture("norm", normed.data(), m, h);
 
+    if (!has_lm_head_) {  // an encoder-only base model: hidden states, no logits
+      out.logits.clear();
+      for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
+      return;
+    }
     // (rows, V) logits, only for the rows asked for.
     const float* lm_in = normed.data();
     int64_t rows = m;
@@ -257,6 +263,7 @@ class LlamaModel final : public CausalLM {
   std::unique_ptr<Rope> rope_;
   FloatWeights embed_tokens_;  // (V, H), untied only
   Linear lm_head_;             // (V, H)
+  bool has_lm_head_ = true;    // false: loaded as an encoder from a base model without one
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_;
 };

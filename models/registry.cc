@@ -79,7 +79,8 @@ std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOption
     }
     arch = type->second;
   }
-  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics};
+  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics,
+                  /*needs_lm_head=*/false};
   const auto base = base_decoders().find(arch);
   const auto decoder = registry().find(base == base_decoders().end() ? arch : base->second);
   if (decoder != registry().end()) return decoder_as_encoder(decoder->second(ctx));
@@ -110,6 +111,11 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
   const auto archs = config.get<std::vector<std::string>>("architectures");
   if (archs.empty()) throw ConfigError(config.where() + ": field 'architectures' is empty");
   auto it = registry().find(archs[0]);
+  if (base_decoders().count(archs[0])) {
+    throw ConfigError(config.where() + ": architecture '" + archs[0] +
+                      "' is a base model without a language-model head; load it as an "
+                      "encoder (hubzoo embed, hubzoo.Embedder)");
+  }
   if (it == registry().end()) {
     std::string supported;
     for (const auto& name : supported_causal_lms()) {

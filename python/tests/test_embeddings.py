@@ -41,7 +41,7 @@ def _load_tiny_encoders():
 tiny_encoders = _load_tiny_encoders()
 PIPELINES = list(tiny_encoders.PIPELINES)
 BERT_FAMILY = ["bert", "roberta", "xlm_roberta"]
-DECODERS = ["qwen3_lasttoken", "llama_causal_mean"]
+DECODERS = ["qwen3_lasttoken", "llama_causal_mean", "llama_base_lasttoken"]
 
 LONG = " ".join(tiny_encoders.CORPUS)
 # Very different lengths: empty, one word, sentences, far past every max_seq_length, a
@@ -231,7 +231,8 @@ def test_masked_lm_checkpoint_ignores_its_head(hz, tmp_path):
 @pytest.mark.parametrize("pipeline", DECODERS)
 def test_decoder_last_hidden_state(hz, st_paths, pipeline):
     """A decoder as an encoder: the final norm output equals transformers' base model's
-    last_hidden_state (Qwen3: bare tensor names as sentence-transformers saves them)."""
+    last_hidden_state (Qwen3 and the untied Llama base: bare tensor names, no lm_head, as
+    sentence-transformers saves them)."""
     import torch
 
     path = st_paths[pipeline]
@@ -431,3 +432,18 @@ def test_cli_embed_options(hubzoo_bin, st_paths, ours):
 def test_cli_embed_errors(hubzoo_bin, minilm, st_paths):
     _util.assert_cli_error(_util.run_cli("embed", "-m", str(minilm), "--prompt-name", "q", "x"), "prompt name 'q'")
     _util.assert_cli_error(_util.run_cli("embed", "-m", str(minilm)), "text")
+
+
+def test_base_decoder_without_lm_head_is_not_a_causal_lm(hz, st_paths):
+    """The untied base checkpoint has no lm_head: an encoder loads it, generation says why not."""
+    import json
+
+    path = st_paths["llama_base_lasttoken"]
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), "np") as f:
+        names = set(f.keys())
+    assert "lm_head.weight" not in names and "embed_tokens.weight" in names
+    assert not json.loads((path / "config.json").read_text()).get("tie_word_embeddings", False)
+    with pytest.raises(hz.ConfigError, match="'LlamaModel' is a base model without a language-model head"):
+        hz.CausalLM.from_pretrained(str(path))

@@ -190,6 +190,15 @@ PIPELINES: dict[str, dict[str, Any]] = {
         "prompts": {"query": "query: "},
         "causal_checkpoint": True,
     },
+    # The untied Llama as sentence-transformers saves it: bare LlamaModel names and no
+    # lm_head, which only an encoder can load.
+    "llama_base_lasttoken": {
+        "encoder": "llama",
+        "pooling": "lasttoken",
+        "dense": None,
+        "normalize": True,
+        "max_seq_length": 64,
+    },
 }
 
 
