@@ -3,9 +3,10 @@
     python server_load.py URL API_KEY REQUESTS CONCURRENCY
 
 Mixes chat and text completions, streamed and not; every fifth streamed request is
-dropped after its first chunk; a refused
-client waits Retry-After (1 s) before its next request. Prints one JSON summary: counts by outcome, and every
-unexpected answer (anything but 200, or 429/503 with an OpenAI error object).
+dropped after its first chunk; a refused request (429/503 with an OpenAI error object)
+waits Retry-After (1 s) and is sent again. Prints one JSON summary: final outcomes by
+kind, the number of refusals along the way, and every unexpected answer (anything but
+200, or 429/503 with an OpenAI error object).
 """
 
 from __future__ import annotations
@@ -13,16 +14,29 @@ from __future__ import annotations
 import json
 import random
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx  # the openai client's own HTTP library
 
 
+MAX_ATTEMPTS = 10
+refusals = 0
+refusals_lock = threading.Lock()
+
+
 def one(client: httpx.Client, i: int) -> tuple[str, str | None]:
-    outcome = attempt(client, i)
-    if outcome[0].startswith("refused"):
-        time.sleep(1.0)  # a refused client waits Retry-After (1 s) before its next request
+    """Request i, retried as a polite client does: a refused request waits Retry-After
+    (1 s) and tries again, up to MAX_ATTEMPTS times."""
+    global refusals
+    for _ in range(MAX_ATTEMPTS):
+        outcome = attempt(client, i)
+        if not outcome[0].startswith("refused"):
+            return outcome
+        with refusals_lock:
+            refusals += 1
+        time.sleep(1.0)
     return outcome
 
 
@@ -87,7 +101,7 @@ def main() -> None:
         counts[outcome] = counts.get(outcome, 0) + 1
         if detail is not None:
             unexpected.append(detail)
-    print(json.dumps({"counts": counts, "unexpected": unexpected[:10]}))
+    print(json.dumps({"counts": counts, "refusals": refusals, "unexpected": unexpected[:10]}))
 
 
 if __name__ == "__main__":

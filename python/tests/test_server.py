@@ -9,7 +9,7 @@
   seeded sampling is reproducible under concurrency;
 - a client dropping mid-stream: the generation is cancelled, the slot and its KV memory
   return (/metrics), the server keeps serving;
-- a bounded load from a second process (200 requests, 16 at once, mixed, some dropped):
+- a bounded load from a second process (500 requests, 32 at once, mixed, some dropped):
   every request answered or refused with 429/503, memory back afterwards; SIGTERM exits 0.
 """
 
@@ -388,21 +388,32 @@ def test_full_queue_answers_429(small_server):
     assert m["hubzoo_kv_cache_bytes"] == 0 and m["hubzoo_requests_rejected_total"] == 1
 
 
-def test_load_from_second_process_then_sigterm(small_server):
-    s = small_server
+@pytest.fixture()
+def load_server(hubzoo_bin, smollm2_path, tmp_path):
+    # 32 clients against 8 slots and 16 queue places: most requests are served, some refused.
+    s = Served(tmp_path, "--max-concurrency", "8", "--max-queue", "16", "--max-context", "512", "--quiet")
+    yield s
+    s.stop()
+
+
+def test_load_from_second_process_then_sigterm(load_server):
+    s = load_server
     baseline = s.metrics()["process_resident_memory_bytes"]
     proc = subprocess.run(
-        [sys.executable, str(_util.REPO / "python" / "tests" / "server_load.py"), s.url, KEY, "200", "16"],
+        [sys.executable, str(_util.REPO / "python" / "tests" / "server_load.py"), s.url, KEY, "500", "32"],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     counts = summary["counts"]
     assert not summary["unexpected"], summary
+    # Every request answered: served, dropped by its client, or refused with an error
+    # object after its client retried (Retry-After) ten times; most are served.
     assert set(counts) <= {"ok", "dropped", "refused_429", "refused_503"}, counts
-    assert sum(counts.values()) == 200 and counts.get("ok", 0) >= 60 and counts.get("dropped", 0) > 0, counts
+    assert sum(counts.values()) == 500 and counts.get("dropped", 0) > 0, counts
+    assert counts.get("ok", 0) >= 250, counts
     m = s.wait_idle()
     assert m["hubzoo_kv_cache_bytes"] == 0
-    assert m["hubzoo_requests_rejected_total"] == counts.get("refused_429", 0)
+    assert m["hubzoo_requests_rejected_total"] == summary["refusals"]
     # Memory back near its baseline (allocator caches aside).
     assert m["process_resident_memory_bytes"] < baseline + 64 * 2**20, (baseline, m["process_resident_memory_bytes"])
     assert s.client().models.list().data[0].id == MODEL_ID
