@@ -45,6 +45,11 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
       ->capture_default_str();
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused"}));
+  cmd->add_option("--generation-config", o.generation_config,
+                  "defaults for omitted sampling fields: auto (the model's "
+                  "generation_config.json) or none (OpenAI's)")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "worker threads (0: all cores)");
   cmd->add_flag_callback(
       "--quiet", [&o] { o.log_requests = false; }, "no line per request on stderr");

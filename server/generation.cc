@@ -322,7 +322,8 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
 
 void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& res) {
   const Json body = parse_body(req.body);
-  GenerationParams g = parse_generation_params(body, model->info().vocab_size, random_seed());
+  GenerationParams g =
+      parse_generation_params(body, model->info().vocab_size, random_seed(), sampling_defaults);
   check_model(g.model);
   ResponseContext rc{Kind::kChat};
   rc.logprobs = get_bool(body, "logprobs").value_or(false);
@@ -349,7 +350,8 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
 
 void Server::Impl::handle_completions(const httplib::Request& req, httplib::Response& res) {
   const Json body = parse_body(req.body);
-  GenerationParams g = parse_generation_params(body, model->info().vocab_size, random_seed());
+  GenerationParams g =
+      parse_generation_params(body, model->info().vocab_size, random_seed(), sampling_defaults);
   check_model(g.model);
   ResponseContext rc{Kind::kText};
   if (const auto lp = get_int(body, "logprobs")) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "io/json.h"
 
 namespace hubzoo::server {
 
@@ -104,8 +105,35 @@ std::vector<std::string> parse_stop(const Json& body) {
 }
 }  // namespace
 
-GenerationParams parse_generation_params(const Json& body, int64_t vocab_size,
-                                         uint64_t random_seed) {
+SamplingDefaults sampling_defaults_from(const std::filesystem::path& generation_config) {
+  SamplingDefaults d;
+  if (!std::filesystem::exists(generation_config)) return d;
+  const JsonObject g(read_json_file(generation_config), generation_config.string());
+  auto number = [&](const char* key, double lo, double hi, bool lo_open, float fallback) {
+    if (!g.has(key) || g.json()[key].is_null()) return fallback;
+    const double v = g.get<double>(key);
+    if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
+      throw ConfigError(g.where() + ": field '" + key + "' is " + nlohmann::json(v).dump() +
+                        ", outside " + (lo_open ? "(" : "[") + nlohmann::json(lo).dump() + ", " +
+                        nlohmann::json(hi).dump() + "]");
+    }
+    return static_cast<float>(v);
+  };
+  // The ranges a request may use (parse_generation_params).
+  d.temperature = number("temperature", 0.0, 2.0, false, d.temperature);
+  d.top_p = number("top_p", 0.0, 1.0, true, d.top_p);
+  d.min_p = number("min_p", 0.0, 1.0, false, d.min_p);
+  d.repetition_penalty = number("repetition_penalty", 0.0, 100.0, true, d.repetition_penalty);
+  if (g.has("top_k") && !g.json()["top_k"].is_null()) {
+    const auto k = g.get<int64_t>("top_k");
+    if (k < 0) throw ConfigError(g.where() + ": field 'top_k' must be >= 0");
+    d.top_k = k;
+  }
+  return d;
+}
+
+GenerationParams parse_generation_params(const Json& body, int64_t vocab_size, uint64_t random_seed,
+                                         const SamplingDefaults& defaults) {
   GenerationParams g;
   g.model = get_string(body, "model").value_or("");
   g.stream = get_bool(body, "stream").value_or(false);
@@ -123,12 +151,14 @@ GenerationParams parse_generation_params(const Json& body, int64_t vocab_size,
   }
   GenerationRequest& r = g.request;
   SamplingParams& sp = r.sampling;
-  sp.temperature = in_range(body, "temperature", 0.0, 2.0, false, 1.0f);
-  sp.top_p = in_range(body, "top_p", 0.0, 1.0, true, 1.0f);
-  sp.min_p = in_range(body, "min_p", 0.0, 1.0, false, 0.0f);
+  sp.temperature = in_range(body, "temperature", 0.0, 2.0, false, defaults.temperature);
+  sp.top_p = in_range(body, "top_p", 0.0, 1.0, true, defaults.top_p);
+  sp.min_p = in_range(body, "min_p", 0.0, 1.0, false, defaults.min_p);
   sp.presence_penalty = in_range(body, "presence_penalty", -2.0, 2.0, false, 0.0f);
   sp.frequency_penalty = in_range(body, "frequency_penalty", -2.0, 2.0, false, 0.0f);
-  sp.repetition_penalty = in_range(body, "repetition_penalty", 0.0, 100.0, true, 1.0f);
+  sp.repetition_penalty =
+      in_range(body, "repetition_penalty", 0.0, 100.0, true, defaults.repetition_penalty);
+  sp.top_k = defaults.top_k;
   if (const auto k = get_int(body, "top_k")) {
     if (*k < -1) throw bad_request("'top_k' must be -1 (off), 0 (off) or positive.", "top_k");
     sp.top_k = *k < 0 ? 0 : *k;

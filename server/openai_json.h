@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -59,12 +60,26 @@ struct GenerationParams {
   GenerationRequest request;      // prompt and callbacks left empty
 };
 
+// Values of the sampling fields a request leaves out: OpenAI's defaults, or
+// the model's recommendations from generation_config.json (as vLLM does).
+struct SamplingDefaults {
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repetition_penalty = 1.0f;
+  int64_t top_k = 0;  // 0: off
+};
+
+// The sampling fields generation_config.json sets (temperature, top_p, top_k,
+// min_p, repetition_penalty) over OpenAI's defaults; do_sample is not read,
+// as a request's temperature decides. No file: OpenAI's defaults. Throws
+// ConfigError naming the file and field for a value a request could not hold.
+SamplingDefaults sampling_defaults_from(const std::filesystem::path& generation_config);
+
 // Sampling fields, stop, seed, penalties, logit_bias, n, and the extensions
 // top_k, min_p, repetition_penalty, ignore_eos, skip_special_tokens,
 // stop_token_ids. Throws ApiError 400 naming the parameter.
-// `random_seed` is used when the request has no seed.
-GenerationParams parse_generation_params(const Json& body, int64_t vocab_size,
-                                         uint64_t random_seed);
+// `random_seed` is used when the request has no seed; `defaults` for the
+// sampling fields it leaves out.
+GenerationParams parse_generation_params(const Json& body, int64_t vocab_size, uint64_t random_seed,
+                                         const SamplingDefaults& defaults = {});
 
 // Logprobs in the two OpenAI formats. `token_text(id)` gives a token's text.
 struct LogprobEntry {

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "base/error.h"
+#include "base/test_util.h"
+
 namespace hubzoo::server {
 namespace {
 
@@ -27,6 +32,39 @@ TEST(OpenAIJson, DefaultsAreOpenAIs) {
   EXPECT_EQ(g.request.sampling.top_p, 1.0f);
   EXPECT_EQ(g.request.sampling.seed, 42u);  // the server's random seed when none is given
   EXPECT_TRUE(g.request.skip_special_tokens);
+}
+
+TEST(OpenAIJson, GenerationConfigGivesTheDefaultsARequestOmits) {
+  test_util::TempDir dir;
+  const auto path = dir / "generation_config.json";
+  EXPECT_EQ(sampling_defaults_from(path).temperature, 1.0f);  // no file: OpenAI's
+  std::ofstream(path) << R"({"do_sample": true, "temperature": 0.6, "top_p": 0.95,
+      "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "eos_token_id": 2})";
+  const SamplingDefaults d = sampling_defaults_from(path);
+  const GenerationParams g = parse_generation_params(Json::parse("{}"), 100, 42, d);
+  EXPECT_FLOAT_EQ(g.request.sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(g.request.sampling.top_p, 0.95f);
+  EXPECT_EQ(g.request.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(g.request.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(g.request.sampling.repetition_penalty, 1.1f);
+  // A request's own values win, including "off" values.
+  const GenerationParams r =
+      parse_generation_params(Json::parse(R"({"temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0,
+                      "repetition_penalty": 1})"),
+                              100, 42, d);
+  EXPECT_EQ(r.request.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.request.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.request.sampling.top_k, 0);
+  EXPECT_EQ(r.request.sampling.min_p, 0.0f);
+  EXPECT_EQ(r.request.sampling.repetition_penalty, 1.0f);
+
+  std::ofstream(path) << R"({"temperature": 7})";
+  test_util::expect_error<ConfigError>([&] { sampling_defaults_from(path); },
+                                       {"generation_config.json", "'temperature'"});
+  std::ofstream(path) << R"({"top_k": -3})";
+  test_util::expect_error<ConfigError>([&] { sampling_defaults_from(path); }, {"'top_k'"});
+  std::ofstream(path) << R"({"top_p": "high"})";
+  test_util::expect_error<ConfigError>([&] { sampling_defaults_from(path); }, {"'top_p'"});
 }
 
 TEST(OpenAIJson, ReadsEveryField) {

@@ -57,6 +57,12 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   const Numerics numerics = Numerics::parse(opt.dtype, opt.mode);
   model = load_causal_lm(opt.model, {opt.threads, numerics});
   tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(model->info().snapshot));
+  if (opt.generation_config == "auto") {
+    sampling_defaults = sampling_defaults_from(model->info().snapshot / "generation_config.json");
+  } else if (opt.generation_config != "none") {
+    throw InvalidArgument("--generation-config must be 'auto' or 'none', got '" +
+                          opt.generation_config + "'");
+  }
   try {
     chat_template = ChatTemplate::from_snapshot(model->info().snapshot);
   } catch (const Error& e) {
@@ -322,7 +328,14 @@ std::string Server::describe() const {
                 static_cast<long long>(st.max_slots), static_cast<long long>(st.max_context),
                 st.kv_budget_bytes / 1048576.0, static_cast<long long>(st.max_queue),
                 s.embedder ? ", embeddings: " : "", s.embedding_id.c_str());
-  return line;
+  const SamplingDefaults& d = s.sampling_defaults;
+  char defaults[256];
+  std::snprintf(defaults, sizeof(defaults),
+                "; sampling defaults: temperature %g, top_p %g, top_k %lld, min_p %g, "
+                "repetition_penalty %g",
+                d.temperature, d.top_p, static_cast<long long>(d.top_k), d.min_p,
+                d.repetition_penalty);
+  return std::string(line) + defaults;
 }
 
 void Server::run() {

@@ -22,6 +22,9 @@ struct ServerOptions {
   int64_t max_context = 0;         // tokens per request (prompt + new); 0: the model's
   int64_t max_batch_tokens = 256;  // prefill tokens per forward pass
   std::string dtype = "float32", mode = "fused";
+  // Defaults for the sampling fields a request omits: "auto" reads the model's
+  // generation_config.json, "none" uses OpenAI's.
+  std::string generation_config = "auto";
   int threads = 0;           // model threads; 0: all cores
   bool log_requests = true;  // one line per request on stderr
 };

@@ -32,6 +32,7 @@ struct Server::Impl {
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_missing;  // why there is none
+  SamplingDefaults sampling_defaults;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<Embedder> embedder;
   std::mutex embed_mu;  // one encode() at a time

@@ -40,10 +40,11 @@ MODEL_ID = "SmolLM2-135M-Instruct"
 class Served:
     """A `hubzoo serve` process on a free loopback port."""
 
-    def __init__(self, tmp_path, *args: str):
+    def __init__(self, tmp_path, *args: str, model=None):
         self.log_path = tmp_path / "serve.log"
         self.log = open(self.log_path, "w")
-        cmd = [str(_util.HUBZOO_BIN), "serve", "-m", str(_util.SMOLLM2), "--port", "0", "--api-key", KEY, *args]
+        model = str(model or _util.SMOLLM2)
+        cmd = [str(_util.HUBZOO_BIN), "serve", "-m", model, "--port", "0", "--api-key", KEY, *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         self.url = None
@@ -356,6 +357,33 @@ def test_client_drop_mid_stream_frees_the_slot(server, client):
     assert m[cancelled] == before[cancelled] + 1
     r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
     assert r.choices[0].message.content
+
+
+def test_generation_config_gives_sampling_defaults(server, client, smollm2_path, tmp_path):
+    """Omitted sampling fields come from generation_config.json (here temperature 0: greedy);
+    a value no request could hold stops the server with the file and field named."""
+    snap = tmp_path / "smol-greedy"
+    snap.mkdir()
+    for f in smollm2_path.iterdir():
+        if f.name != "generation_config.json":
+            (snap / f.name).symlink_to(f.resolve())
+    gen = json.loads((smollm2_path / "generation_config.json").read_text())
+    (snap / "generation_config.json").write_text(json.dumps({**gen, "temperature": 0.0, "top_k": 7}))
+    messages = [{"role": "user", "content": "Name three colours."}]
+    greedy = client.chat.completions.create(model=MODEL_ID, messages=messages, temperature=0, max_tokens=16)
+    s = Served(tmp_path, "--quiet", model=snap)
+    try:
+        assert "sampling defaults: temperature 0, top_p 1, top_k 7" in s.log_path.read_text()
+        c = s.client()
+        for _ in range(2):  # no temperature and no seed: still greedy
+            r = c.chat.completions.create(model="smol-greedy", messages=messages, max_tokens=16)
+            assert r.choices[0].message.content == greedy.choices[0].message.content
+    finally:
+        assert s.stop() == 0
+
+    (snap / "generation_config.json").write_text(json.dumps({**gen, "temperature": 7}))
+    with pytest.raises(RuntimeError, match=r"generation_config.json: field 'temperature'"):
+        Served(tmp_path, "--quiet", model=snap)
 
 
 @pytest.fixture()
