@@ -188,10 +188,6 @@ def test_fused_expert_layout_loads_identically(variant, hf_tiny, our_tiny, tiny_
     assert np.array_equal(fused.forward(ids), our_tiny(variant).forward(ids))
 
 
-def _edit(src, dst, **fields):
-    return copy_with_config(src, dst, **fields)
-
-
 @pytest.mark.parametrize("fields, words", [
     ({"num_experts_per_tok": 9, "num_local_experts": 8}, ["num_experts_per_tok", "9", "8"]),
     ({"decoder_sparse_step": 0}, ["decoder_sparse_step"]),
@@ -199,7 +195,7 @@ def _edit(src, dst, **fields):
     ({"num_experts": 6, "num_local_experts": 8}, ["num_experts", "num_local_experts"]),
 ])
 def test_bad_config_is_a_config_error(hz, tiny_paths, tmp_path, fields, words):
-    path = _edit(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "bad", **fields)
+    path = copy_with_config(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "bad", **fields)
     with pytest.raises(hz.ConfigError) as e:
         hz.CausalLM.from_pretrained(str(path))
     for w in words:
@@ -220,7 +216,7 @@ def test_missing_expert_tensor_is_named(hz, tiny_paths, tmp_path):
 
 
 def test_fewer_experts_in_config_than_checkpoint_is_a_mapping_error(hz, tiny_paths, tmp_path):
-    path = _edit(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "seven", num_local_experts=7)
+    path = copy_with_config(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "seven", num_local_experts=7)
     with pytest.raises(hz.TensorMappingError, match=r"mlp\.gate\.weight"):
         hz.CausalLM.from_pretrained(str(path))
 
