@@ -11,7 +11,11 @@ that iterates tiny_models.VARIANTS):
 - both expert layouts load (the Hub's experts.{e}.*_proj and transformers 5's fused
   experts.gate_up_proj / down_proj) and give bit-identical logits;
 - bad configs and missing expert tensors are typed errors naming the field/tensor;
-- `hubzoo generate` and `python -m hubzoo.verify` work on a tiny MoE.
+- `hubzoo generate` and `python -m hubzoo.verify` work on a tiny MoE;
+- verify's routing rung (hubzoo.verify.routing): confident (token, sparse layer) pairs
+  and tokens excluded for near-tie routing are counted, transformers' bf16 and ours keep
+  every confident pair, and a planted routing change (top-k + 1, two router rows
+  swapped) fails "routing kept where confident", full forward and cached decode.
 """
 
 from __future__ import annotations
@@ -241,3 +245,66 @@ def test_verify_passes(hz, tiny_paths):
     assert report["architecture"] == "Qwen3MoeForCausalLM"
     assert report["summary"]["complete"], report["summary"]
     assert report["summary"]["passed"], report["summary"]["failed"]
+
+
+@pytest.fixture(scope="module")
+def verify_long_reference(tiny_paths):
+    """The verify harness's reference for the long input of the first MoE variant (fp32 + bf16)."""
+    from hubzoo.verify import harness, inputs, reference
+
+    path = tiny_paths[MOE_VARIANTS[0]]
+    config = json.loads((path / "config.json").read_text())
+    inp = inputs.build(str(path), config, long_tokens=512)[0]["long"]
+    hf32, hf16 = reference.load(str(path), "float32"), reference.load(str(path), "bfloat16")
+    names = reference.layer_names(config["num_hidden_layers"])
+    ref = harness._reference_for_input(hf32, hf16, inp, names, harness.Progress(False), new_tokens=2)
+    return inp, names, ref
+
+
+def _routing_checks(hz, path, inp, names, ref):
+    from hubzoo.verify import harness
+
+    ours = hz.CausalLM.from_pretrained(str(path), dtype="bfloat16", mode="fused")
+    col = harness._column(ours, "bfloat16", "fused", inp, ref, names, harness.Progress(False), new_tokens=2)
+    return {c["key"]: c for c in col["checks"]}, col["metrics"]["routing"]
+
+
+def test_verify_routing_rows_count_and_pass(hz, tiny_paths, verify_long_reference):
+    """The refined rung: confident pairs counted, all kept; excluded tokens counted, never silent."""
+    inp, names, ref = verify_long_reference
+    rt = ref["json"]["routing"]
+    assert rt["sparse_layers"] == [0, 2]
+    assert 0 < rt["confident_pairs"] < rt["pairs"] == 2 * len(inp.ids)
+    assert rt["hf_bf16_kept"] == rt["confident_pairs"]  # transformers' own bf16 keeps them all
+    assert 0 < rt["excluded_tokens"] < len(inp.ids)
+    assert ref["json"]["decided_positions"] == ref["json"]["margin_positions"] - rt["excluded_margin_positions"]
+    checks, got = _routing_checks(hz, tiny_paths[MOE_VARIANTS[0]], inp, names, ref)
+    assert got["pairs"] == rt["confident_pairs"] and got["kept"] == got["pairs"]
+    assert 0 < got["cached_pairs"] == got["cached_kept"]
+    for key in ("routing_full", "routing_cached", "margin_full", "margin_cached"):
+        assert checks[key]["pass"] is True, checks[key]
+
+
+@pytest.mark.parametrize("plant", ["top_k_plus_one", "swap_router_rows"])
+def test_verify_routing_check_has_teeth(hz, tiny_paths, tmp_path, verify_long_reference, plant):
+    """Our model from a planted copy of the checkpoint, the reference from the original:
+    "routing kept where confident" fails, full forward and cached decode."""
+    from safetensors.numpy import load_file, save_file
+
+    inp, names, ref = verify_long_reference
+    src = tiny_paths[MOE_VARIANTS[0]]
+    if plant == "top_k_plus_one":
+        config = json.loads((src / "config.json").read_text())
+        path = copy_with_config(src, tmp_path / plant, num_experts_per_tok=config["num_experts_per_tok"] + 1)
+    else:  # the last sparse layer's router routes expert 0's tokens to expert 1 and back
+        path = tmp_path / plant
+        shutil.copytree(src, path)
+        tensors = load_file(path / "model.safetensors")
+        gate = tensors["model.layers.2.mlp.gate.weight"]
+        gate[[0, 1]] = gate[[1, 0]]
+        save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    checks, got = _routing_checks(hz, path, inp, names, ref)
+    assert checks["routing_full"]["pass"] is False and checks["routing_cached"]["pass"] is False, got
+    assert got["kept"] < got["pairs"] and got["lost"]
+    print(f"\n{plant}: routing kept at {got['kept']}/{got['pairs']} confident pairs, "
+          f"cached {got['cached_kept']}/{got['cached_pairs']}; first lost {got['lost'][:3]}")
