@@ -50,9 +50,18 @@ FloatWeights WeightLoader::take(const std::string& name, const Shape& shape) {
 }
 
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
+  return take_packed_as(name, n, k, numerics_.bf16);
+}
+
+PackedMatrix WeightLoader::take_packed_fp32(const std::string& name, int64_t n, int64_t k) {
+  return take_packed_as(name, n, k, /*bf16=*/false);
+}
+
+PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, int64_t k,
+                                          bool bf16) {
   const TensorInfo& info = claim(name, {n, k});
   TensorView v = ckpt_->view(name);
-  const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
+  const auto pack = bf16 ? pack_weights_bf16 : pack_weights;
   PackedMatrix packed;
   if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data), n, k);
@@ -63,6 +72,29 @@ PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64
   }
   ckpt_->release(name);  // the packed copy is the only one kept resident
   return packed;
+}
+
+std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& name, int64_t count,
+                                                          int64_t n, int64_t k, int64_t parts) {
+  if (parts <= 0 || n % parts != 0) {
+    throw TensorMappingError("tensor '" + name + "': " + std::to_string(n) +
+                             " rows do not split into " + std::to_string(parts) + " parts");
+  }
+  const TensorInfo& info = claim(name, {count, n, k});
+  TensorView v = ckpt_->view(name);
+  const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
+  const int64_t rows = n / parts;
+  const size_t block = static_cast<size_t>(rows * k);
+  std::vector<float> tmp(block);
+  std::vector<PackedMatrix> out;
+  out.reserve(count * parts);
+  for (int64_t b = 0; b < count * parts; ++b) {
+    const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
+    convert_to_f32(info.dtype, src, tmp.data(), block);
+    out.push_back(pack(tmp.data(), rows, k));
+  }
+  ckpt_->release(name);
+  return out;
 }
 
 void WeightLoader::ignore(const std::string& name, const std::string& reason) {

@@ -58,6 +58,15 @@ class WeightLoader {
   // Takes a [n, k] linear weight and packs it for matmul; the mapped pages of
   // the original are released afterwards.
   PackedMatrix take_packed(const std::string& name, int64_t n, int64_t k);
+  // As take_packed, but float32 even under bf16 numerics: the stored values,
+  // unrounded (a small matrix whose precision decides something discrete, e.g.
+  // an MoE router in fused mode).
+  PackedMatrix take_packed_fp32(const std::string& name, int64_t n, int64_t k);
+  // Takes a stacked [count, n, k] tensor (fused MoE experts) and packs each of
+  // its matrices cut into `parts` equal row blocks (torch.chunk over n):
+  // count * parts matrices of [n / parts, k], matrix by matrix.
+  std::vector<PackedMatrix> take_packed_stack(const std::string& name, int64_t count, int64_t n,
+                                              int64_t k, int64_t parts = 1);
   // Marks a tensor as deliberately unused.
   void ignore(const std::string& name, const std::string& reason);
   // Throws TensorMappingError naming every tensor neither taken nor ignored.
@@ -67,6 +76,7 @@ class WeightLoader {
 
  private:
   const TensorInfo& claim(const std::string& name, const Shape& shape);
+  PackedMatrix take_packed_as(const std::string& name, int64_t n, int64_t k, bool bf16);
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   std::map<std::string, bool> used_;

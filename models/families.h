@@ -11,5 +11,6 @@ namespace hubzoo {
 std::unique_ptr<CausalLM> load_llama(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen2(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx);
 
 }  // namespace hubzoo

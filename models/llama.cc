@@ -1,8 +1,9 @@
-// Llama (and, through LlamaVariant, Qwen2 and Qwen3): config mapping, the
+// Llama (and, through LlamaVariant, Qwen2, Qwen3 and Qwen3-MoE): config mapping, the
 // tensors under their Hugging Face names, and the forward pass.
 #include "models/llama.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "base/error.h"
 #include "layers/attention.h"
@@ -22,6 +23,7 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   float rms_norm_eps = 1e-6f;
   RopeParams rope;
+  SparseLayers moe;  // sparse_moe variants only
 };
 
 LlamaConfig parse_config(const JsonObject& c, const LlamaVariant& v) {
@@ -76,14 +78,20 @@ LlamaConfig parse_config(const JsonObject& c, const LlamaVariant& v) {
     }
   }
   cfg.rope = parse_rope_params(c);
+  if (v.sparse_moe) cfg.moe = parse_qwen3_moe_layers(c, cfg.hidden_size, cfg.num_layers);
   return cfg;
 }
 
 struct DecoderLayer {
   RMSNorm input_layernorm, post_attention_layernorm;
   Attention self_attn;
-  GatedMlp mlp;
+  std::optional<GatedMlp> mlp;   // dense layers
+  std::optional<SparseMoe> moe;  // sparse MoE layers
 };
+
+bool is_sparse(const LlamaConfig& cfg, int64_t layer) {
+  return !cfg.moe.sparse.empty() && cfg.moe.sparse[layer];
+}
 
 class LlamaModel final : public CausalLM {
  public:
@@ -115,8 +123,14 @@ class LlamaModel final : public CausalLM {
           RMSNorm::load(w, p + ".input_layernorm.weight", h, cfg_.rms_norm_eps),
           RMSNorm::load(w, p + ".post_attention_layernorm.weight", h, cfg_.rms_norm_eps),
           Attention(w, p + ".self_attn", cfg_.attn, rope_.get()),
-          GatedMlp(w, p + ".mlp", h, cfg_.intermediate_size, cfg_.mlp_bias),
+          {},
+          {},
       });
+      if (is_sparse(cfg_, i)) {
+        layers_.back().moe.emplace(w, p + ".mlp", cfg_.moe.moe);
+      } else {
+        layers_.back().mlp.emplace(w, p + ".mlp", h, cfg_.intermediate_size, cfg_.mlp_bias);
+      }
     }
     norm_ = RMSNorm::load(w, m + "norm.weight", h, cfg_.rms_norm_eps);
     // transformers recomputes rotary inv_freq; old checkpoints may still store it.
@@ -152,6 +166,10 @@ class LlamaModel final : public CausalLM {
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "layers." + std::to_string(i);
       names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
+      if (is_sparse(cfg_, i)) {  // [M, E] fp32, [M, k] expert ids, [M, k] weights
+        names.insert(names.end(), {p + ".mlp.router_logits", p + ".mlp.selected_experts",
+                                   p + ".mlp.routing_weights"});
+      }
     }
     names.insert(names.end(), {"norm", "logits"});
     return names;
@@ -187,7 +205,19 @@ class LlamaModel final : public CausalLM {
       add_inplace(x.data(), branch.data(), m * h);
       numerics_.round_eager(x.data(), m * h);  // a bf16 residual add in eager
       layer.post_attention_layernorm.forward(x.data(), m, normed.data());
-      layer.mlp.forward(normed.data(), m, branch.data(), *pool_);
+      if (layer.moe) {
+        MoeRouting routing;
+        layer.moe->forward(normed.data(), m, branch.data(), *pool_, &routing);
+        const int64_t e = cfg_.moe.moe.num_experts, k = cfg_.moe.moe.num_experts_per_tok;
+        capture(p + ".mlp.router_logits", routing.router_logits.data(), m, e);
+        capture(p + ".mlp.routing_weights", routing.weights.data(), m, k);
+        if (opt.capture.count(p + ".mlp.selected_experts")) {
+          const std::vector<float> ids(routing.experts.begin(), routing.experts.end());
+          capture(p + ".mlp.selected_experts", ids.data(), m, k);
+        }
+      } else {
+        layer.mlp->forward(normed.data(), m, branch.data(), *pool_);
+      }
       capture(p + ".mlp", branch.data(), m, h);
       add_inplace(x.data(), branch.data(), m * h);
       numerics_.round_eager(x.data(), m * h);

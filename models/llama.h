@@ -4,7 +4,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "layers/moe.h"
 #include "models/causal_lm.h"
 
 namespace hubzoo {
@@ -18,7 +20,18 @@ struct LlamaVariant {
   int64_t default_head_dim = 0;      // 0: hidden_size / num_attention_heads
   int64_t default_vocab_size = 32000;
   int64_t default_max_position_embeddings = 2048;
+  bool sparse_moe = false;  // Qwen3-MoE: sparse MoE MLPs on the layers the config picks
 };
+
+// Which layers are sparse MoE blocks (the rest are dense GatedMlps), and their options.
+struct SparseLayers {
+  MoeOptions moe;
+  std::vector<bool> sparse;  // [num_hidden_layers]
+};
+
+// Qwen3-MoE's MoE fields of config.json (models/qwen3_moe.cc).
+SparseLayers parse_qwen3_moe_layers(const JsonObject& config, int64_t hidden_size,
+                                    int64_t num_layers);
 
 std::unique_ptr<CausalLM> load_llama_variant(const LoadContext& ctx, const LlamaVariant& variant);
 

@@ -15,6 +15,7 @@ const std::map<std::string, Loader>& registry() {
       {"LlamaForCausalLM", load_llama},
       {"Qwen2ForCausalLM", load_qwen2},
       {"Qwen3ForCausalLM", load_qwen3},
+      {"Qwen3MoeForCausalLM", load_qwen3_moe},
   };
   return r;
 }

@@ -76,15 +76,17 @@ tokenizer, so both inputs are deterministic random token ids (32 and 512 of them
 | top-5 | positions where HF fp32's argmax is among our 5 largest logits |
 | greedy 32 new | our greedy generation (in the column's dtype) vs HF fp32 `model.generate(do_sample=False)`, 32 new tokens: identical leading tokens / length (shorter when EOS ends it). `[ref]`: HF bf16's greedy vs HF fp32's (short input, only when a bf16 column ran) |
 | cached decode | our `forward_incremental` (prefill, then one token per step through the KV cache) vs our own full forward on the decoded positions (short: prefill 1 token; long: all but the last 64): argmax agreement and max abs logit diff |
-| 8-sigma decisions | positions where HF fp32's top-1/top-2 margin exceeds 8 sigma — decisions bf16 noise cannot flip — and the share of them where our argmax equals HF fp32's, for the full forward and for the cached-decode positions |
+| routing (sparse MoE models) | the same rule one level down, for the top-k routing decision of each sparse layer: sigma_r = RMS(HF bf16 - HF fp32 router logits) over the tokens confident in every earlier sparse layer; a (token, sparse layer) pair is *confident* when it is confident upstream and HF fp32's gap between its k-th and (k+1)-th router logits exceeds 8 sigma_r. `[ref] confident routing pairs`: how many of all (token, sparse layer) pairs; `routing kept where confident`: pairs where our selected expert set equals HF fp32's (full forward; cached decode over the decoded positions); `[ref] tokens excluded for near-tie routing`: tokens not confident in every sparse layer, left out of the 8-sigma decisions (and how many of the 8-sigma positions they are). `—` / 0 for dense models (docs/architecture.md explains why) |
+| 8-sigma decisions | positions where HF fp32's top-1/top-2 margin exceeds 8 sigma — decisions bf16 noise cannot flip — and, in a sparse MoE model, whose routing is confident in every sparse layer; the share of them where our argmax equals HF fp32's, for the full forward and for the cached-decode positions |
 | largest per-layer RMS err | the worst of RMS(ours - HF fp32) at `embed`, `layers.{i}` (each decoder layer's output) and `norm`; the plot shows all of them |
 
 **Checks** (PASS/FAIL; `—` where a check does not apply to the dtype, `n/a` where no
 position qualifies): fp32 — logits within atol 1e-3, argmax equal everywhere, greedy
 tokens identical, cached decode within 1e-4; bf16 — error ratio <= 1.15 eager / 1.0
 fused; every dtype — cached decode argmax equal to the full forward, HF fp32's top-1 in
-our top-5 at every position, every 8-sigma decision kept (full forward and cached
-decode), mean KL no worse than HF bf16's. In bf16 eager the KL bar is 1.15^2 x HF bf16's:
+our top-5 at every position, routing kept at every confident (token, sparse layer) pair
+(full forward and cached decode; `n/a` for dense models), every 8-sigma decision kept
+(full forward and cached decode), mean KL no worse than HF bf16's. In bf16 eager the KL bar is 1.15^2 x HF bf16's:
 eager reproduces transformers' bf16 roundings, so its KL sits at HF's own give or take
 accumulation-order noise, and KL grows with the square of the logit error, so the
 eager RMS bar of 1.15 carries over squared.

@@ -81,13 +81,17 @@ class CausalLM:
         logits, captured = self._model.forward(ids, mask, names, -1)
         return (logits, dict(captured)) if capture is not None else logits
 
-    def forward_incremental(self, input_ids, prefill_len: int, attention_mask=None):
-        """Prefill of the first prefill_len columns, then one cached decode step per column."""
+    def forward_incremental(self, input_ids, prefill_len: int, attention_mask=None,
+                            capture: Iterable[str] | None = None):
+        """Prefill of the first prefill_len columns, then one cached decode step per column.
+
+        With capture=[names] also {name: [batch, seq, F]}, as forward."""
         ids, mask = self._inputs(input_ids, attention_mask)
         if not 1 <= int(prefill_len) <= ids.shape[1]:
             raise InvalidArgument(f"prefill_len must be in [1, {ids.shape[1]}], got {prefill_len}")
-        logits, _ = self._model.forward(ids, mask, [], int(prefill_len))
-        return logits
+        names = list(capture) if capture is not None else []
+        logits, captured = self._model.forward(ids, mask, names, int(prefill_len))
+        return (logits, dict(captured)) if capture is not None else logits
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,

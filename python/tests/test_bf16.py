@@ -12,6 +12,12 @@ both modes, against transformers' eager fp32 and bf16 on the same inputs:
 - on the long input, our argmax equals HF fp32's wherever fp32's top-1/top-2 margin
   exceeds 8 sigma (sigma = RMS of HF bf16 vs fp32 logits), for the full forward and for
   cached decoding;
+- sparse MoE models (hubzoo.verify.routing): wherever HF fp32's routing is confident (the
+  gap between its k-th and (k+1)-th router logits > 8 sigma_r, sigma_r = RMS of HF bf16 vs
+  fp32 router logits, the token confident in every earlier sparse layer), our selected
+  experts equal HF fp32's, full forward and cached decode; the margin rule above applies
+  at tokens confident in every sparse layer, and the excluded tokens are counted (printed
+  with -s; dense models exclude none);
 - batch invariance in bf16: a prompt alone and inside a padded batch, bit-identical.
 """
 
@@ -25,11 +31,12 @@ import torch
 
 import _util
 from hubzoo.verify import inputs as verify_inputs
-from hubzoo.verify import metrics
+from hubzoo.verify import metrics, reference, routing
 
 MODES = ("eager", "fused")
 RATIO_BOUND = {"eager": 1.15, "fused": 1.0}
 KL_BOUND = {mode: bound**2 for mode, bound in RATIO_BOUND.items()}  # KL ~ (logit error)^2
+MARGIN_SIGMAS = 8.0
 MODELS = list(_util.tiny_models.VARIANTS) + ["smollm2"]
 
 
@@ -39,7 +46,7 @@ def _snapshot(model, tiny_paths):
 
 @pytest.fixture(scope="module")
 def references(tiny_paths):
-    """model -> {input name: (ids, HF fp32 logits, HF bf16 logits)}, computed once."""
+    """model -> {input name: (ids, HF fp32 logits, HF bf16 logits, routing confidence)}, computed once."""
     cache = {}
 
     def get(model):
@@ -50,11 +57,10 @@ def references(tiny_paths):
             hf32 = _util.tiny_models.load_hf(path)
             hf16 = _util.tiny_models.load_hf(path, dtype="bfloat16")
             out = {}
-            with torch.no_grad():
-                for name, inp in built.items():
-                    ids = torch.from_numpy(inp.ids)[None]
-                    out[name] = (inp.ids, hf32(ids).logits[0].float().numpy(),
-                                 hf16(ids).logits[0].float().numpy())
+            for name, inp in built.items():
+                r32, cap32 = reference.forward(hf32, inp.ids)
+                r16, cap16 = reference.forward(hf16, inp.ids)
+                out[name] = (inp.ids, r32, r16, routing.confidence(cap32, cap16, MARGIN_SIGMAS))
             cache[model] = out
         return cache[model]
 
@@ -66,9 +72,12 @@ def references(tiny_paths):
 def test_bf16_ladder(hz, tiny_paths, references, model, mode):
     ours = hz.CausalLM.from_pretrained(str(_snapshot(model, tiny_paths)), dtype="bfloat16",
                                        mode=mode)
-    for name, (ids, r32, r16) in references(model).items():
+    for name, (ids, r32, r16, conf) in references(model).items():
         where = f"{model} {mode} {name} ({len(ids)} tokens)"
-        o = ours.forward(ids[None])[0]
+        route_names = routing.router_names(conf["layers"])
+        o, captured = ours.forward(ids[None], capture=route_names)
+        o = o[0]
+        captured = {k: v[0] for k, v in captured.items()}
         sigma = metrics.rms(r16 - r32)
         ratio = metrics.rms(o - r32) / sigma
         assert ratio <= RATIO_BOUND[mode], f"{where}: bf16 error ratio {ratio:.3f}"
@@ -80,11 +89,25 @@ def test_bf16_ladder(hz, tiny_paths, references, model, mode):
             f"{where}: mean KL {kl_ours:.3g} > {KL_BOUND[mode]:.3g} x HF bf16's {kl_hf:.3g}"
         if name != "long":
             continue
-        decided = metrics.top2_margin(r32) > 8 * sigma
-        assert decided.sum() > len(ids) // 4, f"{where}: too few decided positions to test"
+        by_margin = metrics.top2_margin(r32) > MARGIN_SIGMAS * sigma
+        assert by_margin.sum() > len(ids) // 4, f"{where}: too few decided positions to test"
+        decided = by_margin & conf["tokens"]  # all of by_margin for a dense model
         half = len(ids) // 2
-        cached = ours.forward_incremental(ids[None], prefill_len=half)[0]
-        for what, logits in (("full forward", o), ("cached decode", cached)):
+        cached, cached_captured = ours.forward_incremental(ids[None], prefill_len=half, capture=route_names)
+        cached = cached[0]
+        cached_captured = {k: v[0] for k, v in cached_captured.items()}
+        excluded = int((~conf["tokens"]).sum())
+        print(f"\n{where}: routing confident at {sum(int(c['confident'].sum()) for c in conf['layers'].values())}"
+              f"/{len(ids) * len(conf['layers'])} (token, sparse layer) pairs; {excluded} tokens "
+              f"({excluded / len(ids):.0%}) excluded for near-tie routing, {int((by_margin & ~decided).sum())} "
+              f"of {int(by_margin.sum())} with margin > {MARGIN_SIGMAS:g} sigma")
+        if conf["layers"]:
+            assert decided.sum() > len(ids) // 8, f"{where}: too few decided positions left after routing"
+        for what, logits, cap, positions in (("full forward", o, captured, None),
+                                             ("cached decode", cached, cached_captured, None)):
+            kept = routing.kept(cap, conf, positions)
+            assert kept["kept"] == kept["pairs"], \
+                f"{where} {what}: confident routing lost at (token, layer) {kept['lost']} of {kept['pairs']}"
             wrong = np.nonzero(decided & (logits.argmax(-1) != top))[0]
             assert wrong.size == 0, f"{where} {what}: 8-sigma decisions lost at {wrong[:10]}"
 

@@ -44,13 +44,14 @@ TOP_KEYS = {"format", "model", "name", "snapshot", "architecture", "num_layers",
             "settings", "inputs", "references", "columns", "summary", "matrix", "notes", "elapsed_s"}
 METADATA_KEYS = {"hubzoo_version", "git_commit", "compiler", "matmul_target", "cpu", "threads", "reference",
                  "versions", "date"}
-REFERENCE_KEYS = {"tokens", "sigma", "margin_threshold", "margin_positions", "hf_fp32_greedy", "hf_bf16", "layers"}
+REFERENCE_KEYS = {"tokens", "sigma", "margin_threshold", "margin_positions", "decided_positions", "routing",
+                  "hf_fp32_greedy", "hf_bf16", "layers"}
 HF_BF16_KEYS = {"logits_rms", "logits_max_abs", "kl_mean", "kl_max", "top1_agreement", "top5_containment",
                 "margin_full", "greedy"}
 COLUMN_KEYS = {"name", "dtype", "mode", "input", "status", "reason", "tokens", "metrics", "layers", "checks",
                "passed"}
 METRIC_KEYS = {"logits_rms", "logits_max_abs", "bf16_ratio", "kl_mean", "kl_max", "top1_agreement",
-               "top5_containment", "greedy", "cached", "margin"}
+               "top5_containment", "greedy", "cached", "margin", "routing"}
 
 
 def test_exit_status_and_stdout(cli_run):
@@ -97,7 +98,7 @@ def test_report_structure(cli_run, tiny_path):
         assert all(v is not None and v >= 0 for v in col["layers"]["rms"])
         keys = {c["key"] for c in col["checks"]}
         assert {"fp32_logits_atol", "fp32_argmax", "fp32_greedy", "cached_atol", "cached_argmax", "top5",
-                "margin_full", "margin_cached", "kl_mean"} <= keys
+                "routing_full", "routing_cached", "margin_full", "margin_cached", "kl_mean"} <= keys
         assert "bf16_ratio" not in keys  # a bf16-only bar
 
     mx = report["matrix"]
@@ -121,6 +122,22 @@ def test_fp32_checks_pass(cli_run):
         assert m["cached"]["positions"] > 0 and m["cached"]["max_abs_diff"] <= 1e-4
         assert m["bf16_ratio"] < 0.01  # fp32 sits far below bf16's own error
         assert m["kl_mean"] <= col["metrics"]["kl_max"]
+
+
+def test_dense_model_excludes_no_tokens(cli_run):
+    """No sparse layers: no routing pairs, no exclusions, the margin rung over every decided position."""
+    _, report, _, _, _ = cli_run
+    for name in ("short", "long"):
+        ref = report["references"][name]
+        assert ref["routing"]["sparse_layers"] == [] and ref["routing"]["confident_pairs"] == 0
+        assert ref["routing"]["excluded_tokens"] == 0 and ref["routing"]["excluded_margin_positions"] == 0
+        assert ref["decided_positions"] == ref["margin_positions"] > 0
+    for col in report["columns"]:
+        checks = {c["key"]: c for c in col["checks"]}
+        assert checks["routing_full"]["pass"] is None and checks["routing_cached"]["pass"] is None
+        assert col["metrics"]["margin"]["positions"] == report["references"][col["input"]]["margin_positions"]
+    rows = {r["key"]: r["cells"] for r in report["matrix"]["rows"]}
+    assert rows["routing_excluded"] == [f"0/{c['tokens']}" for c in report["columns"]]
 
 
 def test_markdown_has_matrix(cli_run):

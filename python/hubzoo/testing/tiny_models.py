@@ -110,6 +110,51 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
         },
     ),
+    # Qwen3-MoE: sparse layers 0 and 2 (layer 1 is in mlp_only_layers, a dense MLP of
+    # intermediate_size), 8 experts, top-2 renormalised.
+    "qwen3_moe_norm_mlp_only": (
+        "Qwen3MoeForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "head_dim": 24,  # != 64 / 4
+            "num_key_value_heads": 2,
+            "intermediate_size": 112,
+            "moe_intermediate_size": 40,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [1],
+            "num_hidden_layers": 3,
+            "vocab_size": 1009,
+            "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
+    # Qwen3-MoE: decoder_sparse_step 2 makes layers 1 and 3 sparse, 0 and 2 dense; 6
+    # experts, top-3 without renormalisation; attention biases; tied embeddings.
+    "qwen3_moe_step2_top3": (
+        "Qwen3MoeForCausalLM",
+        {
+            "hidden_size": 48,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,  # MQA
+            "attention_bias": True,
+            "intermediate_size": 88,
+            # A multiple of 8: transformers' bf16 grouped_mm on CPU needs 16-byte strides.
+            "moe_intermediate_size": 40,
+            "num_experts": 6,
+            "num_experts_per_tok": 3,
+            "norm_topk_prob": False,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [],
+            "num_hidden_layers": 4,
+            "vocab_size": 503,
+            "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
 }
 
 SEED = 1234
@@ -122,6 +167,7 @@ def _config_class(architecture: str):
         "LlamaForCausalLM": transformers.LlamaConfig,
         "Qwen2ForCausalLM": transformers.Qwen2Config,
         "Qwen3ForCausalLM": transformers.Qwen3Config,
+        "Qwen3MoeForCausalLM": transformers.Qwen3MoeConfig,
     }[architecture]
 
 

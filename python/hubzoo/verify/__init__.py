@@ -38,6 +38,10 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
               top_k, thresholds {fp32_logits_atol, cached_atol_fp32, bf16_ratio_max {eager, fused}}
     inputs: {short|long: {kind, tokens, description, ids}}
     references: {short|long: {tokens, sigma, margin_threshold, margin_positions,
+              decided_positions (margin > 8 sigma and routing confident in every sparse layer),
+              routing: {sparse_layers, sigma_r [per sparse layer], threshold, pairs,
+                        confident_pairs, after_near_tie, excluded_tokens,
+                        excluded_margin_positions, hf_bf16_kept}  (sparse_layers [] when dense),
               hf_fp32_greedy: [ids],
               hf_bf16: {logits_rms, logits_max_abs, kl_mean, kl_max, top1_agreement,
                         top5_containment, margin_full, greedy (short input only,
@@ -49,7 +53,9 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
                         top1_agreement, top5_containment,
                         greedy {tokens, reference, prefix, length, identical},
                         cached {prefill, positions, argmax_agreement, max_abs_diff},
-                        margin {threshold, positions, full, cached_positions, cached}},
+                        margin {threshold, positions, full, cached_positions, cached},
+                        routing {pairs, kept, lost: [[token, layer]], cached_pairs,
+                                 cached_kept, cached_lost}},
               layers: {names, rms},
               checks: [{key, label, pass (true|false|null = not applicable), value, threshold}],
               passed}]           (metrics/layers null and checks [] when not available)
@@ -66,15 +72,24 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
                                 identical leading tokens / longer length
     cached decode               forward_incremental (prefill, then one token per step) vs our
                                 own full forward, over the decoded positions
-    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma: share
-                                where our argmax equals HF fp32's (full forward, cached decode)
+    routing (sparse MoE)        per sparse layer, sigma_r = RMS(HF bf16 - HF fp32 router logits)
+                                over tokens confident in every earlier sparse layer; a (token,
+                                layer) pair is confident when it is confident upstream and HF
+                                fp32's gap between its k-th and (k+1)-th router logits > 8
+                                sigma_r: our selected expert set = HF fp32's there (full forward,
+                                cached decode); tokens not confident in every sparse layer are
+                                excluded from the 8-sigma decisions and counted (verify/routing.py)
+    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma (and the
+                                routing is confident): share where our argmax equals HF fp32's
+                                (full forward, cached decode)
     per-layer                   RMS(ours - HF fp32) at embed, layers.{i} (decoder layer output),
                                 norm, logits (forward hooks on the HF side)
 
 Checks (the ladder's pass bars): fp32: logits max abs <= 1e-3, argmax equal, greedy
 identical, cached decode within 1e-4; bf16: error ratio <= 1.15 eager / 1.0 fused; every
-dtype: cached decode argmax equal, top-5 containment 100%, 8-sigma decisions 100% (full and
-cached; n/a when no position clears the margin), mean KL <= HF bf16's mean KL (in bf16
+dtype: cached decode argmax equal, top-5 containment 100%, routing kept at every confident
+(token, sparse layer) pair (full and cached; n/a for a dense model), 8-sigma decisions 100%
+(full and cached; n/a when no position clears the margin), mean KL <= HF bf16's mean KL (in bf16
 eager, <= 1.15^2 x HF bf16's: KL grows with the square of the logit error, and eager
 reproduces transformers' own bf16 roundings, so it sits at HF's KL give or take
 accumulation-order noise).

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from . import inputs as inputs_mod
-from . import metadata, metrics, reference
+from . import metadata, metrics, reference, routing
 
 FORMAT = "hubzoo.verify/1"
 DTYPES = ("float32", "bfloat16")
@@ -114,6 +114,12 @@ def _checks(dtype: str, mode: str, m: dict, ref: dict) -> list[dict]:
                          m["cached"]["argmax_agreement"] == 1.0, m["cached"]["argmax_agreement"], 1.0))
     checks.append(_check("top5", f"HF fp32 top-1 in our top-{TOP_K} at every position",
                          m["top5_containment"] == 1.0, m["top5_containment"], 1.0))
+    rt = m["routing"]
+    checks.append(_check("routing_full", "routing kept where confident, full forward",
+                         None if not rt["pairs"] else rt["kept"] == rt["pairs"], rt["kept"], rt["pairs"]))
+    checks.append(_check("routing_cached", "routing kept where confident, cached decode",
+                         None if not rt["cached_pairs"] else rt["cached_kept"] == rt["cached_pairs"],
+                         rt["cached_kept"], rt["cached_pairs"]))
     mg = m["margin"]
     checks.append(_check("margin_full", f"{MARGIN_SIGMAS:g}-sigma decisions kept, full forward",
                          None if mg["full"] is None else mg["full"] == 1.0, mg["full"], 1.0))
@@ -143,7 +149,7 @@ def _resolve(model: str) -> str:
 
 
 def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens: int) -> dict:
-    """HF fp32 and bf16 on one input: logits, intermediates, sigma, margins, greedy."""
+    """HF fp32 and bf16 on one input: logits, intermediates, sigma, routing confidence, margins, greedy."""
     n = len(inp.ids)
     progress(f"HF fp32 forward, {inp.name} input ({n} tokens)")
     logits32, cap32 = reference.forward(hf32, inp.ids)
@@ -154,7 +160,24 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
     kl16 = metrics.kl_per_token(logits32, logits16)
     argmax32 = metrics.top1(logits32)
     margin = metrics.top2_margin(logits32)
-    confident = margin > MARGIN_SIGMAS * sigma
+    # The argmax rung counts a position when fp32's margin clears bf16's noise and, in a
+    # sparse MoE model, the token's routing does too in every sparse layer (routing.py).
+    by_margin = margin > MARGIN_SIGMAS * sigma
+    conf = routing.confidence(cap32, cap16, MARGIN_SIGMAS)
+    confident = by_margin & conf["tokens"]
+    hf16_routing = routing.kept(cap16, conf)
+    route_layers = list(conf["layers"].values())
+    routing_json = {
+        "sparse_layers": sorted(conf["layers"]),
+        "sigma_r": [lay["sigma_r"] for lay in route_layers],
+        "threshold": [MARGIN_SIGMAS * lay["sigma_r"] for lay in route_layers],
+        "pairs": n * len(route_layers),
+        "confident_pairs": int(sum(lay["confident"].sum() for lay in route_layers)),
+        "after_near_tie": int(sum(lay["after_near_tie"] for lay in route_layers)),
+        "excluded_tokens": int((~conf["tokens"]).sum()),
+        "excluded_margin_positions": int((by_margin & ~conf["tokens"]).sum()),
+        "hf_bf16_kept": hf16_routing["kept"],
+    }
     hf_bf16 = {
         "logits_rms": err16["rms"],
         "logits_max_abs": err16["max_abs"],
@@ -173,11 +196,14 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
         "captured": cap32,
         "argmax": argmax32,
         "confident": confident,
+        "routing": conf,
         "json": {
             "tokens": n,
             "sigma": sigma,
             "margin_threshold": MARGIN_SIGMAS * sigma,
-            "margin_positions": int(confident.sum()),
+            "margin_positions": int(by_margin.sum()),
+            "decided_positions": int(confident.sum()),
+            "routing": routing_json,
             "hf_fp32_greedy": greedy32,
             "hf_bf16": hf_bf16,
             "layers": {
@@ -196,6 +222,9 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
     progress(f"hubzoo {label}: forward with capture ({n} tokens)")
     available = set(ours.capture_names)
     wanted = [k for k in names if k in available and k != "logits"]  # logits come back anyway
+    conf = ref["routing"]
+    route_names = [k for k in routing.router_names(conf["layers"]) if k in available]
+    wanted += route_names
     logits, captured = ours.forward(ids, capture=wanted)
     logits = logits[0]
     captured = {k: v[0] for k, v in captured.items()}
@@ -221,7 +250,9 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
     prefill = 1 if inp.name == "short" or n <= DECODE_STEPS_LONG else n - DECODE_STEPS_LONG
     prefill = min(max(prefill, 1), n)
     progress(f"hubzoo {label}: cached decode (prefill {prefill}, {n - prefill} decode steps)")
-    inc = ours.forward_incremental(ids, prefill)[0]
+    inc, inc_captured = ours.forward_incremental(ids, prefill, capture=route_names)
+    inc = inc[0]
+    inc_captured = {k: v[0] for k, v in inc_captured.items()}
     dec = slice(prefill, n)
     if n > prefill:
         inc_top1 = metrics.top1(inc[dec])
@@ -238,7 +269,17 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
         cached = {"prefill": prefill, "positions": 0, "argmax_agreement": None, "max_abs_diff": None}
         margin_cached, cached_confident = None, 0
     del inc
+    full_routing = routing.kept(captured, conf)
+    cached_routing = routing.kept(inc_captured, conf, dec) if n > prefill else {"pairs": 0, "kept": 0, "lost": []}
     m["cached"] = cached
+    m["routing"] = {
+        "pairs": full_routing["pairs"],
+        "kept": full_routing["kept"],
+        "lost": full_routing["lost"],
+        "cached_pairs": cached_routing["pairs"],
+        "cached_kept": cached_routing["kept"],
+        "cached_lost": cached_routing["lost"],
+    }
     m["margin"] = {
         "threshold": MARGIN_SIGMAS * sigma,
         "positions": int(confident.sum()),

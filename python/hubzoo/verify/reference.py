@@ -48,7 +48,9 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One sequence [seq] -> (logits float32 [seq, vocab], {name: float32 [seq, hidden]}).
 
     Hooks name outputs as hubzoo's capture does: embed_tokens output, each decoder
-    layer's output (`layers.{i}`), the final norm; `logits` is the lm_head output.
+    layer's output (`layers.{i}`), the final norm; `logits` is the lm_head output. Sparse
+    MoE layers (an `mlp` with `gate` and `experts`) add `layers.{i}.mlp.router_logits`
+    [seq, experts] and `layers.{i}.mlp.selected_experts` [seq, k] from the router.
     """
     import torch
 
@@ -66,6 +68,9 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     handles = [inner.embed_tokens.register_forward_hook(hook("embed"))]
     for i, layer in enumerate(inner.layers):
         handles.append(layer.register_forward_hook(hook(f"layers.{i}")))
+        mlp = getattr(layer, "mlp", None)
+        if mlp is not None and hasattr(mlp, "gate") and hasattr(mlp, "experts"):
+            handles.append(mlp.gate.register_forward_hook(_router_hook(captured, i, model.config)))
     handles.append(inner.norm.register_forward_hook(hook("norm")))
     try:
         with torch.no_grad():
@@ -76,6 +81,26 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     logits = out.logits[0].to(torch.float32).numpy().copy()
     captured["logits"] = logits
     return logits, captured
+
+
+def _router_hook(captured: dict, i: int, config):
+    """Router logits and selected experts of sparse layer i (transformers 5's routers return
+    (logits, weights, experts); a router that returns logits alone gets torch.topk of its softmax)."""
+    import torch
+
+    def fn(_module, _inputs, output):
+        if isinstance(output, (tuple, list)):
+            logits, experts = output[0], output[2]
+        else:
+            logits = output
+            probs = torch.softmax(logits.float(), dim=-1)
+            experts = torch.topk(probs, int(config.num_experts_per_tok), dim=-1).indices
+        captured[f"layers.{i}.mlp.router_logits"] = logits.detach().reshape(-1, logits.shape[-1]) \
+            .to(torch.float32).numpy().copy()
+        captured[f"layers.{i}.mlp.selected_experts"] = experts.detach().reshape(-1, experts.shape[-1]) \
+            .numpy().astype(np.int64)
+
+    return fn
 
 
 def generate(model, ids: np.ndarray, max_new_tokens: int) -> list[int]:

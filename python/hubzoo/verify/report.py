@@ -13,6 +13,8 @@ CHECKS: list[tuple[str, str]] = [
     ("bf16_ratio", "check: bf16 ratio <= 1.15 eager / 1.0 fused"),
     ("cached_argmax", "check: cached decode argmax = full forward"),
     ("top5", "check: HF fp32 top-1 in our top-5 (100%)"),
+    ("routing_full", "check: routing kept where confident, full (100%)"),
+    ("routing_cached", "check: routing kept where confident, cached (100%)"),
     ("margin_full", "check: 8-sigma decisions kept, full (100%)"),
     ("margin_cached", "check: 8-sigma decisions kept, cached (100%)"),
     ("kl_mean", "check: mean KL <= HF bf16 mean KL (x1.15^2 eager)"),
@@ -35,6 +37,32 @@ def _count(frac, n) -> str:
     if frac is None or not n:
         return DASH
     return f"{round(frac * n)}/{n}"
+
+
+def _pairs(kept, pairs) -> str:
+    return f"{kept}/{pairs}" if pairs else DASH
+
+
+def _excluded(r) -> str:
+    """Tokens whose routing nearly ties in some sparse layer: count and share of the input."""
+    rt = r.get("routing")
+    if not rt or not rt["sparse_layers"]:
+        return f"0/{r['tokens']}"
+    k, n = rt["excluded_tokens"], r["tokens"]
+    return f"{k}/{n} ({100.0 * k / n:.0f}%)"
+
+
+def _excluded_margin(r) -> str:
+    rt = r.get("routing")
+    k = rt["excluded_margin_positions"] if rt and rt["sparse_layers"] else 0
+    return f"{k}/{r['margin_positions']}"
+
+
+def _routing_ref(r) -> str:
+    rt = r.get("routing")
+    if not rt or not rt["sparse_layers"]:
+        return DASH
+    return f"{rt['confident_pairs']}/{rt['pairs']}"
 
 
 def _greedy(g) -> str:
@@ -99,14 +127,25 @@ ROWS: list[tuple[str, str, Callable]] = [
     ("cached_argmax", "cached decode argmax = full forward",
      _metric(lambda m, r: _count(m["cached"]["argmax_agreement"], m["cached"]["positions"]))),
     ("cached_max_abs", "cached decode max abs diff vs full", _metric(lambda m, r: _g(m["cached"]["max_abs_diff"]))),
+    ("routing_pairs", "[ref] confident routing (token, sparse layer) pairs",
+     _reference(_routing_ref)),
+    ("routing_full", "routing kept where confident, full forward",
+     _metric(lambda m, r: _pairs(m["routing"]["kept"], m["routing"]["pairs"]))),
+    ("routing_cached", "routing kept where confident, cached decode",
+     _metric(lambda m, r: _pairs(m["routing"]["cached_kept"], m["routing"]["cached_pairs"]))),
+    ("hf_routing_full", "[ref] routing kept by HF bf16 where confident",
+     _reference(lambda r: _pairs(r["routing"]["hf_bf16_kept"], r["routing"]["confident_pairs"])
+                if r.get("routing") and r["routing"]["sparse_layers"] else DASH)),
+    ("routing_excluded", "[ref] tokens excluded for near-tie routing", _reference(_excluded)),
     ("margin_positions", "positions with HF fp32 margin > 8 sigma",
      _reference(lambda r: f"{r['margin_positions']}/{r['tokens']}")),
+    ("margin_excluded", "[ref] of those, excluded for near-tie routing", _reference(_excluded_margin)),
     ("margin_full", "8-sigma decisions kept, full forward",
      _metric(lambda m, r: _count(m["margin"]["full"], m["margin"]["positions"]))),
     ("margin_cached", "8-sigma decisions kept, cached decode",
      _metric(lambda m, r: _count(m["margin"]["cached"], m["margin"]["cached_positions"]))),
     ("hf_margin_full", "[ref] 8-sigma decisions kept by HF bf16",
-     _reference(lambda r: _count(r["hf_bf16"]["margin_full"], r["margin_positions"]))),
+     _reference(lambda r: _count(r["hf_bf16"]["margin_full"], r.get("decided_positions", r["margin_positions"])))),
     ("worst_layer", "largest per-layer RMS err (where)", _worst_layer),
 ]
 

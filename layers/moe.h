@@ -1,0 +1,84 @@
+// Sparse mixture-of-experts MLP (Qwen3-MoE): a router picks top-k experts per
+// token; each expert is a gated SiLU MLP; a token's output is the
+// routing-weighted sum of its experts' outputs.
+//
+// Routing, as transformers' Qwen3MoeTopKRouter: logits = x W_gate^T (in the
+// activation dtype), probabilities = softmax(logits) in fp32, the k largest
+// probabilities (descending), divided by their sum when norm_topk_prob, then
+// cast to the activation dtype. torch.topk does not document the order of
+// equal values (bf16 router logits tie often); we order them as its CPU kernel
+// does, by running the same standard-library selection (layers/moe.cc).
+//
+// Compute is grouped by expert: the rows routed to an expert are gathered,
+// run through its matmuls together and their weighted outputs written to the
+// (token, rank) cell they came from; a token's output then sums its k cells
+// in rank order (transformers' grouped_mm path: weighted_out.view(T, k, H)
+// .sum(1), fp32 accumulation, one rounding in bf16). Matmuls are row-wise
+// batch invariant and the sum order depends only on the token's own routing,
+// so a token's output is bit-identical whatever else is in the batch.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/linear.h"
+#include "layers/mlp.h"
+
+namespace hubzoo {
+
+struct MoeOptions {
+  int64_t hidden_size = 0;
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;  // k
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+};
+
+// A forward pass's routing, per token (row-major, fp32).
+struct MoeRouting {
+  std::vector<float> router_logits;  // [M, E], as the router computed them
+  std::vector<int32_t> experts;      // [M, k], descending probability
+  std::vector<float> weights;        // [M, k], in the activation dtype
+};
+
+class SparseMoe {
+ public:
+  // Tensors under `prefix` (e.g. "model.layers.0.mlp"): gate.weight [E, H] and
+  // the experts either as the Hub stores them, experts.{e}.{gate,up,down}_proj
+  // .weight, or fused as transformers 5 holds them in memory,
+  // experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I].
+  SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOptions& options);
+  // From values, without a checkpoint (tests).
+  // Experts are gated SiLU MLPs without biases: down(silu(gate(x)) * up(x)).
+  SparseMoe(Linear router, std::vector<GatedMlp> experts, const MoeOptions& options,
+            Numerics numerics);
+
+  const MoeOptions& options() const { return opt_; }
+  const Numerics& numerics() const { return numerics_; }
+  const GatedMlp& expert(int64_t e) const { return experts_[e]; }
+  // Router: x [M, H] -> routing (logits, top-k experts and weights).
+  void route(const float* x, int64_t m, MoeRouting& routing, ThreadPool& pool) const;
+  // x: [M, H] -> out: [M, H]. `routing` (may be null) receives the routing.
+  void forward(const float* x, int64_t m, float* out, ThreadPool& pool,
+               MoeRouting* routing = nullptr) const;
+
+ private:
+  MoeOptions opt_;
+  Numerics numerics_;
+  Linear router_;  // [E, H]
+  std::vector<GatedMlp> experts_;
+};
+
+// Puts the k largest (probability, expert) pairs first, descending, exactly
+// as torch.topk on CPU orders them, equal values included: the order of ties
+// depends on the whole row and on nothing else.
+void torch_topk_order(std::vector<std::pair<float, int32_t>>& queue, int64_t k);
+
+// The same block computed token by token, each expert's MLP on one row, in
+// the same per-token order: the reference the grouped forward must equal bit
+// for bit (layers/moe_test.cc).
+void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float* out,
+                          ThreadPool& pool);
+
+}  // namespace hubzoo
