@@ -1,28 +1,144 @@
 #include "layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 
 namespace hubzoo {
+namespace {
 
-void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
-                 int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out) {
-  if (eager_bf16) {  // bf16(bf16(q k^T) * scale), softmax in fp32 cast to bf16
+// softmax(softcap(q k^T * scale)) v over rows key_at(j), value_at(j), j in [0, len).
+template <class KeyAt, class ValueAt>
+void attend_rows(const float* q, const KeyAt& key_at, const ValueAt& value_at, int64_t len,
+                 int64_t d, const ScoreOptions& o, float* scores, float* out) {
+  if (o.eager_bf16) {  // bf16(bf16(q k^T) * scale), softcap op by op, softmax fp32 -> bf16
     for (int64_t j = 0; j < len; ++j) {
-      scores[j] = round_bf16(round_bf16(dot(q, keys + j * row_stride, d)) * scale);
+      float s = round_bf16(round_bf16(dot(q, key_at(j), d)) * o.scale);
+      if (o.softcap > 0) {
+        s = round_bf16(s / o.softcap);
+        s = round_bf16(std::tanh(s));
+        s = round_bf16(s * o.softcap);
+      }
+      scores[j] = s;
     }
     softmax_inplace(scores, len);
     round_bf16(scores, len);
   } else {
-    for (int64_t j = 0; j < len; ++j) scores[j] = dot(q, keys + j * row_stride, d) * scale;
+    for (int64_t j = 0; j < len; ++j) {
+      float s = dot(q, key_at(j), d) * o.scale;
+      if (o.softcap > 0) s = std::tanh(s / o.softcap) * o.softcap;
+      scores[j] = s;
+    }
     softmax_inplace(scores, len);
   }
   std::fill_n(out, d, 0.0f);
-  for (int64_t j = 0; j < len; ++j) axpy(scores[j], values + j * row_stride, out, d);
-  if (eager_bf16) round_bf16(out, d);  // bf16(p v)
+  for (int64_t j = 0; j < len; ++j) axpy(scores[j], value_at(j), out, d);
+  if (o.eager_bf16) round_bf16(out, d);  // bf16(p v)
+}
+
+}  // namespace
+
+void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
+                 int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out) {
+  attend_rows(
+      q, [&](int64_t j) { return keys + j * row_stride; },
+      [&](int64_t j) { return values + j * row_stride; }, len, d,
+      ScoreOptions{scale, 0.0f, eager_bf16}, scores, out);
+}
+
+void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
+                  KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
+                  ThreadPool& pool) {
+  const int64_t m = batch.size(), d = opt.head_dim, nh = opt.num_heads, nkv = opt.num_kv_heads;
+  const int64_t q_size = nh * d, kv_size = nkv * d, group = nh / nkv;
+  const int64_t ring = cache.window(layer), window = opt.window;
+  if (cache.row_size(layer) != kv_size) {
+    throw InvalidArgument("attention: cache layer " + std::to_string(layer) + " holds rows of " +
+                          std::to_string(cache.row_size(layer)) + " floats, not " +
+                          std::to_string(kv_size));
+  }
+  if (ring > 0 && (window <= 0 || window > ring)) {
+    throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
+                          " keeps a window of " + std::to_string(ring) +
+                          " positions, which does not cover the attention window");
+  }
+  const KvCache& stored = cache;
+  auto first_visible = [&](int64_t p) {
+    return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+  };
+
+  if (ring == 0) {  // every position stays: write first, then read the cache alone
+    for (int64_t t = 0; t < m; ++t) {
+      std::copy_n(&k[t * kv_size], kv_size, cache.key(layer, batch.slot[t], batch.pos[t]));
+      std::copy_n(&v[t * kv_size], kv_size, cache.value(layer, batch.slot[t], batch.pos[t]));
+    }
+    // Each (row, head) reduces over its own sequence's positions in position
+    // order, whatever else is in the batch.
+    pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores;
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / nh, h = item % nh, kvh = h / group;
+        const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+        const int64_t len = batch.pos[t] + 1 - lo;
+        const float* keys = stored.key(layer, slot, lo) + kvh * d;
+        const float* values = stored.value(layer, slot, lo) + kvh * d;
+        scores.resize(len);
+        attend_rows(
+            &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
+            [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),
+            &out[t * q_size + h * d]);
+      }
+    });
+    return;
+  }
+
+  // Ring buffer: a slot's rows in this batch, in position order from where its
+  // cache ends (the batch's rows of a slot continue it, one position each).
+  std::vector<std::vector<int64_t>> rows(cache.num_slots());
+  for (int64_t t = 0; t < m; ++t) {
+    auto& r = rows[batch.slot[t]];
+    if (batch.pos[t] != cache.length(batch.slot[t]) + static_cast<int64_t>(r.size())) {
+      throw InvalidArgument("attention: positions of slot " + std::to_string(batch.slot[t]) +
+                            " do not continue its cache in order");
+    }
+    r.push_back(t);
+  }
+  pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / nh, h = item % nh, kvh = h / group;
+      const int64_t slot = batch.slot[t], p = batch.pos[t], lo = first_visible(p);
+      const int64_t cached = stored.length(slot), len = p + 1 - lo;
+      const std::vector<int64_t>& chunk = rows[slot];
+      auto key_at = [&](int64_t j) {
+        const int64_t pj = lo + j;
+        return (pj < cached ? stored.key(layer, slot, pj) : &k[chunk[pj - cached] * kv_size]) +
+               kvh * d;
+      };
+      auto value_at = [&](int64_t j) {
+        const int64_t pj = lo + j;
+        return (pj < cached ? stored.value(layer, slot, pj) : &v[chunk[pj - cached] * kv_size]) +
+               kvh * d;
+      };
+      scores.resize(len);
+      attend_rows(&q[t * q_size + h * d], key_at, value_at, len, d, opt.score, scores.data(),
+                  &out[t * q_size + h * d]);
+    }
+  });
+  // Store the last `ring` positions of each slot's chunk.
+  for (int64_t slot = 0; slot < cache.num_slots(); ++slot) {
+    const auto& chunk = rows[slot];
+    const int64_t n = static_cast<int64_t>(chunk.size()), first = std::max<int64_t>(0, n - ring);
+    for (int64_t i = first; i < n; ++i) {
+      const int64_t t = chunk[i];
+      std::copy_n(&k[t * kv_size], kv_size, cache.key(layer, slot, batch.pos[t]));
+      std::copy_n(&v[t * kv_size], kv_size, cache.value(layer, slot, batch.pos[t]));
+    }
+  }
 }
 
 Attention::Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
@@ -35,8 +151,9 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
   v_proj_ = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
   if (opt.qk_norm) {
-    q_norm_ = RMSNorm::load(w, prefix + ".q_norm.weight", opt.head_dim, opt.rms_norm_eps);
-    k_norm_ = RMSNorm::load(w, prefix + ".k_norm.weight", opt.head_dim, opt.rms_norm_eps);
+    auto load = opt.qk_norm_unit_offset ? &RMSNorm::load_unit_offset : &RMSNorm::load;
+    q_norm_ = load(w, prefix + ".q_norm.weight", opt.head_dim, opt.rms_norm_eps);
+    k_norm_ = load(w, prefix + ".k_norm.weight", opt.head_dim, opt.rms_norm_eps);
   }
 }
 
@@ -65,26 +182,18 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   for (int64_t t = 0; t < m; ++t) {
     rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
     num.round_stored(&k[t * kv_size], kv_size);
-    std::copy_n(&k[t * kv_size], kv_size, cache.key(layer, batch.slot[t], batch.pos[t]));
-    std::copy_n(&v[t * kv_size], kv_size, cache.value(layer, batch.slot[t], batch.pos[t]));
   }
-
-  // softmax(q k^T * scale) v for each (row, head); each reduces over its own
-  // sequence's positions in position order, whatever else is in the batch.
-  const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
-  const int64_t group = nh / nkv;
+  ChunkOptions chunk;
+  chunk.num_heads = nh;
+  chunk.num_kv_heads = nkv;
+  chunk.head_dim = d;
+  chunk.window = opt_.window;
+  chunk.score.scale =
+      opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
+  chunk.score.softcap = opt_.softcap;
+  chunk.score.eager_bf16 = num.eager_bf16();
   std::vector<float> attn(m * q_size);
-  pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / nh, h = item % nh, kvh = h / group;
-      const int64_t slot = batch.slot[t], len = batch.pos[t] + 1;
-      scores.resize(len);
-      attend_head(&q[t * q_size + h * d], cache.key(layer, slot, 0) + kvh * d,
-                  cache.value(layer, slot, 0) + kvh * d, cache.row_size(), len, d, scale,
-                  num.eager_bf16(), scores.data(), &attn[t * q_size + h * d]);
-    }
-  });
+  attend_chunk(batch, q.data(), k.data(), v.data(), cache, layer, chunk, attn.data(), pool);
   o_proj_.forward(attn.data(), m, out, pool);
   num.round_eager(out, m * opt_.hidden_size);
 }

@@ -1,5 +1,6 @@
 // Causal self-attention with grouped KV heads (MHA/GQA/MQA), optional per-head
-// q/k RMSNorm (Qwen3), RoPE, and a KV cache. Rows are a ragged TokenBatch.
+// q/k RMSNorm (Qwen3; Gemma's (1 + w) form), RoPE, attention-logit softcapping,
+// a sliding window, and a KV cache. Rows are a ragged TokenBatch.
 #pragma once
 
 #include <optional>
@@ -19,8 +20,19 @@ struct AttentionOptions {
   int64_t head_dim = 0;
   bool qkv_bias = false;
   bool o_bias = false;
-  bool qk_norm = false;  // RMSNorm over head_dim of q and k before RoPE
+  bool qk_norm = false;              // RMSNorm over head_dim of q and k before RoPE
+  bool qk_norm_unit_offset = false;  // that norm scales by (1 + weight) (Gemma)
   float rms_norm_eps = 1e-6f;
+  float scale = 0.0f;    // score scale; 0: head_dim^-0.5
+  float softcap = 0.0f;  // > 0: scores -> tanh(scores / softcap) * softcap
+  int64_t window = 0;    // > 0: a row at position p sees positions (p - window, p]
+};
+
+// How one query head turns q k^T into attention weights.
+struct ScoreOptions {
+  float scale = 1.0f;
+  float softcap = 0.0f;     // > 0: tanh(s / softcap) * softcap after scaling
+  bool eager_bf16 = false;  // round as transformers' eager attention in bf16
 };
 
 // One query head over `len` cached positions: softmax(q k^T * scale) v, with
@@ -31,6 +43,27 @@ struct AttentionOptions {
 void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
                  int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out);
 
+// The geometry of attend_chunk.
+struct ChunkOptions {
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // > 0: a row at position p sees positions (p - window, p]
+  ScoreOptions score;
+};
+
+// Attends every row of a batch to its own slot: q: [M, heads * D]; k, v:
+// [M, kv_heads * D], the batch's keys and values as they are stored (rotated,
+// rounded); out: [M, heads * D]. Stores k and v into `cache` layer `layer`
+// (the cache's length for each slot is where the slot's rows start; the
+// caller advances it). A layer the cache keeps in full is written first and
+// read back; a windowed (ring-buffer) layer, which may hold fewer rows than a
+// chunk needs, is read for positions before the chunk and from k, v within
+// it, then written. Either way each (row, head) reduces over the same
+// positions in the same order, so a ring buffer gives the bits a full cache
+// with a window mask gives.
+void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
+                  KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
+                  ThreadPool& pool);
+
 class Attention {
  public:
   // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight.
@@ -39,8 +72,8 @@ class Attention {
 
   // x: [M, hidden] (already normed) -> out: [M, hidden], the o_proj output
   // (bf16 in eager mode, fp32 in fused mode for the residual add). Writes this layer's
-  // keys/values for every row into `cache` (slot, pos) before attending, so a
-  // row sees its own sequence's positions 0..pos and nothing else.
+  // keys/values for every row into `cache` (slot, pos), so a row sees its own
+  // sequence's positions 0..pos (or its window of them) and nothing else.
   void forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache, int64_t layer,
                ThreadPool& pool) const;
 

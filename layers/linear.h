@@ -27,7 +27,12 @@ struct RMSNorm {
   float eps = 1e-6f;
   Numerics numerics;  // eager bf16 rounds the normalised x, then x * weight
 
+  // Gemma's form (Gemma2/3/4 RMSNorm): normalised x * (1 + weight), all in
+  // fp32 and cast once (eager bf16); weight here holds 1 + w.
+  bool unit_offset = false;
+
   static RMSNorm load(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  static RMSNorm load_unit_offset(WeightLoader& w, const std::string& name, int64_t n, float eps);
   // From values, without a checkpoint; weights are rounded as WeightLoader::take
   // rounds them under `numerics`.
   static RMSNorm from_values(std::vector<float> weight, float eps, Numerics numerics);

@@ -11,5 +11,7 @@ namespace hubzoo {
 std::unique_ptr<CausalLM> load_llama(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen2(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx);       // models/gemma.cc
+std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx);  // models/gemma.cc
 
 }  // namespace hubzoo

@@ -15,6 +15,8 @@ const std::map<std::string, Loader>& registry() {
       {"LlamaForCausalLM", load_llama},
       {"Qwen2ForCausalLM", load_qwen2},
       {"Qwen3ForCausalLM", load_qwen3},
+      {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
+      {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
   };
   return r;
 }

@@ -110,6 +110,53 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
         },
     ),
+    # Gemma 2: sandwich norms with (1 + w), sqrt(hidden) embedding scale, GELU-tanh, attention
+    # and final logit softcapping small enough to bite, query_pre_attn_scalar != head_dim, and
+    # alternating sliding (window 12, crossed by the ladder's 37-token prompts) / global layers.
+    "gemma2_softcap": (
+        "Gemma2ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # GQA 2
+            "head_dim": 24,  # != 64 / 4
+            "intermediate_size": 136,
+            "vocab_size": 507,
+            "num_hidden_layers": 4,  # sliding, full, sliding, full
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": 20,
+            "attn_logit_softcapping": 2.0,
+            "final_logit_softcapping": 3.0,
+            "sliding_window": 12,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    ),
+    # Gemma 3 text: q/k norms, per-layer-type RoPE (local theta 1e4; global theta 1e6 with
+    # linear scaling), sliding window 9 on 3 of 4 layers, untied lm_head.
+    "gemma3_text": (
+        "Gemma3ForCausalLM",
+        {
+            "hidden_size": 96,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,  # GQA 4
+            "head_dim": 20,  # != 96 / 8
+            "intermediate_size": 152,
+            "vocab_size": 511,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            "tie_word_embeddings": False,
+            "hidden_activation": "gelu_pytorch_tanh",
+            # != head_dim; large enough that q/k-normed scores stay moderate, so bf16 noise
+            # leaves the long-input ladder enough 8-sigma decisions (28 left 20%, 128 leaves 51%).
+            "query_pre_attn_scalar": 128,
+            "sliding_window": 9,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+            },
+        },
+    ),
 }
 
 SEED = 1234
@@ -122,6 +169,8 @@ def _config_class(architecture: str):
         "LlamaForCausalLM": transformers.LlamaConfig,
         "Qwen2ForCausalLM": transformers.Qwen2Config,
         "Qwen3ForCausalLM": transformers.Qwen3Config,
+        "Gemma2ForCausalLM": transformers.Gemma2Config,
+        "Gemma3ForCausalLM": transformers.Gemma3TextConfig,
     }[architecture]
 
 
@@ -131,6 +180,8 @@ def make_config(variant: str, **overrides: Any):
         raise KeyError(f"unknown tiny model {variant!r}; known: {sorted(VARIANTS)}")
     architecture, fields = VARIANTS[variant]
     kwargs = {**_COMMON, **copy.deepcopy(fields), **overrides}
+    if architecture.startswith("Gemma"):
+        kwargs.pop("hidden_act", None)  # Gemma reads hidden_activation
     config = _config_class(architecture)(**kwargs)
     config.architectures = [architecture]
     config._attn_implementation = "eager"

@@ -1,0 +1,195 @@
+"""Gemma 2 / Gemma 3 text beyond the shared ladder (test_decoder_parity.py, test_bf16.py run
+every tiny variant, Gemma included): inputs many sliding windows long, the ring-buffer KV
+cache's accounting, config spellings and bad configs.
+
+Long-input rules (design.md) on inputs 10+ windows long, fp32 against transformers eager:
+full forward logits (atol 1e-3, argmax kept wherever fp32's top-1/top-2 margin > 8 sigma),
+cached token-by-token decoding from a 1-token prefill, and greedy generation that runs
+past the window on both sides' caches (transformers' sliding-window DynamicCache, ours the
+ring buffer).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import _util
+from _util import hf_forward, hf_generate, random_prompt
+
+GEMMAS = [v for v, (arch, _) in _util.tiny_models.VARIANTS.items() if arch.startswith("Gemma")]
+FLOAT = 4  # bytes: the cache stores float32 (bf16 values in bf16 modes)
+
+
+def window(hf) -> int:
+    return hf.config.sliding_window
+
+
+def long_prompt(hf, windows=10, seed=5) -> np.ndarray:
+    return random_prompt(hf.config.vocab_size, windows * window(hf) + 3, seed)
+
+
+@pytest.fixture(params=GEMMAS, scope="module")
+def variant(request):
+    return request.param
+
+
+def test_variants_cross_their_window(variant, hf_tiny):
+    hf = hf_tiny(variant)
+    types = hf.config.layer_types
+    assert "sliding_attention" in types and "full_attention" in types
+    assert 8 <= window(hf) <= 16  # the ladder's 37-token prompts cross it
+
+
+def test_long_forward_matches_transformers(variant, hf_tiny, our_tiny):
+    hf, ours = hf_tiny(variant), our_tiny(variant)
+    ids = long_prompt(hf)[None]
+    ref, _ = hf_forward(hf, ids, capture=False)
+    got = ours.forward(ids)
+    err = _util.record_error(f"tiny/{variant}", f"long({ids.shape[1]})/logits", got, ref)
+    assert err <= 1e-3, f"max abs logit error {err}"
+    _util.assert_argmax_equal(got, ref)
+
+
+def test_long_cached_decode_matches_transformers(variant, hf_tiny, our_tiny):
+    """1-token prefill, then one cached step per token, 10+ windows past the first."""
+    hf, ours = hf_tiny(variant), our_tiny(variant)
+    ids = long_prompt(hf, seed=6)[None]
+    ref, _ = hf_forward(hf, ids, capture=False)
+    full = ours.forward(ids)
+    for prefill in (1, window(hf) - 1, 3 * window(hf) + 2):
+        inc = ours.forward_incremental(ids, prefill)
+        np.testing.assert_array_equal(inc, full, err_msg=f"prefill {prefill}: cached != full")
+    err = float(np.max(np.abs(inc - ref)))
+    assert err <= 1e-3, f"cached decode vs transformers: max abs {err}"
+    _util.assert_argmax_equal(inc, ref)
+
+
+def test_greedy_generation_past_the_window(variant, hf_tiny, our_tiny):
+    hf, ours = hf_tiny(variant), our_tiny(variant)
+    ids = random_prompt(hf.config.vocab_size, 5, seed=7)[None]
+    n = 6 * window(hf)
+    ref = hf_generate(hf, ids, max_new_tokens=n)
+    got = ours.generate(ids, max_new_tokens=n)
+    assert ref.shape[1] > 2 * window(hf), "EOS came too early for this test to cross the window"
+    assert got.tolist() == ref.tolist()
+
+
+def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
+    """The engine's own accounting: a sliding layer holds window rows per slot, at any length."""
+    hf, ours = hf_tiny(variant), our_tiny(variant)
+    cfg = hf.config
+    row = cfg.num_key_value_heads * cfg.head_dim
+    w = window(hf)
+    sliding = [t == "sliding_attention" for t in cfg.layer_types]
+    for length in (w - 3, w, w + 1, 4 * w, 10 * w + 3):
+        ids = random_prompt(cfg.vocab_size, length, seed=length)[None]
+        for prefill in (1, length):  # token-by-token decode, and one prefill chunk
+            ours.forward_incremental(ids, prefill)
+            stats = ours.kv_cache_stats()
+            assert stats["lengths"] == [length]
+            assert stats["windows"] == [w if s else 0 for s in sliding]
+            assert stats["row_sizes"] == [row] * cfg.num_hidden_layers
+            for layer, is_sliding in enumerate(sliding):
+                held = stats["layer_slot_bytes"][layer][0]
+                if is_sliding:
+                    assert held <= 2 * w * row * FLOAT, (layer, length, held)
+                    if length >= w:
+                        assert held == 2 * w * row * FLOAT, (layer, length, held)
+                else:
+                    assert held >= 2 * length * row * FLOAT, (layer, length, held)
+    # What a KV budget reserves per sequence (the scheduler's kv_budget_bytes uses it).
+    for n in (1, w, 1000):
+        want = sum(2 * (min(n, w) if s else n) * row * FLOAT for s in sliding)
+        assert ours.kv_slot_bytes_at(n) == want
+
+
+def test_bf16_cache_also_stops_at_the_window(variant, hz, tiny_paths, hf_tiny):
+    hf = hf_tiny(variant)
+    w = window(hf)
+    ours = hz.CausalLM.from_pretrained(str(tiny_paths[variant]), dtype="bfloat16", mode="eager")
+    ours.forward_incremental(random_prompt(hf.config.vocab_size, 5 * w, seed=9)[None], 2)
+    stats = ours.kv_cache_stats()
+    row = hf.config.num_key_value_heads * hf.config.head_dim
+    for layer, t in enumerate(hf.config.layer_types):
+        if t == "sliding_attention":
+            assert stats["layer_slot_bytes"][layer][0] == 2 * w * row * FLOAT
+
+
+# --- config spellings -------------------------------------------------------------------
+
+
+def _rewrite(src, dst, edit):
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    edit(config)
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    return dst
+
+
+def _gemma3_v4_spelling(c):
+    """Gemma 3 as transformers 4 wrote it: rope_theta / rope_local_base_freq / rope_scaling
+    and sliding_window_pattern instead of rope_parameters and layer_types."""
+    assert c["layer_types"] == ["sliding_attention"] * 2 + ["full_attention", "sliding_attention"]
+    rope = c.pop("rope_parameters")
+    del c["layer_types"], c["_sliding_window_pattern"]
+    c["sliding_window_pattern"] = 3  # sliding, sliding, full, sliding
+    c["rope_theta"] = rope["full_attention"]["rope_theta"]
+    c["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+    c["rope_scaling"] = {"rope_type": "linear", "factor": rope["full_attention"]["factor"]}
+
+
+def _gemma2_default_pattern(c):
+    assert c["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    del c["layer_types"]  # Gemma 2 alternates, sliding first
+
+
+@pytest.mark.parametrize(
+    "variant_name,edit", [("gemma3_text", _gemma3_v4_spelling), ("gemma2_softcap", _gemma2_default_pattern)]
+)
+def test_older_config_spellings(variant_name, edit, hz, tiny_paths, hf_tiny, tmp_path):
+    path = _rewrite(tiny_paths[variant_name], tmp_path / "old", edit)
+    hf_old = _util.tiny_models.load_hf(path)
+    ids = long_prompt(hf_old, windows=4)[None]
+    ref, _ = hf_forward(hf_old, ids, capture=False)
+    original, _ = hf_forward(hf_tiny(variant_name), ids, capture=False)
+    np.testing.assert_array_equal(ref, original)  # transformers reads both the same way
+    got = hz.CausalLM.from_pretrained(str(path)).forward(ids)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
+    _util.assert_argmax_equal(got, ref)
+
+
+# --- bad configs: ConfigError naming the field --------------------------------------------
+
+BAD_CONFIGS = [
+    ("gemma2_softcap", {"layer_types": ["sliding_attention", "chunked_attention"] * 2}, "chunked_attention"),
+    ("gemma2_softcap", {"layer_types": ["full_attention"] * 3}, "layer_types"),
+    ("gemma2_softcap", {"sliding_window": 0}, "sliding_window"),
+    ("gemma3_text", {"sliding_window": -4}, "sliding_window"),
+    ("gemma2_softcap", {"hidden_activation": "relu"}, "hidden_activation"),
+    ("gemma2_softcap", {"query_pre_attn_scalar": 0}, "query_pre_attn_scalar"),
+    ("gemma2_softcap", {"attn_logit_softcapping": 0.0}, "attn_logit_softcapping"),
+    ("gemma3_text", {"final_logit_softcapping": -1.0}, "final_logit_softcapping"),
+    ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    ("gemma3_text", {"rope_parameters": {"chunked_attention": {"rope_type": "default"}}}, "chunked_attention"),
+    ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "dynamic"}}}, "dynamic"),
+    ("gemma3_text", {"sliding_window_pattern": 0, "layer_types": None}, "sliding_window_pattern"),
+]
+
+
+@pytest.mark.parametrize("variant_name,fields,named", BAD_CONFIGS)
+def test_bad_config_is_a_config_error(variant_name, fields, named, hz, tiny_paths, tmp_path):
+    def edit(c):
+        for key, value in fields.items():
+            if value is None:
+                c.pop(key, None)
+            else:
+                c[key] = value
+
+    path = _rewrite(tiny_paths[variant_name], tmp_path / "bad", edit)
+    with pytest.raises(hz.ConfigError, match=named):
+        hz.CausalLM.from_pretrained(str(path))
