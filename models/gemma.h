@@ -49,3 +49,37 @@ float gemma_embed_scale(int64_t hidden_size, const Numerics& numerics);
 void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numerics);
 
 }  // namespace hubzoo
+
+namespace hubzoo {
+
+// Gemma 4 text (Gemma4TextConfig): one entry per decoder layer.
+struct Gemma4Layer {
+  LayerType type = LayerType::kFull;
+  int64_t head_dim = 0, num_kv_heads = 0;
+  int64_t intermediate_size = 0;  // doubled on KV-shared layers with use_double_wide_mlp
+  bool k_eq_v = false;            // attention_k_eq_v on a full layer: no v_proj
+  int64_t kv_producer = -1;       // >= 0: a KV-shared layer reusing that layer's keys/values
+};
+
+struct Gemma4Config {
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, max_position_embeddings = 0;
+  int64_t num_heads = 0;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;
+  float final_logit_softcapping = 0.0f;
+  int64_t sliding_window = 0;
+  std::vector<Gemma4Layer> layers;
+  // Per-layer embeddings (PLE); hidden_size_per_layer_input 0: none.
+  int64_t hidden_size_per_layer_input = 0, vocab_size_per_layer_input = 0;
+  RopeParams rope_full, rope_sliding;
+  int64_t head_dim_full = 0, head_dim_sliding = 0;
+};
+
+// Gemma4TextConfig as transformers 5.23 reads it: per_layer_config or
+// global_head_dim / num_global_key_value_heads, kv_sharing from
+// num_kv_shared_layers, per-layer-type RoPE (default, proportional, ...).
+// enable_moe_block and use_bidirectional_attention are ConfigErrors.
+Gemma4Config parse_gemma4_config(const JsonObject& c);
+
+}  // namespace hubzoo

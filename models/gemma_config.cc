@@ -124,7 +124,7 @@ GemmaConfig parse_gemma_config(const JsonObject& c, int generation) {
   }
   a.qkv_bias = a.o_bias = c.get_or<bool>("attention_bias", false);
   a.qk_norm = g3;
-  a.qk_norm_unit_offset = true;
+  a.qk_norm_kind = QkNormKind::kUnitOffset;
   a.rms_norm_eps = cfg.rms_norm_eps;
   // transformers: scaling = query_pre_attn_scalar ** -0.5, a Python float
   // applied to a float32 tensor.

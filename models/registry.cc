@@ -17,6 +17,7 @@ const std::map<std::string, Loader>& registry() {
       {"Qwen3ForCausalLM", load_qwen3},
       {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
       {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
+      {"Gemma4ForCausalLM", load_gemma4_text},  // models/gemma4.cc
   };
   return r;
 }

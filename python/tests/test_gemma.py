@@ -1,4 +1,4 @@
-"""Gemma 2 / Gemma 3 text beyond the shared ladder (test_decoder_parity.py, test_bf16.py run
+"""Gemma 2 / Gemma 3 / Gemma 4 text beyond the shared ladder (test_decoder_parity.py, test_bf16.py run
 every tiny variant, Gemma included): inputs many sliding windows long, the ring-buffer KV
 cache's accounting, config spellings and bad configs.
 
@@ -79,45 +79,66 @@ def test_greedy_generation_past_the_window(variant, hf_tiny, our_tiny):
     assert got.tolist() == ref.tolist()
 
 
+def cache_layers(hf) -> list[tuple[int, int]]:
+    """(row size, window) of each KV-cache layer the engine should hold: one per decoder
+    layer that computes keys (Gemma 4's KV-shared layers reuse an earlier layer's)."""
+    out = []
+    for layer, kind in zip(hf.model.layers, hf.config.layer_types):
+        attn = layer.self_attn
+        if getattr(attn, "is_kv_shared_layer", False):
+            continue
+        out.append((attn.k_proj.out_features, window(hf) if kind == "sliding_attention" else 0))
+    return out
+
+
 def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
     """The engine's own accounting: a sliding layer holds window rows per slot, at any length."""
     hf, ours = hf_tiny(variant), our_tiny(variant)
-    cfg = hf.config
-    row = cfg.num_key_value_heads * cfg.head_dim
     w = window(hf)
-    sliding = [t == "sliding_attention" for t in cfg.layer_types]
+    layers = cache_layers(hf)
+    assert any(win for _, win in layers) and any(not win for _, win in layers)
     for length in (w - 3, w, w + 1, 4 * w, 10 * w + 3):
-        ids = random_prompt(cfg.vocab_size, length, seed=length)[None]
+        ids = random_prompt(hf.config.vocab_size, length, seed=length)[None]
         for prefill in (1, length):  # token-by-token decode, and one prefill chunk
             ours.forward_incremental(ids, prefill)
             stats = ours.kv_cache_stats()
             assert stats["lengths"] == [length]
-            assert stats["windows"] == [w if s else 0 for s in sliding]
-            assert stats["row_sizes"] == [row] * cfg.num_hidden_layers
-            for layer, is_sliding in enumerate(sliding):
-                held = stats["layer_slot_bytes"][layer][0]
-                if is_sliding:
-                    assert held <= 2 * w * row * FLOAT, (layer, length, held)
-                    if length >= w:
-                        assert held == 2 * w * row * FLOAT, (layer, length, held)
+            assert stats["windows"] == [win for _, win in layers]
+            assert stats["row_sizes"] == [row for row, _ in layers]
+            for i, (row, win) in enumerate(layers):
+                held = stats["layer_slot_bytes"][i][0]
+                if win:
+                    assert held <= 2 * win * row * FLOAT, (i, length, held)
+                    if length >= win:
+                        assert held == 2 * win * row * FLOAT, (i, length, held)
                 else:
-                    assert held >= 2 * length * row * FLOAT, (layer, length, held)
+                    assert held >= 2 * length * row * FLOAT, (i, length, held)
     # What a KV budget reserves per sequence (the scheduler's kv_budget_bytes uses it).
     for n in (1, w, 1000):
-        want = sum(2 * (min(n, w) if s else n) * row * FLOAT for s in sliding)
+        want = sum(2 * (min(n, win) if win else n) * row * FLOAT for row, win in layers)
         assert ours.kv_slot_bytes_at(n) == want
 
 
-def test_bf16_cache_also_stops_at_the_window(variant, hz, tiny_paths, hf_tiny):
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_bf16_past_the_window(variant, mode, hz, tiny_paths, hf_tiny):
+    """bf16: the ring buffer stops at the window, cached decode equals the full forward
+    bit for bit, and a prompt alone equals itself in a padded batch."""
     hf = hf_tiny(variant)
     w = window(hf)
-    ours = hz.CausalLM.from_pretrained(str(tiny_paths[variant]), dtype="bfloat16", mode="eager")
-    ours.forward_incremental(random_prompt(hf.config.vocab_size, 5 * w, seed=9)[None], 2)
+    ours = hz.CausalLM.from_pretrained(str(tiny_paths[variant]), dtype="bfloat16", mode=mode)
+    ids = random_prompt(hf.config.vocab_size, 5 * w, seed=9)[None]
+    full = ours.forward(ids)
+    np.testing.assert_array_equal(ours.forward_incremental(ids, 2), full)
     stats = ours.kv_cache_stats()
-    row = hf.config.num_key_value_heads * hf.config.head_dim
-    for layer, t in enumerate(hf.config.layer_types):
-        if t == "sliding_attention":
-            assert stats["layer_slot_bytes"][layer][0] == 2 * w * row * FLOAT
+    for i, (row, win) in enumerate(cache_layers(hf)):
+        if win:
+            assert stats["layer_slot_bytes"][i][0] == 2 * win * row * FLOAT
+    prompts = [random_prompt(hf.config.vocab_size, n, seed=n) for n in (3 * w + 1, w - 2, 2 * w)]
+    batch, mask = _util.left_pad(prompts, _util.tiny_models.SPECIAL_TOKENS["pad_token_id"])
+    batched = ours.forward_incremental(batch, 5, attention_mask=mask)
+    for row, p in enumerate(prompts):
+        alone = ours.forward(p[None])[0]
+        np.testing.assert_array_equal(batched[row, batch.shape[1] - len(p):], alone)
 
 
 # --- config spellings -------------------------------------------------------------------
@@ -148,8 +169,22 @@ def _gemma2_default_pattern(c):
     del c["layer_types"]  # Gemma 2 alternates, sliding first
 
 
+def _gemma4_hub_spelling(c):
+    """Gemma 4 as the Hub's config.json spells head geometry: global_head_dim and
+    num_global_key_value_heads, from which transformers derives per_layer_config."""
+    plc = c.pop("per_layer_config")
+    assert sorted(plc) == ["1", "3"]
+    c["global_head_dim"] = plc["1"]["head_dim"]
+    c["num_global_key_value_heads"] = plc["1"]["num_key_value_heads"]
+
+
 @pytest.mark.parametrize(
-    "variant_name,edit", [("gemma3_text", _gemma3_v4_spelling), ("gemma2_softcap", _gemma2_default_pattern)]
+    "variant_name,edit",
+    [
+        ("gemma3_text", _gemma3_v4_spelling),
+        ("gemma2_softcap", _gemma2_default_pattern),
+        ("gemma4_text", _gemma4_hub_spelling),
+    ],
 )
 def test_older_config_spellings(variant_name, edit, hz, tiny_paths, hf_tiny, tmp_path):
     path = _rewrite(tiny_paths[variant_name], tmp_path / "old", edit)
@@ -178,6 +213,16 @@ BAD_CONFIGS = [
     ("gemma3_text", {"rope_parameters": {"chunked_attention": {"rope_type": "default"}}}, "chunked_attention"),
     ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "dynamic"}}}, "dynamic"),
     ("gemma3_text", {"sliding_window_pattern": 0, "layer_types": None}, "sliding_window_pattern"),
+    ("gemma4_text", {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2}, "enable_moe_block"),
+    ("gemma4_text", {"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
+    ("gemma4_text", {"num_kv_shared_layers": 4}, "num_kv_shared_layers"),
+    ("gemma4_text", {"num_kv_shared_layers": 3}, "num_kv_shared_layers"),  # no full producer
+    ("gemma4_text", {"per_layer_config": {"1": {"head_dim": 16, "sliding_window": 3}}}, "sliding_window"),
+    ("gemma4_text", {"per_layer_config": {"7": {"head_dim": 16}}}, "per_layer_config"),
+    ("gemma4_text", {"layer_types": ["sliding_attention", "local_attention"] * 2}, "local_attention"),
+    ("gemma4_text", {"sliding_window": 0}, "sliding_window"),
+    ("gemma4_text", {"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "sliding_attention"),
+    ("gemma4_text", {"hidden_activation": "silu"}, "hidden_activation"),
 ]
 
 
