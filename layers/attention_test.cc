@@ -44,6 +44,7 @@ std::vector<std::vector<float>> run(KvCache& cache, const std::vector<Rows>& seq
     for (int s = 0; s < 2; ++s) {
       for (int64_t i = 0; i < chunks[s][step]; ++i) {
         const int64_t p = done[s] + i;
+        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
         batch.add(0, s, static_cast<int32_t>(p));
         q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
         k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
@@ -77,12 +78,18 @@ ChunkOptions options(bool eager_bf16, float softcap) {
 
 void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << "first difference at " << i << " (position " << i / kQ << ", head "
+                    << (i % kQ) / kDim << "): " << a[i] << " vs " << b[i];
+      return;
+    }
+  }
 }
 
 TEST(RingKvCache, MatchesFullCacheWithWindowMask) {
   ThreadPool pool(2);
-  const std::vector<Rows> seqs = {random_rows(47, 1), random_rows(47, 2)};
+  const std::vector<Rows> seqs = {random_rows(48, 1), random_rows(48, 2)};
   // Prefill chunks shorter than, equal to and longer than the window, then decode.
   const std::vector<std::vector<int64_t>> chunks = {{1, 5, 9, 1, 1, 13, 7, 1, 1, 1, 1, 1, 1, 2, 3},
                                                     {12, 1, 1, 7, 3, 1, 1, 1, 1, 1, 8, 6, 2, 1, 1}};
@@ -137,6 +144,51 @@ TEST(RingKvCache, MemoryStopsAtTheWindow) {
   cache.clear(0);
   EXPECT_EQ(cache.bytes(0, 0), 0);
   EXPECT_EQ(cache.bytes(1, 0), 0);
+}
+
+TEST(RingKvCache, DeferredStoreServesALayerReadingAnotherLayersKeys) {
+  // KV sharing: a producer attends without storing, a consumer reads the producer's
+  // cache layer and chunk, then store_chunk stores it: both see what a plain
+  // store-as-you-go layer sees, over chunks longer than the window.
+  ThreadPool pool(2);
+  const std::vector<Rows> seqs = {random_rows(30, 11), random_rows(30, 12)};
+  const std::vector<std::vector<int64_t>> chunks = {{9, 1, 13, 1, 6}, {3, 12, 1, 1, 13}};
+  const auto opt = options(false, 0.0f);
+  KvCache plain({KvLayerSpec{kKv, kWindow}}, 2);
+  const auto want = run(plain, seqs, chunks, opt, pool);
+  KvCache shared({KvLayerSpec{kKv, kWindow}}, 2);
+  std::vector<std::vector<float>> producer(2), consumer(2);
+  std::vector<int64_t> done(2, 0);
+  for (size_t step = 0; step < chunks[0].size(); ++step) {
+    TokenBatch batch;
+    std::vector<float> q, k, v;
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < chunks[s][step]; ++i) {
+        const int64_t p = done[s] + i;
+        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
+        batch.add(0, s, static_cast<int32_t>(p));
+        q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
+        k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
+        v.insert(v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
+      }
+      shared.reserve(s, done[s] + chunks[s][step]);
+    }
+    std::vector<float> a(batch.size() * kQ), b(batch.size() * kQ);
+    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, a.data(), pool, false);
+    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, b.data(), pool, false);
+    store_chunk(batch, k.data(), v.data(), shared, 0);
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      auto& pa = producer[batch.slot[t]];
+      auto& pb = consumer[batch.slot[t]];
+      pa.insert(pa.end(), &a[t * kQ], &a[(t + 1) * kQ]);
+      pb.insert(pb.end(), &b[t * kQ], &b[(t + 1) * kQ]);
+    }
+    for (int s = 0; s < 2; ++s) shared.set_length(s, done[s] += chunks[s][step]);
+  }
+  for (int s = 0; s < 2; ++s) {
+    expect_same_bits(producer[s], want[s]);
+    expect_same_bits(consumer[s], want[s]);
+  }
 }
 
 TEST(RingKvCache, RefusesAWindowLargerThanTheRing) {
