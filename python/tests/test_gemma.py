@@ -12,7 +12,11 @@ ring buffer).
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -238,3 +242,64 @@ def test_bad_config_is_a_config_error(variant_name, fields, named, hz, tiny_path
     path = _rewrite(tiny_paths[variant_name], tmp_path / "bad", edit)
     with pytest.raises(hz.ConfigError, match=named):
         hz.CausalLM.from_pretrained(str(path))
+
+
+# --- through the server: continuous batching over ring buffers ----------------------------
+
+
+def _serve(path, *args):
+    log_path = path / "serve.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen([str(_util.HUBZOO_BIN), "serve", "-m", str(path), "--port", "0", *args],
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}: {log_path.read_text()}")
+        m = re.search(r"listening on (http://\S+)", log_path.read_text())
+        if m:
+            return proc, m.group(1)
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start: " + log_path.read_text())
+
+
+def test_server_batches_requests_past_the_window(variant, hz, hubzoo_bin, tiny_paths, hf_tiny, tmp_path):
+    """Five greedy requests of different lengths, three slots: each continues past the window
+    while others join and leave, and equals generate() alone; the KV budget counts only the
+    window for sliding layers (hubzoo_kv_cache_budget_bytes)."""
+    import httpx2 as httpx
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    hf = hf_tiny(variant)
+    w, vocab = window(hf), hf.config.vocab_size
+    path = tmp_path / "served"
+    shutil.copytree(tiny_paths[variant], path)
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path / "tokenizer.json"))
+    ours = hz.CausalLM.from_pretrained(str(path))
+    prompts = [random_prompt(vocab, n, seed=n) for n in (3, w + 2, 3 * w, 5, 2 * w + 1)]
+    max_context = 512
+    proc, url = _serve(path, "--max-concurrency", "3", "--max-context", str(max_context))
+    try:
+        def ask(p):
+            body = {"prompt": p.tolist(), "max_tokens": 4 * w, "temperature": 0, "logprobs": 0}
+            return httpx.post(url + "/v1/completions", json=body, timeout=120).json()
+
+        with ThreadPoolExecutor(len(prompts)) as ex:
+            answers = list(ex.map(ask, prompts))
+        metrics = httpx.get(url + "/metrics").text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for p, answer in zip(prompts, answers):
+        got = [int(t[1:]) for t in answer["choices"][0]["logprobs"]["tokens"]]
+        want = ours.generate(p[None], max_new_tokens=4 * w)[0].tolist()
+        if want[-1] in ours.eos_token_ids and len(want) < 4 * w:
+            want = want[:-1]  # the server does not return the EOS token
+        assert got == want, f"prompt of {len(p)} tokens"
+    budget = re.search(r"hubzoo_kv_cache_budget_bytes\{[^}]*\} (\d+)", metrics)
+    assert budget and int(budget.group(1)) == 3 * ours.kv_slot_bytes_at(max_context)
+    full_everywhere = 2 * max_context * sum(row for row, _ in cache_layers(hf)) * FLOAT
+    assert int(budget.group(1)) < 3 * full_everywhere
