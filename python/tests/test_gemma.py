@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 
 import _util
 from _util import hf_forward, hf_generate, random_prompt
