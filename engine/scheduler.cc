@@ -67,8 +67,8 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
   stats_.max_slots = options_.max_slots;
   stats_.max_queue = options_.max_queue;
   stats_.max_context = options_.max_context;
-  stats_.kv_budget_bytes = options_.max_slots * options_.max_context * cache_.row_size() * 2 *
-                           model.info().num_layers * static_cast<int64_t>(sizeof(float));
+  // The cache's own accounting: a sliding-window layer needs only its window.
+  stats_.kv_budget_bytes = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
   thread_ = std::thread([this] { loop(); });
 }
 

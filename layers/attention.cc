@@ -1,28 +1,147 @@
 #include "layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 
 namespace hubzoo {
+namespace {
 
-void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
-                 int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out) {
-  if (eager_bf16) {  // bf16(bf16(q k^T) * scale), softmax in fp32 cast to bf16
+// softmax(softcap(q k^T * scale)) v over rows key_at(j), value_at(j), j in [0, len).
+template <class KeyAt, class ValueAt>
+void attend_rows(const float* q, const KeyAt& key_at, const ValueAt& value_at, int64_t len,
+                 int64_t d, const ScoreOptions& o, float* scores, float* out) {
+  if (o.eager_bf16) {  // bf16(bf16(q k^T) * scale), softcap op by op, softmax fp32 -> bf16
     for (int64_t j = 0; j < len; ++j) {
-      scores[j] = round_bf16(round_bf16(dot(q, keys + j * row_stride, d)) * scale);
+      float s = round_bf16(round_bf16(dot(q, key_at(j), d)) * o.scale);
+      if (o.softcap > 0) {
+        s = round_bf16(s / o.softcap);
+        s = round_bf16(std::tanh(s));
+        s = round_bf16(s * o.softcap);
+      }
+      scores[j] = s;
     }
     softmax_inplace(scores, len);
     round_bf16(scores, len);
   } else {
-    for (int64_t j = 0; j < len; ++j) scores[j] = dot(q, keys + j * row_stride, d) * scale;
+    for (int64_t j = 0; j < len; ++j) {
+      float s = dot(q, key_at(j), d) * o.scale;
+      if (o.softcap > 0) s = std::tanh(s / o.softcap) * o.softcap;
+      scores[j] = s;
+    }
     softmax_inplace(scores, len);
   }
   std::fill_n(out, d, 0.0f);
-  for (int64_t j = 0; j < len; ++j) axpy(scores[j], values + j * row_stride, out, d);
-  if (eager_bf16) round_bf16(out, d);  // bf16(p v)
+  for (int64_t j = 0; j < len; ++j) axpy(scores[j], value_at(j), out, d);
+  if (o.eager_bf16) round_bf16(out, d);  // bf16(p v)
+}
+
+}  // namespace
+
+void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
+                 int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out) {
+  attend_rows(
+      q, [&](int64_t j) { return keys + j * row_stride; },
+      [&](int64_t j) { return values + j * row_stride; }, len, d,
+      ScoreOptions{scale, 0.0f, eager_bf16}, scores, out);
+}
+
+void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCache& cache,
+                 int64_t layer) {
+  const int64_t m = batch.size(), row = cache.row_size(layer), ring = cache.window(layer);
+  std::vector<int64_t> end(cache.num_slots(), 0);  // one past each slot's last position
+  for (int64_t t = 0; t < m; ++t) {
+    end[batch.slot[t]] = std::max<int64_t>(end[batch.slot[t]], batch.pos[t] + 1);
+  }
+  for (int64_t t = 0; t < m; ++t) {
+    if (ring > 0 && batch.pos[t] < end[batch.slot[t]] - ring) continue;  // overwritten anyway
+    std::copy_n(&k[t * row], row, cache.key(layer, batch.slot[t], batch.pos[t]));
+    std::copy_n(&v[t * row], row, cache.value(layer, batch.slot[t], batch.pos[t]));
+  }
+}
+
+void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
+                  KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
+                  ThreadPool& pool, bool store) {
+  const int64_t m = batch.size(), d = opt.head_dim, nh = opt.num_heads, nkv = opt.num_kv_heads;
+  const int64_t q_size = nh * d, kv_size = nkv * d, group = nh / nkv;
+  const int64_t ring = cache.window(layer), window = opt.window;
+  if (cache.row_size(layer) != kv_size) {
+    throw InvalidArgument("attention: cache layer " + std::to_string(layer) + " holds rows of " +
+                          std::to_string(cache.row_size(layer)) + " floats, not " +
+                          std::to_string(kv_size));
+  }
+  if (ring > 0 && (window <= 0 || window > ring)) {
+    throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
+                          " keeps a window of " + std::to_string(ring) +
+                          " positions, which does not cover the attention window");
+  }
+  const KvCache& stored = cache;
+  auto first_visible = [&](int64_t p) {
+    return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+  };
+
+  if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
+    store_chunk(batch, k, v, cache, layer);
+    // Each (row, head) reduces over its own sequence's positions in position
+    // order, whatever else is in the batch.
+    pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores;
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / nh, h = item % nh, kvh = h / group;
+        const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+        const int64_t len = batch.pos[t] + 1 - lo;
+        const float* keys = stored.key(layer, slot, lo) + kvh * d;
+        const float* values = stored.value(layer, slot, lo) + kvh * d;
+        scores.resize(len);
+        attend_rows(
+            &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
+            [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),
+            &out[t * q_size + h * d]);
+      }
+    });
+    return;
+  }
+
+  // Ring buffer (or no store): a slot's rows in this batch, in position order
+  // from where its cache ends (the batch's rows of a slot continue it, one
+  // position each); earlier positions come from the cache, these from k, v.
+  std::vector<std::vector<int64_t>> rows(cache.num_slots());
+  for (int64_t t = 0; t < m; ++t) {
+    auto& r = rows[batch.slot[t]];
+    if (batch.pos[t] != cache.length(batch.slot[t]) + static_cast<int64_t>(r.size())) {
+      throw InvalidArgument("attention: positions of slot " + std::to_string(batch.slot[t]) +
+                            " do not continue its cache in order");
+    }
+    r.push_back(t);
+  }
+  pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / nh, h = item % nh, kvh = h / group;
+      const int64_t slot = batch.slot[t], p = batch.pos[t], lo = first_visible(p);
+      const int64_t cached = stored.length(slot), len = p + 1 - lo;
+      const std::vector<int64_t>& chunk = rows[slot];
+      auto key_at = [&](int64_t j) {
+        const int64_t pj = lo + j;
+        return (pj < cached ? stored.key(layer, slot, pj) : &k[chunk[pj - cached] * kv_size]) +
+               kvh * d;
+      };
+      auto value_at = [&](int64_t j) {
+        const int64_t pj = lo + j;
+        return (pj < cached ? stored.value(layer, slot, pj) : &v[chunk[pj - cached] * kv_size]) +
+               kvh * d;
+      };
+      scores.resize(len);
+      attend_rows(&q[t * q_size + h * d], key_at, value_at, len, d, opt.score, scores.data(),
+                  &out[t * q_size + h * d]);
+    }
+  });
+  if (store) store_chunk(batch, k, v, cache, layer);
 }
 
 Attention::Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
@@ -31,60 +150,90 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
   const int64_t q_size = opt.num_heads * opt.head_dim;
   const int64_t kv_size = opt.num_kv_heads * opt.head_dim;
   q_proj_ = Linear::load(w, prefix + ".q_proj", opt.hidden_size, q_size, opt.qkv_bias);
-  k_proj_ = Linear::load(w, prefix + ".k_proj", opt.hidden_size, kv_size, opt.qkv_bias);
-  v_proj_ = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+  if (!opt.kv_shared) {
+    k_proj_ = Linear::load(w, prefix + ".k_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+    if (!opt.k_eq_v) {
+      v_proj_ = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+    }
+  }
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
-  if (opt.qk_norm) {
-    q_norm_ = RMSNorm::load(w, prefix + ".q_norm.weight", opt.head_dim, opt.rms_norm_eps);
-    k_norm_ = RMSNorm::load(w, prefix + ".k_norm.weight", opt.head_dim, opt.rms_norm_eps);
+  if (opt.v_norm) v_norm_ = RMSNorm::unscaled(opt.head_dim, opt.rms_norm_eps, w.numerics());
+  if (opt.qk_norm && opt.kv_shared) {
+    auto load = opt.qk_norm_kind == QkNormKind::kUnitOffset    ? &RMSNorm::load_unit_offset
+                : opt.qk_norm_kind == QkNormKind::kScaleInFp32 ? &RMSNorm::load_scale_in_fp32
+                                                               : &RMSNorm::load;
+    q_norm_ = load(w, prefix + ".q_norm.weight", opt.head_dim, opt.rms_norm_eps);
+  } else if (opt.qk_norm) {
+    auto load = opt.qk_norm_kind == QkNormKind::kUnitOffset    ? &RMSNorm::load_unit_offset
+                : opt.qk_norm_kind == QkNormKind::kScaleInFp32 ? &RMSNorm::load_scale_in_fp32
+                                                               : &RMSNorm::load;
+    q_norm_ = load(w, prefix + ".q_norm.weight", opt.head_dim, opt.rms_norm_eps);
+    k_norm_ = load(w, prefix + ".k_norm.weight", opt.head_dim, opt.rms_norm_eps);
   }
 }
 
 void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache,
-                        int64_t layer, ThreadPool& pool) const {
+                        int64_t layer, ThreadPool& pool, const KvSharing& sharing) const {
   const int64_t m = batch.size();
   const int64_t d = opt_.head_dim, nh = opt_.num_heads, nkv = opt_.num_kv_heads;
   const int64_t q_size = nh * d, kv_size = nkv * d;
-  std::vector<float> q(m * q_size), k(m * kv_size), v(m * kv_size);  // [M, heads*D]
-  q_proj_.forward(x, m, q.data(), pool);
-  k_proj_.forward(x, m, k.data(), pool);
-  v_proj_.forward(x, m, v.data(), pool);
   const Numerics& num = numerics_;
+  std::vector<float> q(m * q_size);  // [M, heads*D]
+  q_proj_.forward(x, m, q.data(), pool);
   num.round_eager(q.data(), m * q_size);
-  num.round_eager(k.data(), m * kv_size);
-  num.round_eager(v.data(), m * kv_size);
-  if (q_norm_ && num.eager_bf16()) {
-    q_norm_->forward(q.data(), m * nh, q.data());
-    k_norm_->forward(k.data(), m * nkv, k.data());
-  } else if (q_norm_) {
-    q_norm_->forward_fp32(q.data(), m * nh, q.data());
-    k_norm_->forward_fp32(k.data(), m * nkv, k.data());
-  }
-  // Keys and values are stored: bf16 in both bf16 modes.
-  num.round_stored(v.data(), m * kv_size);
-  for (int64_t t = 0; t < m; ++t) {
-    rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
-    num.round_stored(&k[t * kv_size], kv_size);
-    std::copy_n(&k[t * kv_size], kv_size, cache.key(layer, batch.slot[t], batch.pos[t]));
-    std::copy_n(&v[t * kv_size], kv_size, cache.value(layer, batch.slot[t], batch.pos[t]));
-  }
-
-  // softmax(q k^T * scale) v for each (row, head); each reduces over its own
-  // sequence's positions in position order, whatever else is in the batch.
-  const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
-  const int64_t group = nh / nkv;
-  std::vector<float> attn(m * q_size);
-  pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / nh, h = item % nh, kvh = h / group;
-      const int64_t slot = batch.slot[t], len = batch.pos[t] + 1;
-      scores.resize(len);
-      attend_head(&q[t * q_size + h * d], cache.key(layer, slot, 0) + kvh * d,
-                  cache.value(layer, slot, 0) + kvh * d, cache.row_size(), len, d, scale,
-                  num.eager_bf16(), scores.data(), &attn[t * q_size + h * d]);
+  auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
+    if (num.eager_bf16()) {
+      norm.forward(data, rows, data);
+    } else {
+      norm.forward_fp32(data, rows, data);
     }
-  });
+  };
+  if (q_norm_) norm_heads(*q_norm_, q.data(), m * nh);
+
+  KvChunk own;  // [M, kv_heads*D] keys and values, as stored
+  if (opt_.kv_shared) {
+    if (!sharing.reuse)
+      throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
+    for (int64_t t = 0; t < m; ++t) {
+      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, num.eager_bf16());
+    }
+  } else {
+    auto& k = own.k;
+    auto& v = own.v;
+    k.resize(m * kv_size);
+    k_proj_.forward(x, m, k.data(), pool);
+    num.round_eager(k.data(), m * kv_size);
+    if (opt_.k_eq_v) {
+      v = k;  // transformers: value_states = the k_proj output, before k_norm
+    } else {
+      v.resize(m * kv_size);
+      v_proj_.forward(x, m, v.data(), pool);
+      num.round_eager(v.data(), m * kv_size);
+    }
+    if (k_norm_) norm_heads(*k_norm_, k.data(), m * nkv);
+    if (v_norm_) v_norm_->forward(v.data(), m * nkv, v.data());
+    // Keys and values are stored: bf16 in both bf16 modes.
+    num.round_stored(v.data(), m * kv_size);
+    for (int64_t t = 0; t < m; ++t) {
+      rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
+      num.round_stored(&k[t * kv_size], kv_size);
+    }
+  }
+  const KvChunk& kv = opt_.kv_shared ? *sharing.reuse : own;
+  ChunkOptions chunk;
+  chunk.num_heads = nh;
+  chunk.num_kv_heads = nkv;
+  chunk.head_dim = d;
+  chunk.window = opt_.window;
+  chunk.score.scale =
+      opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
+  chunk.score.softcap = opt_.softcap;
+  chunk.score.eager_bf16 = num.eager_bf16();
+  std::vector<float> attn(m * q_size);
+  const bool store = !opt_.kv_shared && !sharing.defer_store;
+  attend_chunk(batch, q.data(), kv.k.data(), kv.v.data(), cache, layer, chunk, attn.data(), pool,
+               store);
+  if (sharing.keep && !opt_.kv_shared) *sharing.keep = std::move(own);
   o_proj_.forward(attn.data(), m, out, pool);
   num.round_eager(out, m * opt_.hidden_size);
 }

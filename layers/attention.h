@@ -1,5 +1,6 @@
 // Causal self-attention with grouped KV heads (MHA/GQA/MQA), optional per-head
-// q/k RMSNorm (Qwen3), RoPE, and a KV cache. Rows are a ragged TokenBatch.
+// q/k RMSNorm (Qwen3; Gemma's (1 + w) form), RoPE, attention-logit softcapping,
+// a sliding window, and a KV cache. Rows are a ragged TokenBatch.
 #pragma once
 
 #include <optional>
@@ -12,6 +13,10 @@
 
 namespace hubzoo {
 
+// How q/k norms scale: by w after casting the normalised x (Qwen3, Llama's
+// RMSNorm), by (1 + w) in fp32 (Gemma 2/3), by w in fp32 (Gemma 4).
+enum class QkNormKind { kWeight, kUnitOffset, kScaleInFp32 };
+
 struct AttentionOptions {
   int64_t hidden_size = 0;
   int64_t num_heads = 0;
@@ -20,7 +25,21 @@ struct AttentionOptions {
   bool qkv_bias = false;
   bool o_bias = false;
   bool qk_norm = false;  // RMSNorm over head_dim of q and k before RoPE
+  QkNormKind qk_norm_kind = QkNormKind::kWeight;
+  bool v_norm = false;     // Gemma 4: unscaled RMSNorm over head_dim of v
+  bool k_eq_v = false;     // Gemma 4 attention_k_eq_v: no v_proj, v is k_proj's output
+  bool kv_shared = false;  // reads another layer's keys/values: no k/v tensors of its own
   float rms_norm_eps = 1e-6f;
+  float scale = 0.0f;    // score scale; 0: head_dim^-0.5
+  float softcap = 0.0f;  // > 0: scores -> tanh(scores / softcap) * softcap
+  int64_t window = 0;    // > 0: a row at position p sees positions (p - window, p]
+};
+
+// How one query head turns q k^T into attention weights.
+struct ScoreOptions {
+  float scale = 1.0f;
+  float softcap = 0.0f;     // > 0: tanh(s / softcap) * softcap after scaling
+  bool eager_bf16 = false;  // round as transformers' eager attention in bf16
 };
 
 // One query head over `len` cached positions: softmax(q k^T * scale) v, with
@@ -31,25 +50,71 @@ struct AttentionOptions {
 void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
                  int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out);
 
+// The geometry of attend_chunk.
+struct ChunkOptions {
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // > 0: a row at position p sees positions (p - window, p]
+  ScoreOptions score;
+};
+
+// Attends every row of a batch to its own slot: q: [M, heads * D]; k, v:
+// [M, kv_heads * D], the batch's keys and values as they are stored (rotated,
+// rounded); out: [M, heads * D]. Stores k and v into `cache` layer `layer`
+// (the cache's length for each slot is where the slot's rows start; the
+// caller advances it). A layer the cache keeps in full is written first and
+// read back; a windowed (ring-buffer) layer, which may hold fewer rows than a
+// chunk needs, is read for positions before the chunk and from k, v within
+// it, then written. Either way each (row, head) reduces over the same
+// positions in the same order, so a ring buffer gives the bits a full cache
+// with a window mask gives.
+//
+// store=false leaves the cache as it is (KV sharing: a layer reading another
+// layer's keys, or a producer whose ring must keep its old rows until the
+// layers sharing them have read them; store_chunk stores later).
+void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
+                  KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
+                  ThreadPool& pool, bool store = true);
+
+// Stores a batch's keys/values [M, row_size(layer)] into cache layer `layer`
+// (a windowed layer: each slot's last `window` of them).
+void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCache& cache,
+                 int64_t layer);
+
+// The keys and values one layer computed for a batch, as stored: [M, kv_heads * D].
+struct KvChunk {
+  std::vector<float> k, v;
+};
+
+// KV sharing (Gemma 4): a producer keeps its chunk for the layers that reuse
+// it (and may defer storing it); a consumer attends to the producer's cache
+// layer and chunk instead of computing keys and values.
+struct KvSharing {
+  KvChunk* keep = nullptr;         // producer: its chunk, moved here
+  bool defer_store = false;        // producer: caller runs store_chunk after the consumers
+  const KvChunk* reuse = nullptr;  // consumer: the producer's chunk
+};
+
 class Attention {
  public:
-  // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight.
+  // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight
+  // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj).
   Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
             const Rope* rope);
 
   // x: [M, hidden] (already normed) -> out: [M, hidden], the o_proj output
   // (bf16 in eager mode, fp32 in fused mode for the residual add). Writes this layer's
-  // keys/values for every row into `cache` (slot, pos) before attending, so a
-  // row sees its own sequence's positions 0..pos and nothing else.
+  // keys/values for every row into `cache` (slot, pos), so a row sees its own
+  // sequence's positions 0..pos (or its window of them) and nothing else.
+  // With `sharing`, `layer` is the cache layer read (a consumer: its producer's).
   void forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache, int64_t layer,
-               ThreadPool& pool) const;
+               ThreadPool& pool, const KvSharing& sharing = {}) const;
 
  private:
   AttentionOptions opt_;
   Numerics numerics_;
   const Rope* rope_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
-  std::optional<RMSNorm> q_norm_, k_norm_;
+  std::optional<RMSNorm> q_norm_, k_norm_, v_norm_;
 };
 
 }  // namespace hubzoo

@@ -1,5 +1,14 @@
 // Keys and values of every attention layer for a fixed number of sequence
-// slots. Per (layer, slot) rows are [position, num_kv_heads * head_dim].
+// slots. Per (layer, slot) rows are [position, row_size(layer)], where a
+// layer's row is num_kv_heads * head_dim of that layer (layers may differ).
+//
+// A layer with a window W > 0 (a sliding-window attention layer) holds only
+// the last W positions, as a ring buffer: position p lives in row p % W, so
+// its memory stops growing at W rows however long the sequence gets. A layer
+// with window 0 holds every position. Which positions attention may read is
+// attention's business (layers/attention.h); the cache only guarantees that a
+// windowed layer still holds positions [length - W, length).
+//
 // The engine decides which request owns which slot; attention only reads and
 // writes rows.
 #pragma once
@@ -9,37 +18,59 @@
 
 namespace hubzoo {
 
+struct KvLayerSpec {
+  int64_t row_size = 0;  // num_kv_heads * head_dim of the layer
+  int64_t window = 0;    // > 0: keep only the last `window` positions (ring buffer)
+};
+
 class KvCache {
  public:
+  // Every layer alike: rows of `row_size`, every position kept.
   KvCache(int64_t num_layers, int64_t num_slots, int64_t row_size);
+  KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots);
 
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_slots() const { return num_slots_; }
-  int64_t row_size() const { return row_size_; }
-  // Number of positions stored for a slot (all layers hold the same count
-  // once a forward pass completes).
+  int64_t row_size(int64_t layer) const { return layers_[layer].row_size; }
+  int64_t window(int64_t layer) const { return layers_[layer].window; }
+  // Number of positions a slot has seen (all layers hold the same count once a
+  // forward pass completes; a windowed layer stores only the last window of them).
   int64_t length(int64_t slot) const { return lengths_[slot]; }
-  // Makes room for positions [0, n) of a slot in every layer.
+  // Makes room for positions [0, n) of a slot in every layer (a windowed
+  // layer: for its last min(n, window) positions).
   void reserve(int64_t slot, int64_t n);
   // Called once per forward pass, after every layer wrote position `pos`.
   void set_length(int64_t slot, int64_t n) { lengths_[slot] = n; }
   void clear(int64_t slot);
+  // Bytes allocated (keys and values), in all and for one (layer, slot).
   int64_t bytes() const;
+  int64_t bytes(int64_t layer, int64_t slot) const;
+  // Bytes one slot's keys and values take at n positions: what a KV budget
+  // must reserve per sequence of that length.
+  int64_t slot_bytes_at(int64_t n) const;
 
-  float* key(int64_t layer, int64_t slot, int64_t pos) { return &k(layer, slot)[pos * row_size_]; }
+  // The row of `pos` (which a windowed layer must still hold).
+  float* key(int64_t layer, int64_t slot, int64_t pos) { return k(layer, slot) + row(layer, pos); }
   float* value(int64_t layer, int64_t slot, int64_t pos) {
-    return &v(layer, slot)[pos * row_size_];
+    return v(layer, slot) + row(layer, pos);
   }
   const float* key(int64_t layer, int64_t slot, int64_t pos) const {
-    return &keys_[layer * num_slots_ + slot][pos * row_size_];
+    return keys_[index(layer, slot)].data() + row(layer, pos);
   }
   const float* value(int64_t layer, int64_t slot, int64_t pos) const {
-    return &values_[layer * num_slots_ + slot][pos * row_size_];
+    return values_[index(layer, slot)].data() + row(layer, pos);
   }
 
  private:
-  std::vector<float>& k(int64_t layer, int64_t slot) { return keys_[layer * num_slots_ + slot]; }
-  std::vector<float>& v(int64_t layer, int64_t slot) { return values_[layer * num_slots_ + slot]; }
-  int64_t num_layers_, num_slots_, row_size_;
+  int64_t index(int64_t layer, int64_t slot) const { return layer * num_slots_ + slot; }
+  int64_t row(int64_t layer, int64_t pos) const {
+    const KvLayerSpec& s = layers_[layer];
+    return (s.window > 0 ? pos % s.window : pos) * s.row_size;
+  }
+  float* k(int64_t layer, int64_t slot) { return keys_[index(layer, slot)].data(); }
+  float* v(int64_t layer, int64_t slot) { return values_[index(layer, slot)].data(); }
+  std::vector<KvLayerSpec> layers_;
+  int64_t num_slots_;
   std::vector<std::vector<float>> keys_, values_;  // [layer * num_slots + slot]
   std::vector<int64_t> lengths_;
 };

@@ -38,6 +38,27 @@ RMSNorm RMSNorm::load(WeightLoader& w, const std::string& name, int64_t n, float
   return norm;
 }
 
+RMSNorm RMSNorm::load_unit_offset(WeightLoader& w, const std::string& name, int64_t n, float eps) {
+  RMSNorm norm = load_scale_in_fp32(w, name, n, eps);  // bf16 values in bf16 modes
+  std::vector<float> one_plus(norm.weight.data(), norm.weight.data() + n);
+  for (float& x : one_plus) x = 1.0f + x;  // transformers: 1.0 + weight.float(), in fp32
+  norm.weight = FloatWeights(std::move(one_plus));
+  return norm;
+}
+
+RMSNorm RMSNorm::load_scale_in_fp32(WeightLoader& w, const std::string& name, int64_t n,
+                                    float eps) {
+  RMSNorm norm = load(w, name, n, eps);
+  norm.scale_in_fp32 = true;
+  return norm;
+}
+
+RMSNorm RMSNorm::unscaled(int64_t n, float eps, Numerics numerics) {
+  RMSNorm norm = from_values(std::vector<float>(n, 1.0f), eps, numerics);  // 1 * y == y exactly
+  norm.scale_in_fp32 = true;
+  return norm;
+}
+
 RMSNorm RMSNorm::from_values(std::vector<float> weight, float eps, Numerics numerics) {
   numerics.round_stored(weight.data(), static_cast<int64_t>(weight.size()));
   RMSNorm norm;
@@ -49,8 +70,9 @@ RMSNorm RMSNorm::from_values(std::vector<float> weight, float eps, Numerics nume
 
 void RMSNorm::forward(const float* x, int64_t rows, float* out) const {
   const int64_t n = size();
-  if (!numerics.eager_bf16()) {  // fp32 and fused bf16
+  if (!numerics.eager_bf16() || scale_in_fp32) {  // fp32, fused bf16, Gemma's form
     forward_fp32(x, rows, out);
+    numerics.round_eager(out, rows * n);  // Gemma: (x * (1 + w)).to(bf16), one cast
     return;
   }
   // transformers: weight * (x * rsqrt(mean(x^2) + eps)).to(bf16), in bf16.

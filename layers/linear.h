@@ -27,7 +27,16 @@ struct RMSNorm {
   float eps = 1e-6f;
   Numerics numerics;  // eager bf16 rounds the normalised x, then x * weight
 
+  // Gemma's form: normalised x times the weight in fp32, cast once (eager
+  // bf16). Gemma 2/3 scale by (1 + w) (load_unit_offset stores 1 + w), Gemma 4
+  // by w (load_scale_in_fp32).
+  bool scale_in_fp32 = false;
+
   static RMSNorm load(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  static RMSNorm load_unit_offset(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  static RMSNorm load_scale_in_fp32(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  // Gemma 4's norm without a scale (v_norm): x * rsqrt(mean(x^2) + eps), cast once.
+  static RMSNorm unscaled(int64_t n, float eps, Numerics numerics);
   // From values, without a checkpoint; weights are rounded as WeightLoader::take
   // rounds them under `numerics`.
   static RMSNorm from_values(std::vector<float> weight, float eps, Numerics numerics);

@@ -1,4 +1,5 @@
-// Gated MLP: down(act(gate(x)) * up(x)), act = SiLU.
+// Gated MLP: down(act(gate(x)) * up(x)), act = SiLU (Llama, Qwen) or GELU
+// with the tanh approximation (Gemma's gelu_pytorch_tanh).
 #pragma once
 
 #include <string>
@@ -7,11 +8,16 @@
 
 namespace hubzoo {
 
+enum class Activation { kSilu, kGeluTanh };
+
+// GELU, tanh approximation, as PyTorch's CPU kernel computes it in fp32.
+float gelu_tanh(float x);
+
 class GatedMlp {
  public:
   // Tensors: {prefix}.{gate,up,down}_proj.weight (+ .bias when `bias`).
   GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
-           bool bias);
+           bool bias, Activation act = Activation::kSilu);
   // From loaded projections (e.g. slices of fused MoE expert tensors).
   GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics);
   // x: [M, hidden] -> out: [M, hidden], the down_proj output (bf16 in eager
@@ -20,6 +26,7 @@ class GatedMlp {
 
  private:
   Numerics numerics_;
+  Activation act_;
   Linear gate_, up_, down_;
 };
 

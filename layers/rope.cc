@@ -22,6 +22,7 @@ const std::set<std::string>& allowed_keys(const std::string& type) {
       {"yarn",
        {"factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
         "original_max_position_embeddings", "truncate"}},
+      {"proportional", {"factor", "partial_rotary_factor"}},
   };
   static std::map<std::string, std::set<std::string>> merged;
   auto& m = merged[type];
@@ -55,9 +56,11 @@ RopeParams parse_rope_params(const JsonObject& config) {
     }
   }
   p.type = r.get_or<std::string>("rope_type", r.get_or<std::string>("type", "default"));
-  if (p.type != "default" && p.type != "linear" && p.type != "llama3" && p.type != "yarn") {
-    throw ConfigError(config.where() + ": " + field + " type '" + p.type +
-                      "' is not supported (supported: default, linear, llama3, yarn)");
+  if (p.type != "default" && p.type != "linear" && p.type != "llama3" && p.type != "yarn" &&
+      p.type != "proportional") {
+    throw ConfigError(
+        config.where() + ": " + field + " type '" + p.type +
+        "' is not supported (supported: default, linear, llama3, yarn, proportional)");
   }
   const auto& allowed = allowed_keys(p.type);
   for (const auto& [key, value] : r.json().items()) {
@@ -78,6 +81,13 @@ RopeParams parse_rope_params(const JsonObject& config) {
     p.original_max_position_embeddings =
         config.get_or<int64_t>("original_max_position_embeddings",
                                r.get_or<int64_t>("original_max_position_embeddings", max_pos));
+  }
+  if (p.type == "proportional") {
+    p.factor = r.get_or<double>("factor", 1.0);
+    p.partial_rotary_factor = r.get_or<double>("partial_rotary_factor", 1.0);
+    if (!(p.partial_rotary_factor >= 0 && p.partial_rotary_factor <= 1)) {
+      throw ConfigError(config.where() + ": " + field + " partial_rotary_factor must be in [0, 1]");
+    }
   }
   if (p.type == "yarn") {
     auto factor = r.maybe<double>("factor");
@@ -110,7 +120,13 @@ Rope::Rope(const RopeParams& p, int64_t head_dim, int64_t /*max_position_embeddi
   inv_freq_.resize(half);
   for (int64_t i = 0; i < half; ++i) inv_freq_[i] = 1.0f / pos_freq[i];
 
-  if (p.type == "linear") {
+  if (p.type == "proportional") {
+    // transformers: rope_angles = int(partial_rotary_factor * head_dim // 2).
+    const auto angles = static_cast<int64_t>(
+        std::floor(p.partial_rotary_factor * static_cast<double>(head_dim) / 2.0));
+    for (int64_t i = angles; i < half; ++i) inv_freq_[i] = 0.0f;
+    for (auto& f : inv_freq_) f /= static_cast<float>(p.factor);
+  } else if (p.type == "linear") {
     for (auto& f : inv_freq_) f /= static_cast<float>(p.factor);
   } else if (p.type == "llama3") {
     const double old_len = static_cast<double>(p.original_max_position_embeddings);

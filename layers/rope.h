@@ -23,6 +23,9 @@ struct RopeParams {
   std::optional<double> attention_factor, mscale, mscale_all_dim;
   double beta_fast = 32.0, beta_slow = 1.0;
   bool truncate = true;
+  // proportional (Gemma 4): the first int(partial_rotary_factor * head_dim / 2)
+  // frequencies rotate, the rest are 0 (those dims pass unrotated); all / factor.
+  double partial_rotary_factor = 1.0;
 };
 
 // Reads RoPE settings from config.json in either spelling: transformers 4

@@ -12,5 +12,8 @@ std::unique_ptr<CausalLM> load_llama(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen2(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx);       // models/gemma.cc
+std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx);  // models/gemma.cc
+std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx);  // models/gemma4.cc
 
 }  // namespace hubzoo

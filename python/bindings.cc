@@ -114,6 +114,7 @@ class PyCausalLM {
         run(0, std::max<int64_t>(prefill_len, 0));
         for (int64_t c = std::max<int64_t>(prefill_len, 0); c < seq; ++c) run(c, c + 1);
       }
+      record_cache(cache);
     }
     nb::dict caps;
     for (auto& [name, values] : captured) {
@@ -157,8 +158,44 @@ class PyCausalLM {
 
   std::vector<std::string> capture_names() const { return model_->capture_names(); }
 
+  // The KV cache's own accounting after the last forward(): per layer, its
+  // window (0: every position), row size, and bytes held for each slot.
+  nb::dict kv_cache_stats() const {
+    nb::dict d;
+    d["windows"] = last_cache_.windows;
+    d["row_sizes"] = last_cache_.row_sizes;
+    d["layer_slot_bytes"] = last_cache_.layer_slot_bytes;
+    d["lengths"] = last_cache_.lengths;
+    d["bytes"] = last_cache_.bytes;
+    return d;
+  }
+  // Bytes one sequence's KV takes at n positions (what a KV budget reserves).
+  int64_t kv_slot_bytes_at(int64_t n) const { return model_->new_cache(1).slot_bytes_at(n); }
+
  private:
+  struct CacheStats {
+    std::vector<int64_t> windows, row_sizes, lengths;
+    std::vector<std::vector<int64_t>> layer_slot_bytes;
+    int64_t bytes = 0;
+  };
+  void record_cache(const KvCache& cache) {
+    CacheStats s;
+    for (int64_t l = 0; l < cache.num_layers(); ++l) {
+      s.windows.push_back(cache.window(l));
+      s.row_sizes.push_back(cache.row_size(l));
+      auto& per_slot = s.layer_slot_bytes.emplace_back();
+      for (int64_t slot = 0; slot < cache.num_slots(); ++slot) {
+        per_slot.push_back(cache.bytes(l, slot));
+      }
+    }
+    for (int64_t slot = 0; slot < cache.num_slots(); ++slot)
+      s.lengths.push_back(cache.length(slot));
+    s.bytes = cache.bytes();
+    last_cache_ = std::move(s);
+  }
+
   std::unique_ptr<CausalLM> model_;
+  CacheStats last_cache_;
 };
 
 }  // namespace
@@ -193,6 +230,8 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("mode") = "fused")
       .def("info", &PyCausalLM::info)
       .def("capture_names", &PyCausalLM::capture_names)
+      .def("kv_cache_stats", &PyCausalLM::kv_cache_stats)
+      .def("kv_slot_bytes_at", &PyCausalLM::kv_slot_bytes_at, nb::arg("n"))
       .def("forward", &PyCausalLM::forward, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("capture"), nb::arg("prefill_len"))
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),

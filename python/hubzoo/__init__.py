@@ -104,6 +104,15 @@ class CausalLM:
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
                                     int(seed or 0), not ignore_eos)
 
+    def kv_cache_stats(self) -> dict:
+        """The KV cache's accounting after the last forward()/forward_incremental():
+        per layer its window (0: every position) and row size, and bytes held per slot."""
+        return dict(self._model.kv_cache_stats())
+
+    def kv_slot_bytes_at(self, n: int) -> int:
+        """Bytes of keys and values one sequence needs at n positions."""
+        return int(self._model.kv_slot_bytes_at(int(n)))
+
     @property
     def capture_names(self) -> list[str]:
         return list(self._model.capture_names())

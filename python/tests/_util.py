@@ -41,7 +41,8 @@ def hf_forward(model, input_ids, attention_mask=None, position_ids=None, capture
     """transformers forward in fp32 -> (logits, {name: array}) with hubzoo's intermediate names.
 
     Hooks: embed_tokens output, each decoder layer output, self_attn output[0] (after
-    o_proj, before the residual add), mlp output, final norm output.
+    o_proj, before the residual add), mlp output, final norm output. In sandwich-norm
+    layers (Gemma) the branches are the post-norms' outputs, which is what the residual adds.
     """
     import torch
 
@@ -61,8 +62,12 @@ def hf_forward(model, input_ids, attention_mask=None, position_ids=None, capture
         handles.append(inner.embed_tokens.register_forward_hook(hook("embed")))
         for i, layer in enumerate(inner.layers):
             handles.append(layer.register_forward_hook(hook(f"layers.{i}")))
-            handles.append(layer.self_attn.register_forward_hook(hook(f"layers.{i}.self_attn")))
-            handles.append(layer.mlp.register_forward_hook(hook(f"layers.{i}.mlp")))
+            # Sandwich-norm layers (Gemma) add the post-norm of each branch to the residual.
+            sandwich = hasattr(layer, "post_feedforward_layernorm")
+            attn_out = layer.post_attention_layernorm if sandwich else layer.self_attn
+            mlp_out = layer.post_feedforward_layernorm if sandwich else layer.mlp
+            handles.append(attn_out.register_forward_hook(hook(f"layers.{i}.self_attn")))
+            handles.append(mlp_out.register_forward_hook(hook(f"layers.{i}.mlp")))
         handles.append(inner.norm.register_forward_hook(hook("norm")))
     kwargs = {"input_ids": torch.as_tensor(np.asarray(input_ids, dtype=np.int64))}
     if attention_mask is not None:

@@ -53,7 +53,18 @@ def test_hf_hooks_capture_named_intermediates(variant, hf_tiny):
 
     hf = hf_tiny(variant)
     ids = prompt(hf)[None]
-    logits, got = hf_forward(hf, ids)
+    # Gemma 4 adds a per-layer-input branch after the MLP and scales the layer's output:
+    # layers.i = (layers.{i-1} + self_attn + mlp + per-layer branch) * layer_scalar.
+    per_layer, hooks = {}, []
+    for i, layer in enumerate(hf.model.layers):
+        if hasattr(layer, "post_per_layer_input_norm"):
+            hooks.append(layer.post_per_layer_input_norm.register_forward_hook(
+                lambda _m, _in, out, i=i: per_layer.__setitem__(i, out.detach().numpy().copy())))
+    try:
+        logits, got = hf_forward(hf, ids)
+    finally:
+        for h in hooks:
+            h.remove()
     hidden = hf.config.hidden_size
     L = num_layers(hf)
     assert sorted(got) == sorted(capture_names(L))
@@ -65,6 +76,8 @@ def test_hf_hooks_capture_named_intermediates(variant, hf_tiny):
     previous = got["embed"]
     for i in range(L):
         rebuilt = previous + got[f"layers.{i}.self_attn"] + got[f"layers.{i}.mlp"]
+        if i in per_layer:
+            rebuilt = (rebuilt + per_layer[i]) * hf.model.layers[i].layer_scalar.item()
         np.testing.assert_allclose(rebuilt, got[f"layers.{i}"], rtol=1e-5, atol=1e-5)
         previous = got[f"layers.{i}"]
     # Agrees with output_hidden_states (whose last entry is after the final norm).
@@ -85,7 +98,10 @@ def test_tiny_checkpoint_is_fully_random(variant, tiny_paths):
     tensors = load_file(tiny_paths[variant] / "model.safetensors")
     for name, value in tensors.items():
         assert value.dtype == np.float32, name
-        assert np.std(value) > 0.01, name
+        if value.size == 1:  # a stored scalar scale (Gemma 4 layer_scalar): not its init, 1
+            assert abs(float(value.item()) - 1.0) > 1e-3, name
+        else:
+            assert np.std(value) > 0.01, name
     config = json.loads((tiny_paths[variant] / "config.json").read_text())
     assert "rope_parameters" in config
     assert (tiny_paths[variant] / "generation_config.json").is_file()

@@ -155,6 +155,90 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
         },
     ),
+    # Gemma 2: sandwich norms with (1 + w), sqrt(hidden) embedding scale, GELU-tanh, attention
+    # and final logit softcapping small enough to bite, query_pre_attn_scalar != head_dim, and
+    # alternating sliding (window 12, crossed by the ladder's 37-token prompts) / global layers.
+    "gemma2_softcap": (
+        "Gemma2ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # GQA 2
+            "head_dim": 24,  # != 64 / 4
+            "intermediate_size": 136,
+            "vocab_size": 507,
+            "num_hidden_layers": 4,  # sliding, full, sliding, full
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": 20,
+            "attn_logit_softcapping": 2.0,
+            "final_logit_softcapping": 3.0,
+            "sliding_window": 12,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    ),
+    # Gemma 3 text: q/k norms, per-layer-type RoPE (local theta 1e4; global theta 1e6 with
+    # linear scaling), sliding window 9 on 3 of 4 layers, untied lm_head.
+    "gemma3_text": (
+        "Gemma3ForCausalLM",
+        {
+            "hidden_size": 96,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,  # GQA 4
+            "head_dim": 20,  # != 96 / 8
+            "intermediate_size": 152,
+            "vocab_size": 511,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            "tie_word_embeddings": False,
+            "hidden_activation": "gelu_pytorch_tanh",
+            # != head_dim; large enough that q/k-normed scores stay moderate, so bf16 noise
+            # leaves the long-input ladder enough 8-sigma decisions (28 left 20%, 128 leaves 51%).
+            "query_pre_attn_scalar": 128,
+            "sliding_window": 9,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+            },
+        },
+    ),
+    # Gemma 4 text: plain-w RMSNorms, scale-1 attention with q/k/v norms, head_dim 8 on
+    # sliding layers and 16 (global_head_dim) on full ones, keys doubling as values on full
+    # layers (attention_k_eq_v, one global KV head), proportional RoPE (1/4 of the pairs
+    # rotate), the last two layers reusing layers 0 (sliding) and 1 (full)'s keys with
+    # double-wide MLPs, per-layer embeddings (8 per layer), sliding window 10, final softcap.
+    # Head dims, depth and vocab are small so that bf16 noise (scale-1 scores are sharp)
+    # leaves the long-input rung enough 8-sigma decisions (measured 38%; 6 layers of
+    # head_dim 16/32 over 301 tokens left 2%, and HF bf16 itself lost a top-5).
+    "gemma4_text": (
+        "Gemma4ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "global_head_dim": 16,
+            "num_global_key_value_heads": 1,
+            "attention_k_eq_v": True,
+            "intermediate_size": 96,
+            "vocab_size": 131,
+            "vocab_size_per_layer_input": 131,
+            "hidden_size_per_layer_input": 8,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "num_kv_shared_layers": 2,
+            "use_double_wide_mlp": True,
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "final_logit_softcapping": 3.0,
+            "sliding_window": 10,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0},
+            },
+        },
+    ),
 }
 
 SEED = 1234
@@ -168,6 +252,9 @@ def _config_class(architecture: str):
         "Qwen2ForCausalLM": transformers.Qwen2Config,
         "Qwen3ForCausalLM": transformers.Qwen3Config,
         "Qwen3MoeForCausalLM": transformers.Qwen3MoeConfig,
+        "Gemma2ForCausalLM": transformers.Gemma2Config,
+        "Gemma3ForCausalLM": transformers.Gemma3TextConfig,
+        "Gemma4ForCausalLM": transformers.Gemma4TextConfig,
     }[architecture]
 
 
@@ -177,6 +264,8 @@ def make_config(variant: str, **overrides: Any):
         raise KeyError(f"unknown tiny model {variant!r}; known: {sorted(VARIANTS)}")
     architecture, fields = VARIANTS[variant]
     kwargs = {**_COMMON, **copy.deepcopy(fields), **overrides}
+    if architecture.startswith("Gemma"):
+        kwargs.pop("hidden_act", None)  # Gemma reads hidden_activation
     config = _config_class(architecture)(**kwargs)
     config.architectures = [architecture]
     config._attn_implementation = "eager"
@@ -184,10 +273,12 @@ def make_config(variant: str, **overrides: Any):
 
 
 def randomise_(model, seed: int = SEED) -> None:
-    """Norm weights 1 + 0.1*randn, every other parameter (biases too) 0.05*randn."""
+    """Norm weights 1 + 0.1*randn, every other parameter (biases too) 0.05*randn; stored
+    buffers (scales) 1 + 0.1*randn."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
+    saved = model.state_dict()
     with torch.no_grad():
         for name, param in model.named_parameters():  # tied weights appear once
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
@@ -195,6 +286,10 @@ def randomise_(model, seed: int = SEED) -> None:
                 param.copy_(1.0 + 0.1 * noise)
             else:
                 param.copy_(0.05 * noise)
+        # Buffers the checkpoint stores are scales (Gemma 4's layer_scalar): 1 + 0.1*randn.
+        for name, buf in model.named_buffers():
+            if name in saved and buf.is_floating_point():
+                buf.copy_(1.0 + 0.1 * torch.randn(buf.shape, generator=generator, dtype=torch.float32))
 
 
 def build(variant: str, out_dir: str | Path, seed: int = SEED, **overrides: Any) -> Path:

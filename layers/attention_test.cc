@@ -1,0 +1,203 @@
+// The ring-buffer KV cache of a sliding-window layer against a full cache
+// with the window as a mask: same bits for every row, whatever the chunking.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "layers/attention.h"
+#include "ops/thread_pool.h"
+
+namespace hubzoo {
+namespace {
+
+constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 8, kWindow = 7;
+constexpr int64_t kQ = kHeads * kDim, kKv = kKvHeads * kDim;
+
+struct Rows {
+  std::vector<float> q, k, v;  // one sequence: [len, kQ], [len, kKv], [len, kKv]
+};
+
+Rows random_rows(int64_t len, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Rows r{std::vector<float>(len * kQ), std::vector<float>(len * kKv),
+         std::vector<float>(len * kKv)};
+  for (auto* x : {&r.q, &r.k, &r.v})
+    for (auto& f : *x) f = dist(gen);
+  return r;
+}
+
+// Runs two slots through `cache` in chunks (slot 0 takes chunks0, slot 1 chunks1,
+// chunk i of both in one batch); returns each slot's outputs [len, kQ].
+std::vector<std::vector<float>> run(KvCache& cache, const std::vector<Rows>& seqs,
+                                    const std::vector<std::vector<int64_t>>& chunks,
+                                    const ChunkOptions& opt, ThreadPool& pool) {
+  std::vector<std::vector<float>> outs(2);
+  std::vector<int64_t> done(2, 0);
+  for (size_t step = 0; step < chunks[0].size(); ++step) {
+    TokenBatch batch;
+    std::vector<float> q, k, v;
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < chunks[s][step]; ++i) {
+        const int64_t p = done[s] + i;
+        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
+        batch.add(0, s, static_cast<int32_t>(p));
+        q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
+        k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
+        v.insert(v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
+      }
+    }
+    for (int s = 0; s < 2; ++s) cache.reserve(s, done[s] + chunks[s][step]);
+    std::vector<float> out(batch.size() * kQ);
+    attend_chunk(batch, q.data(), k.data(), v.data(), cache, 0, opt, out.data(), pool);
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      auto& o = outs[batch.slot[t]];
+      o.insert(o.end(), &out[t * kQ], &out[(t + 1) * kQ]);
+    }
+    for (int s = 0; s < 2; ++s) {
+      done[s] += chunks[s][step];
+      cache.set_length(s, done[s]);
+    }
+  }
+  return outs;
+}
+
+ChunkOptions options(bool eager_bf16, float softcap) {
+  ChunkOptions opt;
+  opt.num_heads = kHeads;
+  opt.num_kv_heads = kKvHeads;
+  opt.head_dim = kDim;
+  opt.window = kWindow;
+  opt.score = {0.3f, softcap, eager_bf16};
+  return opt;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << "first difference at " << i << " (position " << i / kQ << ", head "
+                    << (i % kQ) / kDim << "): " << a[i] << " vs " << b[i];
+      return;
+    }
+  }
+}
+
+TEST(RingKvCache, MatchesFullCacheWithWindowMask) {
+  ThreadPool pool(2);
+  const std::vector<Rows> seqs = {random_rows(48, 1), random_rows(48, 2)};
+  // Prefill chunks shorter than, equal to and longer than the window, then decode.
+  const std::vector<std::vector<int64_t>> chunks = {{1, 5, 9, 1, 1, 13, 7, 1, 1, 1, 1, 1, 1, 2, 3},
+                                                    {12, 1, 1, 7, 3, 1, 1, 1, 1, 1, 8, 6, 2, 1, 1}};
+  for (bool eager : {false, true}) {
+    for (float softcap : {0.0f, 1.5f}) {
+      KvCache ring({KvLayerSpec{kKv, kWindow}}, 2);
+      KvCache full(1, 2, kKv);
+      const auto opt = options(eager, softcap);
+      const auto a = run(ring, seqs, chunks, opt, pool);
+      const auto b = run(full, seqs, chunks, opt, pool);
+      expect_same_bits(a[0], b[0]);
+      expect_same_bits(a[1], b[1]);
+    }
+  }
+}
+
+TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
+  // The full-cache path with a window attends exactly positions (p - window, p].
+  ThreadPool pool(1);
+  const std::vector<Rows> seqs = {random_rows(20, 3), random_rows(20, 4)};
+  KvCache full(1, 2, kKv);
+  const auto opt = options(false, 0.0f);
+  const auto out = run(full, seqs, {{20}, {20}}, opt, pool);
+  std::vector<float> scores(kWindow), expect(kDim);
+  for (int64_t p = 0; p < 20; ++p) {
+    const int64_t lo = std::max<int64_t>(0, p - kWindow + 1);
+    for (int64_t h = 0; h < kHeads; ++h) {
+      const int64_t kvh = h / (kHeads / kKvHeads);
+      attend_head(&seqs[0].q[p * kQ + h * kDim], &seqs[0].k[lo * kKv + kvh * kDim],
+                  &seqs[0].v[lo * kKv + kvh * kDim], kKv, p - lo + 1, kDim, 0.3f, false,
+                  scores.data(), expect.data());
+      for (int64_t i = 0; i < kDim; ++i) EXPECT_EQ(out[0][p * kQ + h * kDim + i], expect[i]);
+    }
+  }
+}
+
+TEST(RingKvCache, MemoryStopsAtTheWindow) {
+  ThreadPool pool(1);
+  const std::vector<Rows> seqs = {random_rows(40, 5), random_rows(40, 6)};
+  KvCache cache({KvLayerSpec{kKv, kWindow}, KvLayerSpec{kKv, 0}}, 2);
+  const int64_t window_bytes = 2 * kWindow * kKv * static_cast<int64_t>(sizeof(float));
+  EXPECT_EQ(cache.slot_bytes_at(3), 2 * 2 * 3 * kKv * static_cast<int64_t>(sizeof(float)));
+  EXPECT_EQ(cache.slot_bytes_at(1000),
+            window_bytes + 2 * 1000 * kKv * static_cast<int64_t>(sizeof(float)));
+  for (int64_t n = 1; n <= 40; ++n) {
+    cache.reserve(0, n);
+    cache.set_length(0, n);
+    EXPECT_LE(cache.bytes(0, 0), window_bytes) << "at " << n << " positions";
+    EXPECT_GE(cache.bytes(1, 0), 2 * n * kKv * static_cast<int64_t>(sizeof(float)));
+  }
+  EXPECT_EQ(cache.bytes(0, 0), window_bytes);
+  cache.clear(0);
+  EXPECT_EQ(cache.bytes(0, 0), 0);
+  EXPECT_EQ(cache.bytes(1, 0), 0);
+}
+
+TEST(RingKvCache, DeferredStoreServesALayerReadingAnotherLayersKeys) {
+  // KV sharing: a producer attends without storing, a consumer reads the producer's
+  // cache layer and chunk, then store_chunk stores it: both see what a plain
+  // store-as-you-go layer sees, over chunks longer than the window.
+  ThreadPool pool(2);
+  const std::vector<Rows> seqs = {random_rows(30, 11), random_rows(30, 12)};
+  const std::vector<std::vector<int64_t>> chunks = {{9, 1, 13, 1, 6}, {3, 12, 1, 1, 13}};
+  const auto opt = options(false, 0.0f);
+  KvCache plain({KvLayerSpec{kKv, kWindow}}, 2);
+  const auto want = run(plain, seqs, chunks, opt, pool);
+  KvCache shared({KvLayerSpec{kKv, kWindow}}, 2);
+  std::vector<std::vector<float>> producer(2), consumer(2);
+  std::vector<int64_t> done(2, 0);
+  for (size_t step = 0; step < chunks[0].size(); ++step) {
+    TokenBatch batch;
+    std::vector<float> q, k, v;
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < chunks[s][step]; ++i) {
+        const int64_t p = done[s] + i;
+        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
+        batch.add(0, s, static_cast<int32_t>(p));
+        q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
+        k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
+        v.insert(v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
+      }
+      shared.reserve(s, done[s] + chunks[s][step]);
+    }
+    std::vector<float> a(batch.size() * kQ), b(batch.size() * kQ);
+    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, a.data(), pool, false);
+    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, b.data(), pool, false);
+    store_chunk(batch, k.data(), v.data(), shared, 0);
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      auto& pa = producer[batch.slot[t]];
+      auto& pb = consumer[batch.slot[t]];
+      pa.insert(pa.end(), &a[t * kQ], &a[(t + 1) * kQ]);
+      pb.insert(pb.end(), &b[t * kQ], &b[(t + 1) * kQ]);
+    }
+    for (int s = 0; s < 2; ++s) shared.set_length(s, done[s] += chunks[s][step]);
+  }
+  for (int s = 0; s < 2; ++s) {
+    expect_same_bits(producer[s], want[s]);
+    expect_same_bits(consumer[s], want[s]);
+  }
+}
+
+TEST(RingKvCache, RefusesAWindowLargerThanTheRing) {
+  ThreadPool pool(1);
+  const auto seqs = std::vector<Rows>{random_rows(2, 7), random_rows(2, 8)};
+  KvCache ring2({KvLayerSpec{kKv, kWindow - 1}}, 2);
+  EXPECT_THROW(run(ring2, seqs, {{2}, {2}}, options(false, 0.0f), pool), InvalidArgument);
+  EXPECT_THROW(KvCache({KvLayerSpec{0, 3}}, 1), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hubzoo

@@ -1,0 +1,35 @@
+#include "models/batch_check.h"
+
+#include <string>
+
+#include "base/error.h"
+
+namespace hubzoo {
+
+std::map<int64_t, int64_t> check_token_batch(const TokenBatch& batch, const KvCache& cache,
+                                             int64_t vocab_size) {
+  if (batch.slot.size() != batch.ids.size() || batch.pos.size() != batch.ids.size()) {
+    throw InvalidArgument("batch ids/slot/pos sizes differ");
+  }
+  std::map<int64_t, int64_t> next;
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int64_t id = batch.ids[t], slot = batch.slot[t];
+    if (id < 0 || id >= vocab_size) {
+      throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab_size) + ")");
+    }
+    if (slot < 0 || slot >= cache.num_slots()) {
+      throw InvalidArgument("cache slot " + std::to_string(slot) + " out of range");
+    }
+    auto [it, fresh] = next.try_emplace(slot, cache.length(slot));
+    if (batch.pos[t] != it->second) {
+      throw InvalidArgument("position " + std::to_string(batch.pos[t]) + " of slot " +
+                            std::to_string(slot) + " does not continue its cache (expected " +
+                            std::to_string(it->second) + ")");
+    }
+    ++it->second;
+  }
+  return next;
+}
+
+}  // namespace hubzoo
