@@ -239,6 +239,46 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         },
     ),
+    # Gemma 4 text with its MoE block (as the 26B-A4B model): every layer adds a sparse MoE
+    # (8 experts, top 2, GELU-tanh experts; router on the residual with its own scale and
+    # per-expert scales) to its dense MLP; no PLE, no KV sharing, keys as values on full
+    # layers, use_bidirectional_attention "vision" (causal for text), sliding window 10.
+    # moe_intermediate_size is a multiple of 8: transformers' bf16 grouped_mm on CPU needs
+    # 16-byte strides. Two layers: a routing flip moves a token's logits far past bf16
+    # noise, so each MoE layer costs 8-sigma decisions (verify's 512-token input: 88 with
+    # two layers, 37 of them with confident routing; 11 with three layers).
+    "gemma4_moe": (
+        "Gemma4ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "global_head_dim": 16,
+            "num_global_key_value_heads": 1,
+            "attention_k_eq_v": True,
+            "intermediate_size": 72,
+            "enable_moe_block": True,
+            "num_experts": 8,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 24,
+            "vocab_size": 137,
+            "hidden_size_per_layer_input": 0,
+            "num_hidden_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "num_kv_shared_layers": 0,
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "use_bidirectional_attention": "vision",
+            "final_logit_softcapping": 3.0,
+            "sliding_window": 10,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0},
+            },
+        },
+    ),
 }
 
 SEED = 1234
@@ -282,7 +322,10 @@ def randomise_(model, seed: int = SEED) -> None:
     with torch.no_grad():
         for name, param in model.named_parameters():  # tied weights appear once
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-            if "norm" in name.split(".")[-2]:  # input_layernorm, q_norm, model.norm, ...
+            parts = name.split(".")
+            # input_layernorm, q_norm, model.norm, ...; Gemma 4's router.scale and
+            # router.per_expert_scale multiply like norm weights.
+            if "norm" in parts[-2] or (parts[-2] == "router" and parts[-1].endswith("scale")):
                 param.copy_(1.0 + 0.1 * noise)
             else:
                 param.copy_(0.05 * noise)
