@@ -240,13 +240,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     # Gemma 4 text with its MoE block (as the 26B-A4B model): every layer adds a sparse MoE
-    # (8 experts, top 2, GELU-tanh experts; router on the residual with its own scale and
+    # (6 experts, top 2, GELU-tanh experts; router on the residual with its own scale and
     # per-expert scales) to its dense MLP; no PLE, no KV sharing, keys as values on full
     # layers, use_bidirectional_attention "vision" (causal for text), sliding window 10.
     # moe_intermediate_size is a multiple of 8: transformers' bf16 grouped_mm on CPU needs
     # 16-byte strides. Two layers: a routing flip moves a token's logits far past bf16
-    # noise, so each MoE layer costs 8-sigma decisions (verify's 512-token input: 88 with
-    # two layers, 37 of them with confident routing; 11 with three layers).
+    # noise (post_feedforward_layernorm_2 renormalises the expert sum), so each MoE layer
+    # costs 8-sigma decisions (verify's 512-token input: 62, 31 with confident routing).
     "gemma4_moe": (
         "Gemma4ForCausalLM",
         {
@@ -259,7 +259,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "attention_k_eq_v": True,
             "intermediate_size": 72,
             "enable_moe_block": True,
-            "num_experts": 8,
+            "num_experts": 6,
             "top_k_experts": 2,
             "moe_intermediate_size": 24,
             "vocab_size": 137,
