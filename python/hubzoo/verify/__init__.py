@@ -50,7 +50,8 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
     columns: [{name "dtype/mode/input", dtype, mode, input, status "ok"|"not available",
               reason, tokens,
               metrics: {logits_rms, logits_max_abs, bf16_ratio, kl_mean, kl_max,
-                        top1_agreement, top5_containment,
+                        top1_agreement, top5_containment (over top5_positions),
+                        top5_positions, top5_excluded, top5_excluded_missing,
                         greedy {tokens, reference, prefix, length, identical},
                         cached {prefill, positions, argmax_agreement, max_abs_diff},
                         margin {threshold, positions, full, cached_positions, cached},
@@ -68,6 +69,9 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
     mean/max KL                 KL(softmax HF fp32 || softmax ours); [ref] rows: HF bf16's own;
                                 KL ratio: our mean KL / HF bf16's mean KL
     top-1, top-5                our argmax = HF fp32's; HF fp32's argmax among our 5 largest
+                                (bf16 columns of a sparse MoE model: at tokens whose routing is
+                                confident in every sparse layer; the others counted in
+                                top5_excluded, top5_excluded_missing of them outside our top-5)
     greedy                      our greedy (our dtype) vs HF fp32 model.generate(do_sample=False):
                                 identical leading tokens / longer length
     cached decode               forward_incremental (prefill, then one token per step) vs our
@@ -78,7 +82,8 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
                                 fp32's gap between its k-th and (k+1)-th router logits > 8
                                 sigma_r: our selected expert set = HF fp32's there (full forward,
                                 cached decode); tokens not confident in every sparse layer are
-                                excluded from the 8-sigma decisions and counted (verify/routing.py)
+                                excluded from the 8-sigma decisions and from bf16's top-5, and
+                                counted (verify/routing.py)
     8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma (and the
                                 routing is confident): share where our argmax equals HF fp32's
                                 (full forward, cached decode)
@@ -87,7 +92,8 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
 
 Checks (the ladder's pass bars): fp32: logits max abs <= 1e-3, argmax equal, greedy
 identical, cached decode within 1e-4; bf16: error ratio <= 1.15 eager / 1.0 fused; every
-dtype: cached decode argmax equal, top-5 containment 100%, routing kept at every confident
+dtype: cached decode argmax equal, top-5 containment 100% (bf16 sparse MoE: where routing is
+confident), routing kept at every confident
 (token, sparse layer) pair (full and cached; n/a for a dense model), 8-sigma decisions 100%
 (full and cached; n/a when no position clears the margin), mean KL <= HF bf16's mean KL (in bf16
 eager, <= 1.15^2 x HF bf16's: KL grows with the square of the logit error, and eager

@@ -58,6 +58,15 @@ def _excluded_margin(r) -> str:
     return f"{k}/{r['margin_positions']}"
 
 
+def _top5_excluded(m, r) -> str:
+    """bf16 columns of a sparse MoE model: tokens left out of the top-5 rung, and how many of
+    them had HF fp32's top-1 outside our top-5 anyway."""
+    k, n = m.get("top5_excluded", 0), r["tokens"]
+    if not k:
+        return f"0/{n}"
+    return f"{k}/{n} ({m.get('top5_excluded_missing', 0)} outside top-5)"
+
+
 def _routing_ref(r) -> str:
     rt = r.get("routing")
     if not rt or not rt["sparse_layers"]:
@@ -119,7 +128,9 @@ ROWS: list[tuple[str, str, Callable]] = [
     ("hf_kl_mean", "[ref] mean KL(HF fp32 ‖ HF bf16)", _reference(lambda r: _g(r["hf_bf16"]["kl_mean"]))),
     ("hf_kl_max", "[ref] max KL(HF fp32 ‖ HF bf16)", _reference(lambda r: _g(r["hf_bf16"]["kl_max"]))),
     ("top1", "top-1 = HF fp32 top-1", _metric(lambda m, r: _count(m["top1_agreement"], r["tokens"]))),
-    ("top5", "HF fp32 top-1 in our top-5", _metric(lambda m, r: _count(m["top5_containment"], r["tokens"]))),
+    ("top5", "HF fp32 top-1 in our top-5 (bf16: confident routing)",
+     _metric(lambda m, r: _count(m["top5_containment"], m.get("top5_positions", r["tokens"])))),
+    ("top5_excluded", "top-5 positions excluded for near-tie routing", _metric(_top5_excluded)),
     ("hf_top1", "[ref] HF bf16 top-1 = HF fp32 top-1",
      _reference(lambda r: _count(r["hf_bf16"]["top1_agreement"], r["tokens"]))),
     ("greedy", "greedy 32 new: prefix equal to HF fp32", _metric(lambda m, r: _greedy(m["greedy"]))),

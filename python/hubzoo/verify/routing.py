@@ -15,7 +15,8 @@ it), so the same rule is applied one level down:
   first): a near tie upstream may flip, and the flipped token's router logits then differ
   by far more than rounding noise, in transformers' own bf16 too;
 - where it is confident, our selected expert set must equal HF fp32's;
-- the argmax rung applies at tokens whose routing is confident in every sparse layer.
+- the argmax rung, and in bf16 the top-5 rung, apply at tokens whose routing is confident
+  in every sparse layer (the others are counted and reported).
 
 Captures (ours and the reference's, reference.forward) are named
 `layers.{i}.mlp.router_logits` [T, E] and `layers.{i}.mlp.selected_experts` [T, k].
