@@ -37,7 +37,9 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
     settings: dtypes, modes, long_tokens, new_tokens, decode_steps_long, margin_sigmas,
               top_k, thresholds {fp32_logits_atol, cached_atol_fp32, bf16_ratio_max {eager, fused}}
     inputs: {short|long: {kind, tokens, description, ids}}
-    references: {short|long: {tokens, sigma, margin_threshold, margin_positions,
+    references: {short|long: {tokens, sigma, margin_sigma (sigma over the tokens whose routing
+              is confident in every sparse layer; = sigma for a dense model),
+              margin_threshold (8 margin_sigma), margin_positions,
               decided_positions (margin > 8 sigma and routing confident in every sparse layer),
               routing: {sparse_layers, sigma_r [per sparse layer], threshold, pairs,
                         confident_pairs, after_near_tie, excluded_tokens,
@@ -84,9 +86,11 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
                                 cached decode); tokens not confident in every sparse layer are
                                 excluded from the 8-sigma decisions and from bf16's top-5, and
                                 counted (verify/routing.py)
-    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma (and the
-                                routing is confident): share where our argmax equals HF fp32's
-                                (full forward, cached decode)
+    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 margin_sigma
+                                (and the routing is confident): share where our argmax equals
+                                HF fp32's (full forward, cached decode); margin_sigma is sigma
+                                without the tokens excluded for near-tie routing (their logits
+                                move by far more than rounding noise when bf16 flips a route)
     per-layer                   RMS(ours - HF fp32) at embed, layers.{i} (decoder layer output),
                                 norm, logits (forward hooks on the HF side)
 

@@ -163,9 +163,11 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
     argmax32 = metrics.top1(logits32)
     margin = metrics.top2_margin(logits32)
     # The argmax rung counts a position when fp32's margin clears bf16's noise and, in a
-    # sparse MoE model, the token's routing does too in every sparse layer (routing.py).
-    by_margin = margin > MARGIN_SIGMAS * sigma
+    # sparse MoE model, the token's routing does too in every sparse layer (routing.py); the
+    # noise is measured without the tokens whose routing is not confident (routing flips).
     conf = routing.confidence(cap32, cap16, MARGIN_SIGMAS)
+    msigma = routing.margin_sigma(logits32, logits16, conf, sigma)
+    by_margin = margin > MARGIN_SIGMAS * msigma
     confident = by_margin & conf["tokens"]
     hf16_routing = routing.kept(cap16, conf)
     route_layers = list(conf["layers"].values())
@@ -202,7 +204,8 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
         "json": {
             "tokens": n,
             "sigma": sigma,
-            "margin_threshold": MARGIN_SIGMAS * sigma,
+            "margin_sigma": msigma,
+            "margin_threshold": MARGIN_SIGMAS * msigma,
             "margin_positions": int(by_margin.sum()),
             "decided_positions": int(confident.sum()),
             "routing": routing_json,
@@ -291,7 +294,7 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
         "cached_lost": cached_routing["lost"],
     }
     m["margin"] = {
-        "threshold": MARGIN_SIGMAS * sigma,
+        "threshold": ref["json"]["margin_threshold"],
         "positions": int(confident.sum()),
         "full": metrics.fraction(ours_top1[confident] == argmax32[confident]),
         "cached_positions": cached_confident,

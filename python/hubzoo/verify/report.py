@@ -122,6 +122,8 @@ ROWS: list[tuple[str, str, Callable]] = [
     ("logits_max_abs", "logits max abs err vs HF fp32", _metric(lambda m, r: _g(m["logits_max_abs"]))),
     ("bf16_ratio", "error ratio: ours / HF bf16 (RMS vs HF fp32)", _metric(lambda m, r: _g(m["bf16_ratio"]))),
     ("sigma", "[ref] sigma = RMS(HF bf16 - HF fp32)", _reference(lambda r: _g(r["sigma"]))),
+    ("margin_sigma", "[ref] margin sigma: sigma at confident-routing tokens",
+     _reference(lambda r: _g(r.get("margin_sigma", r["sigma"])))),
     ("kl_mean", "mean KL(HF fp32 ‖ ours) per token", _metric(lambda m, r: _g(m["kl_mean"]))),
     ("kl_max", "max KL(HF fp32 ‖ ours)", _metric(lambda m, r: _g(m["kl_max"]))),
     ("kl_ratio", "mean KL ratio: ours / HF bf16", _metric(lambda m, r: _kl_ratio(m, r))),
@@ -148,7 +150,7 @@ ROWS: list[tuple[str, str, Callable]] = [
      _reference(lambda r: _pairs(r["routing"]["hf_bf16_kept"], r["routing"]["confident_pairs"])
                 if r.get("routing") and r["routing"]["sparse_layers"] else DASH)),
     ("routing_excluded", "[ref] tokens excluded for near-tie routing", _reference(_excluded)),
-    ("margin_positions", "positions with HF fp32 margin > 8 sigma",
+    ("margin_positions", "positions with HF fp32 margin > 8 margin sigma",
      _reference(lambda r: f"{r['margin_positions']}/{r['tokens']}")),
     ("margin_excluded", "[ref] of those, excluded for near-tie routing", _reference(_excluded_margin)),
     ("margin_full", "8-sigma decisions kept, full forward",
