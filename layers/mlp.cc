@@ -26,8 +26,12 @@ GatedMlp::GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, i
       up_(Linear::load(w, prefix + ".up_proj", hidden, intermediate, bias)),
       down_(Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias)) {}
 
-GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics)
-    : numerics_(numerics), gate_(std::move(gate)), up_(std::move(up)), down_(std::move(down)) {}
+GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activation act)
+    : numerics_(numerics),
+      act_(act),
+      gate_(std::move(gate)),
+      up_(std::move(up)),
+      down_(std::move(down)) {}
 
 void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) const {
   const int64_t inter = gate_.out_features();

@@ -19,7 +19,8 @@ class GatedMlp {
   GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
            bool bias, Activation act = Activation::kSilu);
   // From loaded projections (e.g. slices of fused MoE expert tensors).
-  GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics);
+  GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics,
+           Activation act = Activation::kSilu);
   // x: [M, hidden] -> out: [M, hidden], the down_proj output (bf16 in eager
   // mode, fp32 in fused mode for the residual add).
   void forward(const float* x, int64_t m, float* out, ThreadPool& pool) const;

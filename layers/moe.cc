@@ -17,9 +17,10 @@ void check_options(const MoeOptions& o) {
   }
 }
 
-// routing.weights[t*k + j] * y, rounded as transformers' bf16 product.
-void weighted(const float* y, float w, int64_t h, const Numerics& n, float* out) {
-  for (int64_t i = 0; i < h; ++i) out[i] = n.round_eager(y[i] * w);
+// routing.weights[t*k + j] * y: rounded as transformers' bf16 product when
+// the weights are in the activation dtype, fp32 when they are fp32 (Gemma 4).
+void weighted(const float* y, float w, int64_t h, const Numerics& n, bool round, float* out) {
+  for (int64_t i = 0; i < h; ++i) out[i] = round ? n.round_eager(y[i] * w) : y[i] * w;
 }
 
 // out[t] = sum over ranks j of cells[t*k + j], from 0 in rank order, fp32; one rounding.
@@ -59,9 +60,15 @@ SparseMoe::SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOption
   // expert, an error far above bf16's elsewhere. Fused mode therefore keeps
   // the router ([E, H], a tiny matrix) as stored; eager rounds it to bf16
   // because transformers' bf16 model does.
-  const std::string router = prefix + ".gate.weight";
+  const bool gemma4 = opt_.router == MoeRouter::kGemma4;
+  const std::string router = prefix + (gemma4 ? ".router.proj.weight" : ".gate.weight");
   router_.weight = numerics_.bf16 && !numerics_.eager ? w.take_packed_fp32(router, e, h)
                                                       : w.take_packed(router, e, h);
+  if (gemma4) {
+    router_norm_ = RMSNorm::unscaled(h, opt_.rms_norm_eps, numerics_);
+    router_scale_ = w.take(prefix + ".router.scale", {h});
+    per_expert_scale_ = w.take(prefix + ".router.per_expert_scale", {e});
+  }
   const std::string fused = prefix + ".experts.gate_up_proj";
   if (w.contains(fused)) {
     // transformers 5's in-memory layout: gate rows [0, I), up rows [I, 2I).
@@ -70,11 +77,12 @@ SparseMoe::SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOption
     for (int64_t x = 0; x < e; ++x) {
       experts_.emplace_back(Linear{std::move(gate_up[2 * x]), {}},
                             Linear{std::move(gate_up[2 * x + 1]), {}},
-                            Linear{std::move(down[x]), {}}, numerics_);
+                            Linear{std::move(down[x]), {}}, numerics_, opt_.activation);
     }
   } else {
     for (int64_t x = 0; x < e; ++x) {
-      experts_.emplace_back(w, prefix + ".experts." + std::to_string(x), h, inter, false);
+      experts_.emplace_back(w, prefix + ".experts." + std::to_string(x), h, inter, false,
+                            opt_.activation);
     }
   }
 }
@@ -83,6 +91,9 @@ SparseMoe::SparseMoe(Linear router, std::vector<GatedMlp> experts, const MoeOpti
                      Numerics numerics)
     : opt_(options), numerics_(numerics), router_(std::move(router)), experts_(std::move(experts)) {
   check_options(opt_);
+  if (opt_.router != MoeRouter::kSoftmaxTopK) {
+    throw InvalidArgument("SparseMoe: only a softmax-top-k router can be built from values");
+  }
   if (static_cast<int64_t>(experts_.size()) != opt_.num_experts ||
       router_.out_features() != opt_.num_experts || router_.in_features() != opt_.hidden_size) {
     throw InvalidArgument("SparseMoe: router/expert shapes differ from the options");
@@ -94,7 +105,23 @@ void SparseMoe::route(const float* x, int64_t m, MoeRouting& r, ThreadPool& pool
   r.router_logits.resize(m * e);
   r.experts.resize(m * k);
   r.weights.resize(m * k);
-  router_.forward(x, m, r.router_logits.data(), pool);
+  const bool gemma4 = opt_.router == MoeRouter::kGemma4;
+  if (gemma4) {
+    // norm(x) (cast once) * scale * hidden^-0.5, each product in the activation dtype.
+    const int64_t h = opt_.hidden_size;
+    const auto root = static_cast<float>(std::pow(static_cast<double>(h), -0.5));
+    std::vector<float> scaled(m * h);
+    router_norm_->forward(x, m, scaled.data());
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t i = 0; i < h; ++i) {
+        float& v = scaled[t * h + i];
+        v = numerics_.round_eager(numerics_.round_eager(v * router_scale_[i]) * root);
+      }
+    }
+    router_.forward(scaled.data(), m, r.router_logits.data(), pool);
+  } else {
+    router_.forward(x, m, r.router_logits.data(), pool);
+  }
   numerics_.round_eager(r.router_logits.data(), m * e);  // F.linear in the activation dtype
   std::vector<float> probs(e);
   std::vector<std::pair<float, int32_t>> queue(e);  // (probability, expert)
@@ -111,6 +138,12 @@ void SparseMoe::route(const float* x, int64_t m, MoeRouting& r, ThreadPool& pool
       weights[j] = queue[j].first;
       total += weights[j];
     }
+    if (gemma4) {
+      // Renormalised, times per_expert_scale (bf16 in bf16 modes): fp32 * bf16 stays fp32.
+      for (int64_t j = 0; j < k; ++j)
+        weights[j] = weights[j] / total * per_expert_scale_[experts[j]];
+      continue;
+    }
     if (opt_.norm_topk_prob) {
       for (int64_t j = 0; j < k; ++j) weights[j] /= total;
     }
@@ -118,12 +151,12 @@ void SparseMoe::route(const float* x, int64_t m, MoeRouting& r, ThreadPool& pool
   }
 }
 
-void SparseMoe::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
-                        MoeRouting* routing) const {
+void SparseMoe::forward(const float* router_x, const float* x, int64_t m, float* out,
+                        ThreadPool& pool, MoeRouting* routing) const {
   const int64_t h = opt_.hidden_size, k = opt_.num_experts_per_tok;
   MoeRouting local;
   MoeRouting& r = routing ? *routing : local;
-  route(x, m, r, pool);
+  route(router_x, m, r, pool);
   // Cells (token t, rank j) = t*k + j routed to each expert, in token order.
   std::vector<std::vector<int64_t>> cells_of(opt_.num_experts);
   for (int64_t c = 0; c < m * k; ++c) cells_of[r.experts[c]].push_back(c);
@@ -138,7 +171,7 @@ void SparseMoe::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
     for (int64_t i = 0; i < n; ++i) std::copy_n(x + (cs[i] / k) * h, h, &rows[i * h]);
     experts_[e].forward(rows.data(), n, y.data(), pool);
     for (int64_t i = 0; i < n; ++i) {
-      weighted(&y[i * h], r.weights[cs[i]], h, numerics_, &cells[cs[i] * h]);
+      weighted(&y[i * h], r.weights[cs[i]], h, numerics_, rounds_weighted(), &cells[cs[i] * h]);
     }
   }
   combine(cells.data(), m, k, h, numerics_, out);
@@ -154,7 +187,8 @@ void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float
     moe.route(x + t * h, 1, r, pool);
     for (int64_t j = 0; j < k; ++j) {
       moe.expert(r.experts[j]).forward(x + t * h, 1, y.data(), pool);
-      weighted(y.data(), r.weights[j], h, moe.numerics(), &cells[(t * k + j) * h]);
+      weighted(y.data(), r.weights[j], h, moe.numerics(), moe.rounds_weighted(),
+               &cells[(t * k + j) * h]);
     }
   }
   combine(cells.data(), m, k, h, moe.numerics(), out);

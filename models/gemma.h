@@ -7,6 +7,7 @@
 
 #include "io/json.h"
 #include "layers/attention.h"
+#include "layers/moe.h"
 #include "layers/numerics.h"
 #include "layers/rope.h"
 
@@ -74,12 +75,17 @@ struct Gemma4Config {
   int64_t hidden_size_per_layer_input = 0, vocab_size_per_layer_input = 0;
   RopeParams rope_full, rope_sliding;
   int64_t head_dim_full = 0, head_dim_sliding = 0;
+  // enable_moe_block: every layer adds a sparse MoE branch to its dense MLP.
+  bool moe = false;
+  MoeOptions moe_options;
 };
 
 // Gemma4TextConfig as transformers 5.23 reads it: per_layer_config or
 // global_head_dim / num_global_key_value_heads, kv_sharing from
 // num_kv_shared_layers, per-layer-type RoPE (default, proportional, ...).
-// enable_moe_block and use_bidirectional_attention are ConfigErrors.
+// enable_moe_block (num_experts, top_k_experts, moe_intermediate_size);
+// use_bidirectional_attention "vision" is causal for text and accepted,
+// "all" (bidirectional everywhere) is a ConfigError.
 Gemma4Config parse_gemma4_config(const JsonObject& c);
 
 }  // namespace hubzoo

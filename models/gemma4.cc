@@ -4,6 +4,8 @@
 // double as values on full layers (attention_k_eq_v), the last layers reusing
 // earlier layers' keys/values (KV sharing), per-layer embeddings (PLE) added
 // after each layer's MLP, a per-layer scalar, and final logit softcapping.
+// With enable_moe_block each layer also runs a sparse MoE (layers/moe.h,
+// Gemma 4's router) on its residual and adds it to the dense MLP's output.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "base/error.h"
 #include "layers/attention.h"
 #include "layers/mlp.h"
+#include "layers/moe.h"
 #include "layers/weights.h"
 #include "models/batch_check.h"
 #include "models/families.h"
@@ -27,6 +30,11 @@ struct DecoderLayer {
   RMSNorm pre_feedforward_layernorm, post_feedforward_layernorm;
   Attention self_attn;
   GatedMlp mlp;
+  // enable_moe_block: post_feedforward_layernorm_1 (dense branch),
+  // pre_feedforward_layernorm_2 and post_feedforward_layernorm_2 (MoE branch).
+  std::optional<SparseMoe> moe;
+  std::optional<RMSNorm> post_feedforward_layernorm_1, pre_feedforward_layernorm_2,
+      post_feedforward_layernorm_2;
   std::optional<Linear> per_layer_input_gate, per_layer_projection;  // (P, H), (H, P)
   std::optional<RMSNorm> post_per_layer_input_norm;
   float layer_scalar = 1.0f;
@@ -103,8 +111,22 @@ class Gemma4Model final : public CausalLM {
           std::nullopt,
           std::nullopt,
           std::nullopt,
+          std::nullopt,
+          std::nullopt,
+          std::nullopt,
+          std::nullopt,
           1.0f,
       };
+      if (cfg_.moe) {
+        // Router under {p}.router, experts under {p}.experts (fused as saved, or per expert).
+        layer.moe.emplace(w, p, cfg_.moe_options);
+        layer.post_feedforward_layernorm_1 =
+            RMSNorm::load_scale_in_fp32(w, p + ".post_feedforward_layernorm_1.weight", h, eps);
+        layer.pre_feedforward_layernorm_2 =
+            RMSNorm::load_scale_in_fp32(w, p + ".pre_feedforward_layernorm_2.weight", h, eps);
+        layer.post_feedforward_layernorm_2 =
+            RMSNorm::load_scale_in_fp32(w, p + ".post_feedforward_layernorm_2.weight", h, eps);
+      }
       if (ple) {
         layer.per_layer_input_gate = Linear::load(w, p + ".per_layer_input_gate", h, ple, false);
         layer.per_layer_projection = Linear::load(w, p + ".per_layer_projection", ple, h, false);
@@ -151,6 +173,10 @@ class Gemma4Model final : public CausalLM {
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "layers." + std::to_string(i);
       names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
+      if (cfg_.moe) {
+        names.insert(names.end(), {p + ".mlp.router_logits", p + ".mlp.selected_experts",
+                                   p + ".mlp.routing_weights"});
+      }
     }
     names.insert(names.end(), {"norm", "logits"});
     return names;
@@ -181,6 +207,7 @@ class Gemma4Model final : public CausalLM {
     const Numerics& num = numerics_;
 
     std::vector<float> x(m * h), normed(m * h), branch(m * h);  // [M, H]
+    std::vector<float> moe_out(cfg_.moe ? m * h : 0);           // [M, H]
     for (int64_t t = 0; t < m; ++t) {
       float* row = &x[t * h];
       if (cfg_.tie_word_embeddings) {
@@ -216,6 +243,23 @@ class Gemma4Model final : public CausalLM {
       num.round_eager(x.data(), m * h);
       layer.pre_feedforward_layernorm.forward(x.data(), m, normed.data());
       layer.mlp.forward(normed.data(), m, branch.data(), *pool_);
+      if (layer.moe) {
+        // norm_1(mlp(norm(x))) + norm_2(moe(route on x, experts on norm_2'(x))).
+        layer.post_feedforward_layernorm_1->forward(branch.data(), m, branch.data());
+        layer.pre_feedforward_layernorm_2->forward(x.data(), m, normed.data());
+        MoeRouting routing;
+        layer.moe->forward(x.data(), normed.data(), m, moe_out.data(), *pool_, &routing);
+        layer.post_feedforward_layernorm_2->forward(moe_out.data(), m, moe_out.data());
+        add_inplace(branch.data(), moe_out.data(), m * h);
+        num.round_eager(branch.data(), m * h);
+        const int64_t e = cfg_.moe_options.num_experts, k = cfg_.moe_options.num_experts_per_tok;
+        capture(p + ".mlp.router_logits", routing.router_logits.data(), m, e);
+        capture(p + ".mlp.routing_weights", routing.weights.data(), m, k);
+        if (opt.capture.count(p + ".mlp.selected_experts")) {
+          const std::vector<float> ids(routing.experts.begin(), routing.experts.end());
+          capture(p + ".mlp.selected_experts", ids.data(), m, k);
+        }
+      }
       layer.post_feedforward_layernorm.forward(branch.data(), m, branch.data());
       capture(p + ".mlp", branch.data(), m, h);
       add_inplace(x.data(), branch.data(), m * h);

@@ -69,12 +69,44 @@ Gemma4Config parse_gemma4_config(const JsonObject& c) {
     throw ConfigError(c.where() + ": hidden_activation '" + act +
                       "' is not supported (only 'gelu_pytorch_tanh')");
   }
-  if (c.has("use_bidirectional_attention")) {
-    throw ConfigError(c.where() + ": use_bidirectional_attention is not supported (causal only)");
+  // "vision": image tokens attend to each other both ways (Gemma4Model's mask);
+  // text-only input stays causal, as Gemma4ForCausalLM always is. "all" makes
+  // every layer bidirectional with a halved window: not a causal LM.
+  if (c.has("use_bidirectional_attention") && !c.json()["use_bidirectional_attention"].is_null()) {
+    const auto bidir = c.get<std::string>("use_bidirectional_attention");
+    if (bidir != "vision") {
+      throw ConfigError(c.where() + ": use_bidirectional_attention '" + bidir +
+                        "' is not supported (only null or 'vision', causal for text)");
+    }
   }
   if (c.get_or<bool>("enable_moe_block", false)) {
-    throw ConfigError(c.where() +
-                      ": enable_moe_block (Gemma 4 Mixture-of-Experts layers) is not supported");
+    // Gemma4TextConfig: no defaults, every field must be set.
+    auto moe_field = [&](const char* key) {
+      if (!c.has(key) || c.json()[key].is_null()) {
+        throw ConfigError(c.where() + ": enable_moe_block needs field '" + key + "'");
+      }
+      const int64_t x = c.get<int64_t>(key);
+      if (x <= 0) {
+        throw ConfigError(c.where() + ": field '" + key + "' must be positive, got " +
+                          std::to_string(x));
+      }
+      return x;
+    };
+    cfg.moe = true;
+    MoeOptions& o = cfg.moe_options;
+    o.hidden_size = cfg.hidden_size;
+    o.num_experts = moe_field("num_experts");
+    o.num_experts_per_tok = moe_field("top_k_experts");
+    o.moe_intermediate_size = moe_field("moe_intermediate_size");
+    if (o.num_experts_per_tok > o.num_experts) {
+      throw ConfigError(c.where() + ": field 'top_k_experts' (" +
+                        std::to_string(o.num_experts_per_tok) + ") exceeds num_experts (" +
+                        std::to_string(o.num_experts) + ")");
+    }
+    o.norm_topk_prob = true;
+    o.router = MoeRouter::kGemma4;
+    o.activation = Activation::kGeluTanh;
+    o.rms_norm_eps = cfg.rms_norm_eps;
   }
   const double cap = c.get_or<double>("final_logit_softcapping", 0.0);
   if (c.has("final_logit_softcapping") && !(cap > 0)) {

@@ -77,7 +77,9 @@ def test_hf_hooks_capture_named_intermediates(variant, hf_tiny):
     for i in range(L):
         rebuilt = previous + got[f"layers.{i}.self_attn"] + got[f"layers.{i}.mlp"]
         if i in per_layer:
-            rebuilt = (rebuilt + per_layer[i]) * hf.model.layers[i].layer_scalar.item()
+            rebuilt = rebuilt + per_layer[i]
+        if hasattr(hf.model.layers[i], "layer_scalar"):  # Gemma 4, with or without PLE
+            rebuilt = rebuilt * hf.model.layers[i].layer_scalar.item()
         np.testing.assert_allclose(rebuilt, got[f"layers.{i}"], rtol=1e-5, atol=1e-5)
         previous = got[f"layers.{i}"]
     # Agrees with output_hidden_states (whose last entry is after the final norm).

@@ -226,6 +226,12 @@ BAD_CONFIGS = [
     ("gemma4_text", {"sliding_window": 0}, "sliding_window"),
     ("gemma4_text", {"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "sliding_attention"),
     ("gemma4_text", {"hidden_activation": "silu"}, "hidden_activation"),
+    ("gemma4_moe", {"num_experts": None}, "num_experts"),
+    ("gemma4_moe", {"top_k_experts": None}, "top_k_experts"),
+    ("gemma4_moe", {"moe_intermediate_size": 0}, "moe_intermediate_size"),
+    ("gemma4_moe", {"top_k_experts": 9}, "top_k_experts"),
+    ("gemma4_moe", {"num_experts": -8}, "num_experts"),
+    ("gemma4_moe", {"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
 ]
 
 

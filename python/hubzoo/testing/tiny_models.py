@@ -1,9 +1,9 @@
 """Tiny random checkpoints built with transformers, for parity tests.
 
-Every parameter is randomised (norm weights 1 + 0.1*randn, everything else, biases
-included, 0.05*randn) so a dropped scale or bias cannot hide, and the shapes are
-irregular on purpose (vocab not a multiple of 8, head_dim != hidden/heads, GQA 2 and 4,
-MQA, tied and untied embeddings, RoPE scaling variants).
+Every parameter is randomised (norm weights 1 + 0.1*randn, sparse-MoE router projections
+ROUTER_STD*randn, everything else, biases included, 0.05*randn) so a dropped scale or bias
+cannot hide, and the shapes are irregular on purpose (vocab not a multiple of 8, head_dim !=
+hidden/heads, GQA 2 and 4, MQA, tied and untied embeddings, RoPE scaling variants).
 
     from hubzoo.testing import tiny_models
     path = tiny_models.build("qwen3_headdim_mqa", tmp_dir)
@@ -239,6 +239,46 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         },
     ),
+    # Gemma 4 text with its MoE block (as the 26B-A4B model): every layer adds a sparse MoE
+    # (6 experts, top 2, GELU-tanh experts; router on the residual with its own scale and
+    # per-expert scales) to its dense MLP; no PLE, no KV sharing, keys as values on full
+    # layers, use_bidirectional_attention "vision" (causal for text), sliding window 10.
+    # moe_intermediate_size is a multiple of 8: transformers' bf16 grouped_mm on CPU needs
+    # 16-byte strides. Two layers: a routing flip moves a token's logits far past bf16
+    # noise (post_feedforward_layernorm_2 renormalises the expert sum), so each MoE layer
+    # costs 8-sigma decisions (verify's 512-token input: 127, 75 with confident routing).
+    "gemma4_moe": (
+        "Gemma4ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "global_head_dim": 16,
+            "num_global_key_value_heads": 1,
+            "attention_k_eq_v": True,
+            "intermediate_size": 72,
+            "enable_moe_block": True,
+            "num_experts": 6,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 24,
+            "vocab_size": 137,
+            "hidden_size_per_layer_input": 0,
+            "num_hidden_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "num_kv_shared_layers": 0,
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "use_bidirectional_attention": "vision",
+            "final_logit_softcapping": 3.0,
+            "sliding_window": 10,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0},
+            },
+        },
+    ),
 }
 
 SEED = 1234
@@ -272,9 +312,29 @@ def make_config(variant: str, **overrides: Any):
     return config
 
 
+# Sparse-MoE router projections (Qwen3-MoE mlp.gate.weight, Gemma 4 router.proj.weight) are
+# the one exception to the 0.05 rule, and follow one rule of their own: a std that spreads the
+# router logits across experts by O(1), as a trained router's are. At 0.05 they spread by
+# ~0.05 (Gemma 4, whose router reads RMS-normed input times hidden^-0.5) to ~0.3 (Qwen3-MoE),
+# so every expert's softmax weight was near 1/E and a near-tie flip at the top-k boundary
+# swapped an expert carrying a full share of the output. Measured on verify's 512-token input,
+# mean over tokens of the per-token std of HF fp32 router logits across experts, per sparse
+# layer: qwen3_moe_norm_mlp_only 1.62, 1.24; qwen3_moe_step2_top3 0.96, 0.78; gemma4_moe
+# 0.96, 0.82 (0.41, 0.31; 0.24, 0.19; 0.048, 0.041 at 0.05). The std is per architecture
+# because the routers scale their input differently; the noise is the same draw as before.
+# The share of near-tie routes barely moves (bf16's router error scales with the logits), but
+# a flip now swaps a lesser expert, so fewer tokens move far and more 8-sigma decisions remain.
+ROUTER_STD = {"qwen3_moe": 0.2, "gemma4_text": 1.0}
+
+
+def _is_router_projection(parts: list[str]) -> bool:
+    """Qwen3-MoE's mlp.gate.weight, Gemma 4's router.proj.weight."""
+    return parts[-1] == "weight" and (parts[-3:-1] == ["mlp", "gate"] or parts[-3:-1] == ["router", "proj"])
+
+
 def randomise_(model, seed: int = SEED) -> None:
-    """Norm weights 1 + 0.1*randn, every other parameter (biases too) 0.05*randn; stored
-    buffers (scales) 1 + 0.1*randn."""
+    """Norm weights 1 + 0.1*randn, sparse-MoE router projections ROUTER_STD*randn, every
+    other parameter (biases too) 0.05*randn; stored buffers (scales) 1 + 0.1*randn."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -282,8 +342,13 @@ def randomise_(model, seed: int = SEED) -> None:
     with torch.no_grad():
         for name, param in model.named_parameters():  # tied weights appear once
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-            if "norm" in name.split(".")[-2]:  # input_layernorm, q_norm, model.norm, ...
+            parts = name.split(".")
+            # input_layernorm, q_norm, model.norm, ...; Gemma 4's router.scale and
+            # router.per_expert_scale multiply like norm weights.
+            if "norm" in parts[-2] or (parts[-2] == "router" and parts[-1].endswith("scale")):
                 param.copy_(1.0 + 0.1 * noise)
+            elif _is_router_projection(parts):
+                param.copy_(ROUTER_STD[model.config.model_type] * noise)
             else:
                 param.copy_(0.05 * noise)
         # Buffers the checkpoint stores are scales (Gemma 4's layer_scalar): 1 + 0.1*randn.

@@ -37,7 +37,9 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
     settings: dtypes, modes, long_tokens, new_tokens, decode_steps_long, margin_sigmas,
               top_k, thresholds {fp32_logits_atol, cached_atol_fp32, bf16_ratio_max {eager, fused}}
     inputs: {short|long: {kind, tokens, description, ids}}
-    references: {short|long: {tokens, sigma, margin_threshold, margin_positions,
+    references: {short|long: {tokens, sigma, margin_sigma (sigma over the tokens whose routing
+              is confident in every sparse layer; = sigma for a dense model),
+              margin_threshold (8 margin_sigma), margin_positions,
               decided_positions (margin > 8 sigma and routing confident in every sparse layer),
               routing: {sparse_layers, sigma_r [per sparse layer], threshold, pairs,
                         confident_pairs, after_near_tie, excluded_tokens,
@@ -50,7 +52,8 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
     columns: [{name "dtype/mode/input", dtype, mode, input, status "ok"|"not available",
               reason, tokens,
               metrics: {logits_rms, logits_max_abs, bf16_ratio, kl_mean, kl_max,
-                        top1_agreement, top5_containment,
+                        top1_agreement, top5_containment (over top5_positions),
+                        top5_positions, top5_excluded, top5_excluded_missing,
                         greedy {tokens, reference, prefix, length, identical},
                         cached {prefill, positions, argmax_agreement, max_abs_diff},
                         margin {threshold, positions, full, cached_positions, cached},
@@ -68,6 +71,9 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
     mean/max KL                 KL(softmax HF fp32 || softmax ours); [ref] rows: HF bf16's own;
                                 KL ratio: our mean KL / HF bf16's mean KL
     top-1, top-5                our argmax = HF fp32's; HF fp32's argmax among our 5 largest
+                                (bf16 columns of a sparse MoE model: at tokens whose routing is
+                                confident in every sparse layer; the others counted in
+                                top5_excluded, top5_excluded_missing of them outside our top-5)
     greedy                      our greedy (our dtype) vs HF fp32 model.generate(do_sample=False):
                                 identical leading tokens / longer length
     cached decode               forward_incremental (prefill, then one token per step) vs our
@@ -78,16 +84,20 @@ Numbers (fractions are over positions of the input; KL in nats, per token):
                                 fp32's gap between its k-th and (k+1)-th router logits > 8
                                 sigma_r: our selected expert set = HF fp32's there (full forward,
                                 cached decode); tokens not confident in every sparse layer are
-                                excluded from the 8-sigma decisions and counted (verify/routing.py)
-    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 sigma (and the
-                                routing is confident): share where our argmax equals HF fp32's
-                                (full forward, cached decode)
+                                excluded from the 8-sigma decisions and from bf16's top-5, and
+                                counted (verify/routing.py)
+    8-sigma decisions           positions where HF fp32's top-1/top-2 margin > 8 margin_sigma
+                                (and the routing is confident): share where our argmax equals
+                                HF fp32's (full forward, cached decode); margin_sigma is sigma
+                                without the tokens excluded for near-tie routing (their logits
+                                move by far more than rounding noise when bf16 flips a route)
     per-layer                   RMS(ours - HF fp32) at embed, layers.{i} (decoder layer output),
                                 norm, logits (forward hooks on the HF side)
 
 Checks (the ladder's pass bars): fp32: logits max abs <= 1e-3, argmax equal, greedy
 identical, cached decode within 1e-4; bf16: error ratio <= 1.15 eager / 1.0 fused; every
-dtype: cached decode argmax equal, top-5 containment 100%, routing kept at every confident
+dtype: cached decode argmax equal, top-5 containment 100% (bf16 sparse MoE: where routing is
+confident), routing kept at every confident
 (token, sparse layer) pair (full and cached; n/a for a dense model), 8-sigma decisions 100%
 (full and cached; n/a when no position clears the margin), mean KL <= HF bf16's mean KL (in bf16
 eager, <= 1.15^2 x HF bf16's: KL grows with the square of the logit error, and eager

@@ -112,7 +112,9 @@ def _checks(dtype: str, mode: str, m: dict, ref: dict) -> list[dict]:
                              m["bf16_ratio"] is not None and m["bf16_ratio"] <= bar, m["bf16_ratio"], bar))
     checks.append(_check("cached_argmax", "cached decode argmax = full forward argmax",
                          m["cached"]["argmax_agreement"] == 1.0, m["cached"]["argmax_agreement"], 1.0))
-    checks.append(_check("top5", f"HF fp32 top-1 in our top-{TOP_K} at every position",
+    sparse_bf16 = dtype == "bfloat16" and bool(ref["routing"]["sparse_layers"])
+    where = "at every position" + (" whose routing is confident" if sparse_bf16 else "")
+    checks.append(_check("top5", f"HF fp32 top-1 in our top-{TOP_K} {where}",
                          m["top5_containment"] == 1.0, m["top5_containment"], 1.0))
     rt = m["routing"]
     checks.append(_check("routing_full", "routing kept where confident, full forward",
@@ -161,9 +163,11 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
     argmax32 = metrics.top1(logits32)
     margin = metrics.top2_margin(logits32)
     # The argmax rung counts a position when fp32's margin clears bf16's noise and, in a
-    # sparse MoE model, the token's routing does too in every sparse layer (routing.py).
-    by_margin = margin > MARGIN_SIGMAS * sigma
+    # sparse MoE model, the token's routing does too in every sparse layer (routing.py); the
+    # noise is measured without the tokens whose routing is not confident (routing flips).
     conf = routing.confidence(cap32, cap16, MARGIN_SIGMAS)
+    msigma = routing.margin_sigma(logits32, logits16, conf, sigma)
+    by_margin = margin > MARGIN_SIGMAS * msigma
     confident = by_margin & conf["tokens"]
     hf16_routing = routing.kept(cap16, conf)
     route_layers = list(conf["layers"].values())
@@ -200,7 +204,8 @@ def _reference_for_input(hf32, hf16, inp, names, progress: Progress, new_tokens:
         "json": {
             "tokens": n,
             "sigma": sigma,
-            "margin_threshold": MARGIN_SIGMAS * sigma,
+            "margin_sigma": msigma,
+            "margin_threshold": MARGIN_SIGMAS * msigma,
             "margin_positions": int(by_margin.sum()),
             "decided_positions": int(confident.sum()),
             "routing": routing_json,
@@ -244,8 +249,16 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
         "kl_mean": float(kl.mean()),
         "kl_max": float(kl.max()),
         "top1_agreement": metrics.fraction(ours_top1 == argmax32),
-        "top5_containment": metrics.fraction(metrics.top_k_contains(logits, argmax32, TOP_K)),
     }
+    # The top-5 rung in bf16 skips the tokens whose routing nearly ties in some sparse layer
+    # (routing.py): a bf16 flip there moves the token far past the noise, in transformers'
+    # own bf16 too. fp32 and dense models check every position. Exclusions are reported.
+    in_top5 = metrics.top_k_contains(logits, argmax32, TOP_K)
+    top5_at = conf["tokens"] if dtype == "bfloat16" else np.ones(n, dtype=bool)
+    m["top5_containment"] = metrics.fraction(in_top5[top5_at])
+    m["top5_positions"] = int(top5_at.sum())
+    m["top5_excluded"] = n - m["top5_positions"]
+    m["top5_excluded_missing"] = int((~in_top5 & ~top5_at).sum())
 
     prefill = 1 if inp.name == "short" or n <= DECODE_STEPS_LONG else n - DECODE_STEPS_LONG
     prefill = min(max(prefill, 1), n)
@@ -281,7 +294,7 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
         "cached_lost": cached_routing["lost"],
     }
     m["margin"] = {
-        "threshold": MARGIN_SIGMAS * sigma,
+        "threshold": ref["json"]["margin_threshold"],
         "positions": int(confident.sum()),
         "full": metrics.fraction(ours_top1[confident] == argmax32[confident]),
         "cached_positions": cached_confident,

@@ -49,8 +49,9 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
     Hooks name outputs as hubzoo's capture does: embed_tokens output, each decoder
     layer's output (`layers.{i}`), the final norm; `logits` is the lm_head output. Sparse
-    MoE layers (an `mlp` with `gate` and `experts`) add `layers.{i}.mlp.router_logits`
-    [seq, experts] and `layers.{i}.mlp.selected_experts` [seq, k] from the router.
+    MoE layers (an `mlp` with `gate` and `experts`; Gemma 4: a layer with `router` and
+    `experts`) add `layers.{i}.mlp.router_logits` [seq, experts] and
+    `layers.{i}.mlp.selected_experts` [seq, k] from the router.
     """
     import torch
 
@@ -71,6 +72,9 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         mlp = getattr(layer, "mlp", None)
         if mlp is not None and hasattr(mlp, "gate") and hasattr(mlp, "experts"):
             handles.append(mlp.gate.register_forward_hook(_router_hook(captured, i, model.config)))
+        router = getattr(layer, "router", None)
+        if router is not None and hasattr(layer, "experts"):  # Gemma4TextRouter
+            handles += _gemma4_router_hooks(captured, i, router)
     handles.append(inner.norm.register_forward_hook(hook("norm")))
     try:
         with torch.no_grad():
@@ -101,6 +105,23 @@ def _router_hook(captured: dict, i: int, config):
             .numpy().astype(np.int64)
 
     return fn
+
+
+def _gemma4_router_hooks(captured: dict, i: int, router) -> list:
+    """Gemma4TextRouter returns (probabilities, weights, experts): its logits are the
+    output of router.proj, the experts its third output."""
+    import torch
+
+    def logits(_module, _inputs, output):
+        captured[f"layers.{i}.mlp.router_logits"] = output.detach().reshape(-1, output.shape[-1]) \
+            .to(torch.float32).numpy().copy()
+
+    def experts(_module, _inputs, output):
+        chosen = output[2]
+        captured[f"layers.{i}.mlp.selected_experts"] = chosen.detach().reshape(-1, chosen.shape[-1]) \
+            .numpy().astype(np.int64)
+
+    return [router.proj.register_forward_hook(logits), router.register_forward_hook(experts)]
 
 
 def generate(model, ids: np.ndarray, max_new_tokens: int) -> list[int]:

@@ -58,6 +58,15 @@ def _excluded_margin(r) -> str:
     return f"{k}/{r['margin_positions']}"
 
 
+def _top5_excluded(m, r) -> str:
+    """bf16 columns of a sparse MoE model: tokens left out of the top-5 rung, and how many of
+    them had HF fp32's top-1 outside our top-5 anyway."""
+    k, n = m.get("top5_excluded", 0), r["tokens"]
+    if not k:
+        return f"0/{n}"
+    return f"{k}/{n} ({m.get('top5_excluded_missing', 0)} outside top-5)"
+
+
 def _routing_ref(r) -> str:
     rt = r.get("routing")
     if not rt or not rt["sparse_layers"]:
@@ -113,13 +122,17 @@ ROWS: list[tuple[str, str, Callable]] = [
     ("logits_max_abs", "logits max abs err vs HF fp32", _metric(lambda m, r: _g(m["logits_max_abs"]))),
     ("bf16_ratio", "error ratio: ours / HF bf16 (RMS vs HF fp32)", _metric(lambda m, r: _g(m["bf16_ratio"]))),
     ("sigma", "[ref] sigma = RMS(HF bf16 - HF fp32)", _reference(lambda r: _g(r["sigma"]))),
+    ("margin_sigma", "[ref] margin sigma: sigma at confident-routing tokens",
+     _reference(lambda r: _g(r.get("margin_sigma", r["sigma"])))),
     ("kl_mean", "mean KL(HF fp32 ‖ ours) per token", _metric(lambda m, r: _g(m["kl_mean"]))),
     ("kl_max", "max KL(HF fp32 ‖ ours)", _metric(lambda m, r: _g(m["kl_max"]))),
     ("kl_ratio", "mean KL ratio: ours / HF bf16", _metric(lambda m, r: _kl_ratio(m, r))),
     ("hf_kl_mean", "[ref] mean KL(HF fp32 ‖ HF bf16)", _reference(lambda r: _g(r["hf_bf16"]["kl_mean"]))),
     ("hf_kl_max", "[ref] max KL(HF fp32 ‖ HF bf16)", _reference(lambda r: _g(r["hf_bf16"]["kl_max"]))),
     ("top1", "top-1 = HF fp32 top-1", _metric(lambda m, r: _count(m["top1_agreement"], r["tokens"]))),
-    ("top5", "HF fp32 top-1 in our top-5", _metric(lambda m, r: _count(m["top5_containment"], r["tokens"]))),
+    ("top5", "HF fp32 top-1 in our top-5 (bf16: confident routing)",
+     _metric(lambda m, r: _count(m["top5_containment"], m.get("top5_positions", r["tokens"])))),
+    ("top5_excluded", "top-5 positions excluded for near-tie routing", _metric(_top5_excluded)),
     ("hf_top1", "[ref] HF bf16 top-1 = HF fp32 top-1",
      _reference(lambda r: _count(r["hf_bf16"]["top1_agreement"], r["tokens"]))),
     ("greedy", "greedy 32 new: prefix equal to HF fp32", _metric(lambda m, r: _greedy(m["greedy"]))),
@@ -137,7 +150,7 @@ ROWS: list[tuple[str, str, Callable]] = [
      _reference(lambda r: _pairs(r["routing"]["hf_bf16_kept"], r["routing"]["confident_pairs"])
                 if r.get("routing") and r["routing"]["sparse_layers"] else DASH)),
     ("routing_excluded", "[ref] tokens excluded for near-tie routing", _reference(_excluded)),
-    ("margin_positions", "positions with HF fp32 margin > 8 sigma",
+    ("margin_positions", "positions with HF fp32 margin > 8 margin sigma",
      _reference(lambda r: f"{r['margin_positions']}/{r['tokens']}")),
     ("margin_excluded", "[ref] of those, excluded for near-tie routing", _reference(_excluded_margin)),
     ("margin_full", "8-sigma decisions kept, full forward",

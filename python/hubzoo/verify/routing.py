@@ -15,7 +15,11 @@ it), so the same rule is applied one level down:
   first): a near tie upstream may flip, and the flipped token's router logits then differ
   by far more than rounding noise, in transformers' own bf16 too;
 - where it is confident, our selected expert set must equal HF fp32's;
-- the argmax rung applies at tokens whose routing is confident in every sparse layer.
+- the argmax rung, and in bf16 the top-5 rung, apply at tokens whose routing is confident
+  in every sparse layer (the others are counted and reported);
+- the argmax rung's sigma (RMS of HF bf16 - HF fp32 logits) is measured over those tokens
+  too, as sigma_r is: a flipped token's logits differ by far more than rounding noise, and
+  counting them would inflate the margin the rung asks for (margin_sigma).
 
 Captures (ours and the reference's, reference.forward) are named
 `layers.{i}.mlp.router_logits` [T, E] and `layers.{i}.mlp.selected_experts` [T, k].
@@ -114,3 +118,15 @@ def kept(ours: dict, conf: dict, positions: slice | np.ndarray | None = None) ->
         matched += int(ok.sum())
         lost += [(int(t), i) for t in idx[~ok][:10]]
     return {"pairs": pairs, "kept": matched, "lost": sorted(lost)[:10]}
+
+
+def margin_sigma(logits32: np.ndarray, logits16: np.ndarray, conf: dict, sigma: float) -> float:
+    """RMS(HF bf16 - HF fp32 logits) over the tokens whose routing is confident in every
+    sparse layer: bf16's rounding noise without the routing flips. sigma: that RMS over all
+    tokens, returned as is when every token is confident (a dense model)."""
+    from . import metrics
+
+    tokens = conf["tokens"]
+    if tokens.all():
+        return sigma
+    return metrics.rms((np.asarray(logits16) - np.asarray(logits32))[tokens])
