@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "tokenizer/tokenizer.h"
 
 namespace {

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "engine/generate.h"
 #include "hub/snapshot.h"
+#include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
 #include "server/server.h"

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "engine/generate.h"
 #include "hub/snapshot.h"
+#include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "server/server_impl.h"
 
 namespace hubzoo::server {
