@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "ops/dot_axpy.h"
 
 namespace hubzoo {
 namespace {
@@ -116,10 +117,9 @@ int64_t argmax(const float* x, int64_t n) {
   return best;
 }
 
-float dot(const float* a, const float* b, int64_t n) { return sum_of_products(a, b, n); }
+// SIMD with the same order and roundings as sum_of_products (ops/dot_axpy.h).
+float dot(const float* a, const float* b, int64_t n) { return dot_simd(a, b, n); }
 
-void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
+void axpy(float a, const float* x, float* y, int64_t n) { axpy_simd(a, x, y, n); }
 
 }  // namespace hubzoo
