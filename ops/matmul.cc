@@ -85,25 +85,40 @@ HWY_INLINE V LoadWeights(DF d, const uint16_t* HWY_RESTRICT p) {
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
 }
 
-// y[0..MR, 0..NP*kPanel) (+)= tile. xp: packed x block [K][MR]; w: first panel;
+// Tile of y[0..MR, 0..NP*kPanel) over k in [k0, k1) (k0 a multiple of
+// kKBlock). xp: packed x block [K][MR] at k0; w: first panel at k0.
 // n_valid: columns of y that exist from the tile's first column on.
+// The running total of each element starts at 0 (first) or at the partial
+// total left in y by the previous k range, and k blocks are added to it in
+// order, so splitting K into ranges leaves every bit as the one chain of
+// matmul.h; the last range adds bias and leaves the result.
 template <int MR, int NP, typename WT>
-HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int64_t K,
-                     const float* HWY_RESTRICT bias, float* HWY_RESTRICT y, int64_t ldy,
-                     int64_t n_valid) {
+HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int64_t k_len,
+                     int64_t panel_stride, bool first, bool last, const float* HWY_RESTRICT bias,
+                     float* HWY_RESTRICT y, int64_t ldy, int64_t n_valid) {
   constexpr int C = NP * kVecsPerPanel;
   const DF d;
-  const int64_t panel_stride = K * kPanel;
   // Block sums are added into `total` (on the stack, in L1) in k order.
   V total[MR][C];
   V acc[MR][C];
 #pragma GCC unroll 64
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 64
-    for (int c = 0; c < C; ++c) total[r][c] = hn::Zero(d);
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = c * kLanes;
+      if (first || col >= n_valid) {
+        total[r][c] = hn::Zero(d);
+      } else if (col + kLanes <= n_valid) {
+        total[r][c] = hn::LoadU(d, y + r * ldy + col);
+      } else {
+        alignas(64) float tmp[kLanes] = {};
+        for (int64_t i = 0; i < n_valid - col; ++i) tmp[i] = y[r * ldy + col + i];
+        total[r][c] = hn::Load(d, tmp);
+      }
+    }
   }
-  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
-    const int64_t k1 = std::min(K, k0 + kKBlock);
+  for (int64_t k0 = 0; k0 < k_len; k0 += kKBlock) {
+    const int64_t k1 = std::min(k_len, k0 + kKBlock);
 #pragma GCC unroll 64
     for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 64
@@ -135,54 +150,58 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int
 #pragma GCC unroll 64
     for (int c = 0; c < C; ++c) {
       const int64_t col = c * kLanes;
+      const float* b = last ? bias : nullptr;
       if (col + kLanes <= n_valid) {
         V v = total[r][c];
-        if (bias) v = hn::Add(v, hn::LoadU(d, bias + col));
+        if (b) v = hn::Add(v, hn::LoadU(d, b + col));
         hn::StoreU(v, d, out_row + col);
       } else if (col < n_valid) {  // last, partial panel
         alignas(64) float tmp[kLanes];
         hn::Store(total[r][c], d, tmp);
         for (int64_t i = 0; i < n_valid - col; ++i) {
-          out_row[col + i] = bias ? tmp[i] + bias[col + i] : tmp[i];
+          out_row[col + i] = b ? tmp[i] + b[col + i] : tmp[i];
         }
       }
     }
   }
 }
 
-// MR rows of y over panels [p0, p1) of weights `panels` (float or bf16).
+// MR rows of y over panels [p0, p1) of weights `panels` (float or bf16), k in [k0, k1).
 template <int MR, typename WT>
 HWY_NOINLINE void RowBlock(const float* xp, const WT* panels, const PackedMatrix& w, int64_t p0,
-                           int64_t p1, const float* bias, float* y, int64_t ldy) {
+                           int64_t p1, int64_t k0, int64_t k1, const float* bias, float* y,
+                           int64_t ldy) {
   constexpr int NP = PanelsPerTile(MR);
   const int64_t K = w.k;
+  const bool first = k0 == 0, last = k1 == K;
+  const float* xk = xp + k0 * MR;
   const auto tile_args = [&](int64_t p) {
-    return std::make_tuple(panels + p * K * kPanel, bias ? bias + p * kPanel : nullptr,
-                           y + p * kPanel, w.n - p * kPanel);
+    return std::make_tuple(panels + p * K * kPanel + k0 * kPanel,
+                           bias ? bias + p * kPanel : nullptr, y + p * kPanel, w.n - p * kPanel);
   };
   int64_t p = p0;
   for (; p + NP <= p1; p += NP) {
     const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, NP>(xp, wp, K, bp, yp, ldy, n_valid);
+    Tile<MR, NP>(xk, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
   }
   for (; p < p1; ++p) {
     const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, 1>(xp, wp, K, bp, yp, ldy, n_valid);
+    Tile<MR, 1>(xk, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
   }
 }
 
 template <int MR>
-void RowBlockAny(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1, const float* bias,
-                 float* y, int64_t ldy) {
+void RowBlockAny(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1, int64_t k0,
+                 int64_t k1, const float* bias, float* y, int64_t ldy) {
   if (w.is_bf16()) {
-    RowBlock<MR>(xp, w.bf16.get(), w, p0, p1, bias, y, ldy);
+    RowBlock<MR>(xp, w.bf16.get(), w, p0, p1, k0, k1, bias, y, ldy);
   } else {
-    RowBlock<MR>(xp, w.data.get(), w, p0, p1, bias, y, ldy);
+    RowBlock<MR>(xp, w.data.get(), w, p0, p1, k0, k1, bias, y, ldy);
   }
 }
 
-using RowBlockFn = void (*)(const float*, const PackedMatrix&, int64_t, int64_t, const float*,
-                            float*, int64_t);
+using RowBlockFn = void (*)(const float*, const PackedMatrix&, int64_t, int64_t, int64_t, int64_t,
+                            const float*, float*, int64_t);
 template <size_t... I>
 constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequence<I...>) {
   return {&RowBlockAny<static_cast<int>(I) + 1>...};
@@ -190,11 +209,15 @@ constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequ
 // kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
 constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
 
-// Cache blocking for many rows (GotoBLAS order, without splitting K): a chunk
-// of packed x rows and a group of weight panels both stay in L2 (1-2 MiB)
-// while every row block of the chunk passes over every panel of the group.
-constexpr int64_t kRowChunkBytes = 256 * 1024;
-constexpr int64_t kPanelGroupBytes = 384 * 1024;
+// Cache blocking for many rows (GotoBLAS order): K is cut into ranges of
+// kKChunk (whole k blocks; the partial totals wait in y, see Tile), so a
+// k range of a row block of x (14 x 256 floats, 14 KiB) and of a few weight
+// panels (32 KiB each) sit in L1/L2 while the tiles run, and a row chunk of x
+// over one k range (<= kRowChunkBytes) stays in L2 while every panel passes.
+constexpr int64_t kKChunk = 4 * kKBlock;
+static_assert(kKChunk % kKBlock == 0, "k ranges must be whole k blocks");
+constexpr int64_t kRowChunkBytes = 512 * 1024;
+constexpr int64_t kPanelGroup = 4;  // panels a row block visits before the next row block
 
 // Rows [r0, r1) x panels [p0, p1) of the output.
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
@@ -216,20 +239,23 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     }
     xp = packed.data();
   }
-  if (rows <= kMR) {  // one row block (decode): stream the panels once
-    kRowBlocks[rows - 1](xp, *a.w, p0, p1, a.bias, a.y + r0 * a.ldy, a.ldy);
+  if (rows <= kMR) {  // one row block (decode): stream the panels once, all of K
+    kRowBlocks[rows - 1](xp, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy, a.ldy);
     return;
   }
-  const int64_t row_bytes = std::max<int64_t>(1, K * (a.w->is_bf16() ? 2 : 4));
-  const int64_t chunk = std::max<int64_t>(1, kRowChunkBytes / row_bytes / kMR) * kMR;
-  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (row_bytes * kPanel));
+  const int64_t chunk =
+      std::max<int64_t>(1, kRowChunkBytes / (kKChunk * 4) / kMR) * kMR;  // rows per chunk
   for (int64_t rc = 0; rc < rows; rc += chunk) {
     const int64_t rc_end = std::min(rows, rc + chunk);
-    for (int64_t pg = p0; pg < p1; pg += group) {
-      const int64_t pe = std::min(p1, pg + group);
-      for (int64_t rb = rc; rb < rc_end; rb += kMR) {
-        const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
-        kRowBlocks[mr - 1](xp + rb * K, *a.w, pg, pe, a.bias, a.y + (r0 + rb) * a.ldy, a.ldy);
+    for (int64_t k0 = 0; k0 < K; k0 += kKChunk) {
+      const int64_t k1 = std::min(K, k0 + kKChunk);
+      for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
+        const int64_t pe = std::min(p1, pg + kPanelGroup);
+        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
+          const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
+          kRowBlocks[mr - 1](xp + rb * K, *a.w, pg, pe, k0, k1, a.bias, a.y + (r0 + rb) * a.ldy,
+                             a.ldy);
+        }
       }
     }
   }
