@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "base/error.h"
 #include "ops/bf16.h"
 
@@ -320,21 +322,44 @@ namespace {
 void free_aligned(float* p) { std::free(p); }
 void free_aligned16(uint16_t* p) { std::free(p); }
 
+// Panels of `panels` x k x kPanel elements, 64-byte aligned; only the last
+// panel (whose rows past n are padding) is zeroed, the packing writes the
+// rest. Large matrices are 2 MiB aligned and asked for transparent huge pages:
+// loading then faults a page per 2 MiB instead of per 4 KiB (a fifth of the
+// fp32 load time of SmolLM2-135M went to page faults).
 template <typename T>
-T* alloc_panels(int64_t elements) {
+T* alloc_panels(int64_t panels, int64_t k) {
+  const int64_t elements = panels * k * kPanel;
   const size_t bytes = (std::max<int64_t>(elements, 32) * sizeof(T) + 63) / 64 * 64;
-  T* data = static_cast<T*>(std::aligned_alloc(64, bytes));
+  constexpr size_t kHuge = 2 << 20;
+  const bool huge = bytes >= 2 * kHuge;
+  const size_t alloc_bytes = huge ? (bytes + kHuge - 1) / kHuge * kHuge : bytes;
+  T* data = static_cast<T*>(std::aligned_alloc(huge ? kHuge : 64, alloc_bytes));
   if (!data) throw std::bad_alloc();
-  std::memset(data, 0, bytes);  // zero padding past n in the last panel
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(data, alloc_bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  const int64_t last = panels > 0 ? (panels - 1) * k * kPanel : 0;
+  std::memset(data + last, 0, bytes - last * sizeof(T));
   return data;
 }
 
+// Row-major W [n, k] into panels, a 32-row x 64-k block at a time (both sides
+// in L1) instead of one row at a time with 128-byte strided writes.
 template <typename T, typename Convert>
 void pack_into(const float* w, int64_t n, int64_t k, T* data, Convert convert) {
-  for (int64_t row = 0; row < n; ++row) {
-    const float* src = w + row * k;
-    T* dst = data + (row / kPanel) * k * kPanel + row % kPanel;
-    for (int64_t c = 0; c < k; ++c) dst[c * kPanel] = convert(src[c]);
+  constexpr int64_t kKStep = 64;
+  for (int64_t r0 = 0; r0 < n; r0 += kPanel) {
+    const int64_t rows = std::min(kPanel, n - r0);
+    T* panel = data + (r0 / kPanel) * k * kPanel;
+    for (int64_t c0 = 0; c0 < k; c0 += kKStep) {
+      const int64_t c1 = std::min(k, c0 + kKStep);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = w + (r0 + r) * k;
+        T* dst = panel + r;
+        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(src[c]);
+      }
+    }
   }
 }
 
@@ -371,7 +396,7 @@ PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
   PackedMatrix p;
   p.n = n;
   p.k = k;
-  p.data = {alloc_panels<float>(p.num_panels() * k * kPanel), &free_aligned};
+  p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   pack_into(w, n, k, p.data.get(), [](float v) { return v; });
   return p;
 }
@@ -381,7 +406,7 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
   PackedMatrix p;
   p.n = n;
   p.k = k;
-  p.bf16 = {alloc_panels<uint16_t>(p.num_panels() * k * kPanel), &free_aligned16};
+  p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
   pack_into(w, n, k, p.bf16.get(), [](float v) { return bf16_bits(v); });
   return p;
 }
