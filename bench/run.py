@@ -1,6 +1,6 @@
 """The CPU benchmark of issue 8, in one command: hubzoo beside its peers, same run, same inputs.
 
-    .venv/bin/python bench/run.py            # full run (~15-25 min on 2 busy cores)
+    .venv/bin/python bench/run.py            # full run (~25 min on 2 busy cores)
     .venv/bin/python bench/run.py --quick    # one round, smaller figures (smoke test)
 
 Engines (each figure from a fresh process per round; rounds alternate the engines, so a
@@ -36,21 +36,20 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[str, float, int]:
-    """Runs cmd; returns (stdout, CLOCK_MONOTONIC time of the spawn, peak RSS bytes of that child)."""
+def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[str, float]:
+    """Runs cmd; returns (stdout, CLOCK_MONOTONIC time of the spawn). Each engine reports its
+    own peak RSS (getrusage in the process)."""
     spawn = time.clock_gettime(time.CLOCK_MONOTONIC)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, **(env or {})}, cwd=ROOT)
     out, err = p.communicate(timeout=timeout)
-    # Popen reaped the child; its rusage is in RUSAGE_CHILDREN only as a max over all,
-    # so peak RSS comes from the engine itself (it reports its own getrusage).
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-3000:]}")
-    return out, spawn, 0
+    return out, spawn
 
 
 def machine_limits(build: Path, threads: int) -> dict:
-    out, _, _ = run_process([str(build / "bench/machine_bench"), "--threads", str(threads)])
+    out, _ = run_process([str(build / "bench/machine_bench"), "--threads", str(threads)])
     return json.loads(out)
 
 
@@ -64,7 +63,7 @@ def hubzoo_engine(build: Path, model: str, dtype: str, a) -> dict:
     cmd = [str(build / "hubzoo"), "bench", "-m", model, "--dtype", dtype, "--threads", str(a.threads),
            "--prefill", a.prefill, "--decode-batch", a.decode_batch,
            "--decode-tokens", str(a.decode_tokens), "--repeats", "1"]
-    out, spawn, _ = run_process(cmd)
+    out, spawn = run_process(cmd)
     r = json.loads(out)
     r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
     return r
@@ -74,7 +73,7 @@ def transformers_engine(model: str, dtype: str, a) -> dict:
     cmd = [PY, str(ROOT / "bench/peer_transformers.py"), "--model", model, "--dtype", dtype,
            "--threads", str(a.threads), "--prefill", a.prefill, "--decode-batch", a.decode_batch,
            "--decode-tokens", str(a.decode_tokens)]
-    out, spawn, _ = run_process(cmd, env={"OMP_NUM_THREADS": str(a.threads)})
+    out, spawn = run_process(cmd, env={"OMP_NUM_THREADS": str(a.threads)})
     r = json.loads(out)
     r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
     return r
@@ -82,7 +81,7 @@ def transformers_engine(model: str, dtype: str, a) -> dict:
 
 def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
     bin_dir = llama_dir / "bin"
-    out, _, _ = run_process([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(a.threads),
+    out, _ = run_process([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(a.threads),
                              "-p", a.prefill, "-n", str(a.decode_tokens), "-r", "1", "-o", "json"])
     rows = json.loads(out)
     prefill, decode = [], []
@@ -93,7 +92,7 @@ def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
             tg1 = row["avg_ts"]
     batches = [int(b) for b in a.decode_batch.split(",") if b]
     ctx = max(batches) * (16 + a.decode_tokens) + 64
-    out, _, _ = run_process([str(bin_dir / "llama-batched-bench"), "-m", str(gguf), "-t", str(a.threads),
+    out, _ = run_process([str(bin_dir / "llama-batched-bench"), "-m", str(gguf), "-t", str(a.threads),
                              "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", "16",
                              "-ntg", str(a.decode_tokens), "-npl", a.decode_batch,
                              "--output-format", "jsonl"])
@@ -141,10 +140,12 @@ def main():
     ap.add_argument("--model", default=str(ROOT / "models/SmolLM2-135M-Instruct"))
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--transformers-rounds", type=int, default=1,
+                    help="rounds that also run transformers (10x slower than the others)")
     ap.add_argument("--prefill", default="128,512,2048")
     ap.add_argument("--decode-batch", default="1,4,16")
-    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--skip", default="", help="comma list of: transformers,llama.cpp,embed,matmul")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench/results/bench"))
@@ -171,7 +172,7 @@ def main():
     }
     if "llama.cpp" not in skip:
         log("llama.cpp build (cached)")
-        out, _, _ = run_process(["bash", str(ROOT / "bench/build_llama_cpp.sh"), a.model])
+        out, _ = run_process(["bash", str(ROOT / "bench/build_llama_cpp.sh"), a.model])
         llama_dir = Path(out.strip().splitlines()[-1])
         sha = llama_dir.name.rsplit("-", 1)[1]
         gguf_dir = llama_dir.parent / "gguf"
@@ -186,14 +187,17 @@ def main():
     runs = {name: [] for name in engines}
     for rnd in range(a.rounds):
         for name, fn in engines.items():
+            if name.startswith("transformers") and rnd >= a.transformers_rounds:
+                continue
             log(f"round {rnd + 1}/{a.rounds}: {name}")
             runs[name].append(fn())
     report["engines"] = {name: median_engine(r) for name, r in runs.items()}
     report["flops"] = {str(p): model_flops(cfg, int(p)) for p in a.prefill.split(",")}
     if "embed" not in skip:
         log("embeddings (bench/embed.py)")
-        run_process([PY, str(ROOT / "bench/embed.py"), "--threads", str(a.threads)]
-                    + (["--repeats", "2", "--sentences", "64"] if a.quick else []))
+        run_process([PY, str(ROOT / "bench/embed.py"), "--threads", str(a.threads), "--repeats",
+                     "2" if a.quick else "3"] + (["--sentences", "64"] if a.quick else []),
+                    env={"PYTHONPATH": str(build / "python")})
         report["embed"] = json.loads((ROOT / "bench/results/embed.json").read_text())
     report["load_average_end"] = os.getloadavg()
     report["targets"] = targets(report, cfg)
@@ -258,11 +262,14 @@ def targets(r: dict, cfg: dict) -> list[dict]:
         add("fp32 prefill 512 / FMA peak", gf / lim["fma_gflops"], 0.5,
             note=f"{gf:.0f} of {lim['fma_gflops']:.0f} GFLOP/s")
     if "matmul" in r:
-        ratios = [x["hubzoo_vs_onednn"] for x in r["matmul"]["results"]
-                  if x["threads"] == thr and x["hubzoo_vs_onednn"] is not None]
-        worst = min(ratios) if ratios else None
-        geo = statistics.geometric_mean(ratios) if ratios else None
-        add("matmul / oneDNN sgemm (worst model shape)", worst, 1.0, note=f"geomean {geo:.2f}x" if geo else "")
+        for t in sorted({1, thr}):
+            rows = [x for x in r["matmul"]["results"] if x["threads"] == t and x["hubzoo_vs_onednn"]]
+            if not rows:
+                continue
+            w = min(rows, key=lambda x: x["hubzoo_vs_onednn"])
+            geo = statistics.geometric_mean(x["hubzoo_vs_onednn"] for x in rows)
+            add(f"matmul / oneDNN sgemm, {t} thread(s), worst model shape", w["hubzoo_vs_onednn"], 1.0,
+                note=f"{w['shape']} M={w['m']}; geomean {geo:.2f}x over {len(rows)} shapes x M")
     t_hz = e["hubzoo float32"]["ttft_cold_process_seconds"]
     if "transformers float32" in e:
         add("TTFT cold process / transformers fp32", t_hz / e["transformers float32"]["ttft_cold_process_seconds"],
