@@ -8,8 +8,16 @@ import sys
 from pathlib import Path
 
 
-def _fig(engine: dict, figure: str, key: str, value: int):
-    return next((x["tok_s"] for x in engine.get(figure, []) if x[key] == value), None)
+def _fig(engine: dict, figure: str, key: str, value: int, best: bool = False):
+    return next((x.get("tok_s_best", x["tok_s"]) if best else x["tok_s"]
+                 for x in engine.get(figure, []) if x[key] == value), None)
+
+
+def _cell(engine: dict, figure: str, key: str, value: int) -> str:
+    med, best = _fig(engine, figure, key, value), _fig(engine, figure, key, value, best=True)
+    if med is None:
+        return "-"
+    return f"{med:.1f}" if best is None or abs(best - med) < 0.05 else f"{med:.1f} ({best:.1f})"
 
 
 def _fmt(v, spec=".1f"):
@@ -49,7 +57,11 @@ def write_markdown(r: dict, path: Path) -> None:
                      f"{('(' + t['note'] + ')') if t['note'] else ''} |")
     lines += [
         "",
-        "## Prefill and decode (tokens/s, higher is better)",
+        "Targets use each engine's best round (the least disturbed on a shared machine, for every "
+        "engine alike); the machine's limits are the better of a measurement at the start and one at "
+        "the end.",
+        "",
+        "## Prefill and decode (tokens/s, higher is better): median (best) of the rounds",
         "",
         "| engine | " + " | ".join(f"prefill {p}" for p in pre) + " | "
         + " | ".join(f"decode b{b}" for b in dec) + " | load s | TTFT cold s | peak RSS MiB |",
@@ -58,22 +70,23 @@ def write_markdown(r: dict, path: Path) -> None:
     for name, v in e.items():
         rss = v.get("peak_rss_bytes")
         lines.append(
-            f"| {name} | " + " | ".join(_fmt(_fig(v, "prefill", "tokens", p)) for p in pre) + " | "
-            + " | ".join(_fmt(_fig(v, "decode", "batch", b)) for b in dec) + " | "
+            f"| {name} | " + " | ".join(_cell(v, "prefill", "tokens", p) for p in pre) + " | "
+            + " | ".join(_cell(v, "decode", "batch", b) for b in dec) + " | "
             + f"{_fmt(v.get('load_seconds'), '.3f')} | {_fmt(v.get('ttft_cold_process_seconds'), '.3f')} | "
             + f"{_fmt(rss / 2**20 if rss else None, '.0f')} |")
     ref = "llama.cpp BF16" if "llama.cpp BF16" in e else None
     if ref:
-        lines += ["", f"Ratios over {ref} (decode) and llama.cpp F32 (prefill):", ""]
+        lines += ["", f"Ratios of best rounds over {ref} (decode) and llama.cpp F32 (prefill):", ""]
         for name in ("hubzoo float32", "hubzoo bfloat16"):
             v = e[name]
             parts = []
             for p in pre:
-                a, b = _fig(v, "prefill", "tokens", p), _fig(e.get("llama.cpp F32", {}), "prefill", "tokens", p)
+                a = _fig(v, "prefill", "tokens", p, True)
+                b = _fig(e.get("llama.cpp F32", {}), "prefill", "tokens", p, True)
                 if a and b:
                     parts.append(f"prefill {p} **{a / b:.2f}x**")
             for bb in dec:
-                a, b = _fig(v, "decode", "batch", bb), _fig(e[ref], "decode", "batch", bb)
+                a, b = _fig(v, "decode", "batch", bb, True), _fig(e[ref], "decode", "batch", bb, True)
                 if a and b:
                     parts.append(f"decode b{bb} **{a / b:.2f}x**")
             lines.append(f"- {name}: " + ", ".join(parts))

@@ -100,8 +100,12 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 void softmax_inplace(float* x, int64_t n) {
   if (n <= 0) return;
+  // std::fmax(max, x[i]) without its library call (it was 3% of a 512-token
+  // prefill): a NaN element is skipped, a NaN max is replaced; same result.
   float max = x[0];
-  for (int64_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > max || std::isnan(max)) max = x[i];
+  }
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - max);
   const float total = sum(x, n);
   for (int64_t i = 0; i < n; ++i) x[i] /= total;
