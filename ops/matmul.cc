@@ -226,22 +226,24 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
   const int64_t K = a.w->k;
   const int64_t rows = r1 - r0;
   // Pack x rows into blocks of kMR rows, each [K][mr], so a tile broadcasts
-  // from one pointer. A single row is already in that layout.
-  const float* xp = a.x + r0 * a.ldx;
+  // from one pointer; a row chunk at a time, so the buffer (kept per thread)
+  // stays at most a chunk (3 MiB at K = 1536) whatever M is. A single row is
+  // already in that layout.
   thread_local std::vector<float> packed;
-  if (rows > 1) {
-    packed.resize(rows * K);
-    for (int64_t rb = 0; rb < rows; rb += kMR) {
-      const int64_t mr = std::min<int64_t>(kMR, rows - rb);
-      float* dst = packed.data() + rb * K;
+  const auto pack = [&](int64_t b, int64_t e) {
+    packed.resize((e - b) * K);
+    for (int64_t rb = b; rb < e; rb += kMR) {
+      const int64_t mr = std::min<int64_t>(kMR, e - rb);
+      float* dst = packed.data() + (rb - b) * K;
       for (int64_t r = 0; r < mr; ++r) {
         const float* src = a.x + (r0 + rb + r) * a.ldx;
         for (int64_t kk = 0; kk < K; ++kk) dst[kk * mr + r] = src[kk];
       }
     }
-    xp = packed.data();
-  }
+    return static_cast<const float*>(packed.data());
+  };
   if (rows <= kMR) {  // one row block (decode): stream the panels once, all of K
+    const float* xp = rows > 1 ? pack(0, rows) : a.x + r0 * a.ldx;
     kRowBlocks[rows - 1](xp, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy, a.ldy);
     return;
   }
@@ -249,14 +251,15 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
       std::max<int64_t>(1, kRowChunkBytes / (kKChunk * 4) / kMR) * kMR;  // rows per chunk
   for (int64_t rc = 0; rc < rows; rc += chunk) {
     const int64_t rc_end = std::min(rows, rc + chunk);
+    const float* xc = pack(rc, rc_end);
     for (int64_t k0 = 0; k0 < K; k0 += kKChunk) {
       const int64_t k1 = std::min(K, k0 + kKChunk);
       for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
         const int64_t pe = std::min(p1, pg + kPanelGroup);
         for (int64_t rb = rc; rb < rc_end; rb += kMR) {
           const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
-          kRowBlocks[mr - 1](xp + rb * K, *a.w, pg, pe, k0, k1, a.bias, a.y + (r0 + rb) * a.ldy,
-                             a.ldy);
+          kRowBlocks[mr - 1](xc + (rb - rc) * K, *a.w, pg, pe, k0, k1, a.bias,
+                             a.y + (r0 + rb) * a.ldy, a.ldy);
         }
       }
     }
