@@ -1,4 +1,5 @@
-"""Sentence-embedding throughput of all-MiniLM-L6-v2: hubzoo vs sentence-transformers, same run.
+"""Sentence-embedding throughput of all-MiniLM-L6-v2: hubzoo vs sentence-transformers and ONNX
+Runtime, same run.
 
 Both encode the same list of sentences with the same thread count (torch.set_num_threads /
 num_threads), at batch sizes 1, 8 and 64: sentences/s = len(sentences) / seconds of one
@@ -81,8 +82,70 @@ def model_gflop(tokens_per_text: list[int], cfg: dict) -> float:
     return sum(n * linear + 4 * n * n * h * layers for n in tokens_per_text) / 1e9
 
 
+def onnxruntime_version():
+    try:
+        import onnxruntime
+
+        return onnxruntime.__version__
+    except ImportError:
+        return None
+
+
+def onnxruntime_engine(st, model_dir: str, threads: int):
+    """ONNX Runtime (CPU execution provider) on the model's transformer, exported once by
+    torch.onnx (TorchScript exporter, opset 17) into build/bench/; sentence-transformers'
+    tokenizer, its length-sorted batching, mean pooling and normalisation done in numpy.
+    None when onnxruntime is not installed."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in st.tokenize(["a"])]
+    path = ROOT / "build/bench" / f"{Path(model_dir).name}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        enc = st.tokenize(["an example sentence", "a"])
+        axes = {n: {0: "batch", 1: "seq"} for n in names + ["last_hidden_state"]}
+        class Wrapped(torch.nn.Module):  # keyword inputs, one output
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *inputs):
+                return self.model(**dict(zip(names, inputs))).last_hidden_state
+
+        with torch.no_grad():
+            torch.onnx.export(Wrapped(st[0].auto_model.eval()), tuple(enc[n] for n in names), str(path),
+                              input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes,
+                              opset_version=17, dynamo=False)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    normalize = any(type(m).__name__ == "Normalize" for m in st)
+
+    def encode(texts, b):
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # as st.encode batches
+        out = np.empty((len(texts), st.get_sentence_embedding_dimension()), dtype=np.float32)
+        for i in range(0, len(texts), b):
+            idx = order[i:i + b]
+            enc = st.tokenize([texts[j] for j in idx])
+            feeds = {n: enc[n].numpy() for n in names}
+            h = sess.run(["last_hidden_state"], feeds)[0]
+            m = feeds["attention_mask"][..., None].astype(np.float32)
+            e = (h * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+            if normalize:
+                e /= np.clip(np.linalg.norm(e, axis=1, keepdims=True), 1e-12, None)
+            out[idx] = e
+        return out
+
+    return encode
+
+
 def run_corpus(texts, engines, ours, st, cfg, batch_sizes, repeats) -> dict:
-    max_abs = float(np.abs(ours["hubzoo float32"].encode(texts) - st.encode(texts)).max())
+    reference = st.encode(texts)
+    max_abs = float(np.abs(ours["hubzoo float32"].encode(texts) - reference).max())
+    ort_abs = (float(np.abs(engines["onnxruntime float32"](texts, 8) - reference).max())
+               if "onnxruntime float32" in engines else None)
     tokens = [len(ours["hubzoo float32"].tokenize(t)) for t in texts]
     gflop = model_gflop(tokens, cfg)
     times = {name: {b: [] for b in batch_sizes} for name in engines}
@@ -117,6 +180,7 @@ def run_corpus(texts, engines, ours, st, cfg, batch_sizes, repeats) -> dict:
         "max_tokens_per_sentence": int(max(tokens)),
         "model_gflop_per_pass": gflop,
         "max_abs_diff_fp32_vs_sentence_transformers": max_abs,
+        "max_abs_diff_onnxruntime_vs_sentence_transformers": ort_abs,
         "results": results,
         "ratio_over_sentence_transformers": ratios("sentences_per_s"),
         "ratio_over_sentence_transformers_best_runs": ratios("sentences_per_s_best"),
@@ -144,6 +208,13 @@ def main():
             args.model, dtype="bfloat16", mode="fused", num_threads=args.threads),
     }
     engines = {BASE: lambda texts, b: st.encode(texts, batch_size=b)}
+    try:
+        ort_encode = onnxruntime_engine(st, args.model, args.threads)
+    except Exception as e:  # a peer that cannot run is reported, not fatal
+        print(f"onnxruntime peer skipped: {type(e).__name__}: {e}", flush=True)
+        ort_encode = None
+    if ort_encode:
+        engines["onnxruntime float32"] = ort_encode
     for name, emb in ours.items():
         engines[name] = lambda texts, b, emb=emb: emb.encode(texts, batch_size=b)
     cfg = json.loads((Path(args.model) / "config.json").read_text())
@@ -163,6 +234,7 @@ def main():
         "cpu": cpu_name(),
         "torch": torch.__version__,
         "sentence_transformers": __import__("sentence_transformers").__version__,
+        "onnxruntime": onnxruntime_version(),
         "transformers": __import__("transformers").__version__,
         "hubzoo": hubzoo.__version__,
         "git_commit": hubzoo.git_commit,
@@ -210,11 +282,16 @@ def write_markdown(r: dict, batch_sizes: list[int], path: Path) -> None:
             lines.append(f"- {name}: " + ", ".join(
                 f"batch {b} **{ratio[str(b)]:.2f}x** ({best[str(b)]:.2f}x)" for b in batch_sizes))
         lines += ["", f"fp32 vectors: max |hubzoo - sentence-transformers| = "
-                      f"{c['max_abs_diff_fp32_vs_sentence_transformers']:.2e}."]
+                      f"{c['max_abs_diff_fp32_vs_sentence_transformers']:.2e}"
+                  + (f", max |onnxruntime - sentence-transformers| = "
+                     f"{c['max_abs_diff_onnxruntime_vs_sentence_transformers']:.2e}"
+                     if c.get("max_abs_diff_onnxruntime_vs_sentence_transformers") is not None else "")
+                  + "."]
     lines += [
         "",
         f"Versions: torch {r['torch']}, transformers {r['transformers']}, sentence-transformers "
-        f"{r['sentence_transformers']} (attention: {r['attn_implementation']}), hubzoo {r['hubzoo']} "
+        f"{r['sentence_transformers']} (attention: {r['attn_implementation']}), onnxruntime "
+        f"{r.get('onnxruntime')}, hubzoo {r['hubzoo']} "
         f"({r['git_commit']}).",
         "",
     ]

@@ -1,7 +1,7 @@
 // hubzoo's batch-invariant matmul vs oneDNN sgemm vs the scalar reference, on
 // the SmolLM2-135M linear layers, at decode (M = 1) and prefill batch sizes.
 //
-//   matmul_bench [--json FILE] [--quick] [--shape NAME] [--m M]
+//   matmul_bench [--json FILE] [--quick] [--bf16] [--shape NAME] [--m M]
 //
 // M = 1 cycles through enough copies of the weights to overflow the last-level
 // cache, so its GB/s is the weight streaming rate a decode step sees.
@@ -85,11 +85,14 @@ std::vector<float> random_values(int64_t count, uint32_t seed) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
+  bool bf16 = false;  // hubzoo's weights as bf16 (oneDNN stays fp32: its sgemm is the baseline)
   std::string only_shape;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--bf16")) {
+      bf16 = true;
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -97,7 +100,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       only_m = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--shape NAME] [--m M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--bf16] [--shape NAME] [--m M]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -122,13 +126,14 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (const Shape& s : kShapes) {
     if (!only_shape.empty() && only_shape != s.name) continue;
-    const int64_t w_bytes = s.n * s.k * 4;
+    const int64_t w_bytes = s.n * s.k * (bf16 ? 2 : 4);
     const int copies = static_cast<int>(std::max<int64_t>(1, cold_bytes / w_bytes + 1));
     std::vector<std::vector<float>> w_raw;
     std::vector<PackedMatrix> w_packed;
     for (int c = 0; c < copies; ++c) {
       w_raw.push_back(random_values(s.n * s.k, 7 + c));
-      w_packed.push_back(hubzoo::pack_weights(w_raw.back().data(), s.n, s.k));
+      w_packed.push_back(bf16 ? hubzoo::pack_weights_bf16(w_raw.back().data(), s.n, s.k)
+                              : hubzoo::pack_weights(w_raw.back().data(), s.n, s.k));
     }
     for (int64_t m : ms) {
       if (only_m && m != only_m) continue;
@@ -203,7 +208,7 @@ int main(int argc, char** argv) {
           << ", \"hubzoo_gflops\": " << num(r.hubzoo_s, flop * 1e-9)
           << ", \"onednn_gflops\": " << num(r.dnnl_s, flop * 1e-9)
           << ", \"reference_gflops\": " << num(r.reference_s, flop * 1e-9)
-          << ", \"hubzoo_weight_gbps\": " << num(r.hubzoo_s, r.n * r.k * 4e-9)
+          << ", \"hubzoo_weight_gbps\": " << num(r.hubzoo_s, r.n * r.k * (bf16 ? 2e-9 : 4e-9))
           << ", \"onednn_weight_gbps\": " << num(r.dnnl_s, r.n * r.k * 4e-9)
           << ", \"hubzoo_vs_onednn\": "
           << (r.dnnl_s > 0 ? std::to_string(r.dnnl_s / r.hubzoo_s) : std::string("null")) << "}"

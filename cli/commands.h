@@ -1,6 +1,7 @@
 // Subcommands of the `hubzoo` CLI that live in their own files.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,5 +45,17 @@ int run_embed(const EmbedArgs& args);
 // `hubzoo serve` (cli/serve.cc): registers its options on `app`; runs until SIGINT/SIGTERM.
 CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& options);
 int run_serve(const server::ServerOptions& options);
+
+struct BenchArgs {
+  std::string model, dtype = "bfloat16", mode = "fused";
+  std::string prefill = "128,512,2048", decode_batch = "1,4,16";
+  int64_t decode_tokens = 64, ttft_prompt = 39;
+  int repeats = 3;
+  int threads = 0;
+};
+
+// `hubzoo bench` (cli/bench.cc): registers its options on `app`; prints one JSON object.
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
+int run_bench(const BenchArgs& args, std::chrono::steady_clock::time_point process_start);
 
 }  // namespace hubzoo::cli

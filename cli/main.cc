@@ -139,7 +139,7 @@ int run_inspect(const std::string& model_ref, int threads, const Numerics& numer
   return 0;
 }
 
-int main_impl(int argc, char** argv) {
+int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point process_start) {
   CLI::App app{"hubzoo: Hugging Face Hub models in native C++, verified against transformers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(HUBZOO_VERSION) + " (" + HUBZOO_GIT_COMMIT + ")");
@@ -187,6 +187,9 @@ int main_impl(int argc, char** argv) {
   cli::EmbedArgs e;
   auto* embed = cli::add_embed_command(app, e);
 
+  cli::BenchArgs bench_args;
+  auto* bench = cli::add_bench_command(app, bench_args);
+
   server::ServerOptions serve_options;
   auto* serve = cli::add_serve_command(app, serve_options);
 
@@ -217,6 +220,7 @@ int main_impl(int argc, char** argv) {
   if (chat->parsed()) return cli::run_chat(c);
   if (embed->parsed()) return cli::run_embed(e);
   if (serve->parsed()) return cli::run_serve(serve_options);
+  if (bench->parsed()) return cli::run_bench(bench_args, process_start);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
   return run_inspect(inspect_model, inspect_threads, Numerics::parse(inspect_dtype, inspect_mode));
 }
@@ -225,8 +229,9 @@ int main_impl(int argc, char** argv) {
 }  // namespace hubzoo
 
 int main(int argc, char** argv) {
+  const auto process_start = std::chrono::steady_clock::now();
   try {
-    return hubzoo::main_impl(argc, argv);
+    return hubzoo::main_impl(argc, argv, process_start);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     for (char& c : msg) {

@@ -50,24 +50,33 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
     rows.push_back(b);
   }
 
+  // Everything the loop touches is allocated here: a decode step reuses it
+  // (result.tokens grows by one per row and step; reserved too).
   ForwardResult out;
+  std::vector<int64_t> next(batch), still;
+  still.reserve(batch);
+  for (auto& t : result.tokens) t.reserve(options.max_new_tokens);
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t n = 0; n < options.max_new_tokens && !rows.empty(); ++n) {
     model.forward(step, cache, fwd, out);
     if (n == 0) {
       result.prefill_seconds = seconds_since(t0);
       t0 = std::chrono::steady_clock::now();
+      // The decode steps' batches are at most `batch` rows.
+      step.ids.reserve(batch);
+      step.slot.reserve(batch);
+      step.pos.reserve(batch);
     } else {
       ++result.decode_steps;
     }
     // Every row gets a token this step: running rows sample, finished ones pad.
-    std::vector<int64_t> next(batch, result.pad_id);
+    std::fill(next.begin(), next.end(), result.pad_id);
     for (size_t r = 0; r < rows.size(); ++r) {
       const int64_t b = rows[r];
       float* logits = &out.logits[r * info.vocab_size];
       next[b] = samplers[b].sample(logits, info.vocab_size);
     }
-    std::vector<int64_t> still;
+    still.clear();
     for (int64_t b = 0; b < batch; ++b) {
       result.tokens[b].push_back(next[b]);
       if (!running[b]) continue;
@@ -76,8 +85,10 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
       if (keep) still.push_back(b);
       running[b] = keep;
     }
-    rows = still;
-    step = TokenBatch();
+    rows.swap(still);
+    step.ids.clear();
+    step.slot.clear();
+    step.pos.clear();
     fwd.logits_rows.clear();
     for (int64_t b : rows) {
       step.add(static_cast<int32_t>(next[b]), static_cast<int32_t>(b),

@@ -120,6 +120,9 @@ TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
       }
     }
   }
+  // Prefill sizes: several row chunks of packed x and several K ranges.
+  problems.push_back({1100, 45, 600, true, true});
+  problems.push_back({530, 64, 1100, false, false});
   std::vector<Data> data;
   std::vector<std::vector<float>> want;
   for (size_t i = 0; i < problems.size(); ++i) {

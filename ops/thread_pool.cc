@@ -45,13 +45,20 @@ void chunk_range(int64_t n, int64_t grain, int chunks, int c, int64_t* begin, in
   *end = std::min(n, units * (c + 1) / chunks * grain);
 }
 
+constexpr uint64_t kChunkMask = 0xffff;
+
+uint64_t ticket_gen(uint64_t t) { return t >> 32; }
+int ticket_chunks(uint64_t t) { return static_cast<int>((t >> 16) & kChunkMask); }
+int ticket_next(uint64_t t) { return static_cast<int>(t & kChunkMask); }
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
-  num_threads_ = std::max(1, num_threads);
+  // Chunks are counted in 16 bits of the ticket.
+  num_threads_ = std::clamp(num_threads, 1, static_cast<int>(kChunkMask));
   threads_.reserve(num_threads_ - 1);
-  for (int i = 0; i + 1 < num_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  for (int i = 0; i + 1 < num_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -63,53 +70,62 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run_chunk(int chunk) {
-  if (chunk >= job_chunks_) return;
-  int64_t begin, end;
-  chunk_range(job_n_, job_grain_, job_chunks_, chunk, &begin, &end);
-  if (begin >= end) return;
-  const bool was_in_job = t_in_job;
-  t_in_job = true;
-  try {
-    (*job_)(begin, end);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_) error_ = std::current_exception();
+void ThreadPool::run_chunks(uint64_t gen) {
+  uint64_t t = ticket_.load(std::memory_order_acquire);
+  for (;;) {
+    if (ticket_gen(t) != gen || ticket_next(t) >= ticket_chunks(t)) return;
+    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      continue;  // t reloaded
+    }
+    // Chunk ticket_next(t) of job `gen` is ours: the job cannot finish (and its
+    // fields cannot change) before we report it done below.
+    const int chunks = ticket_chunks(t);
+    int64_t begin, end;
+    chunk_range(job_n_, job_grain_, chunks, ticket_next(t), &begin, &end);
+    if (begin < end) {
+      const bool was_in_job = t_in_job;
+      t_in_job = true;
+      try {
+        (*job_)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      t_in_job = was_in_job;
+    }
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_done_.notify_one();
+    }
+    t = ticket_.load(std::memory_order_acquire);
   }
-  t_in_job = was_in_job;
 }
 
-void ThreadPool::worker(int index) {
+void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     const auto started = [&] {
-      return generation_.load(std::memory_order_acquire) != seen || stop_.load();
+      return ticket_gen(ticket_.load(std::memory_order_acquire)) != seen || stop_.load();
     };
     if (!spin_until(started)) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_start_.wait(lock, started);
     }
     if (stop_.load()) return;
-    seen = generation_.load(std::memory_order_acquire);
-    run_chunk(index + 1);  // the caller runs chunk 0
-    // Every worker reports, even one without a chunk, so the caller never
-    // rewrites the job while a worker may still read it.
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_one();
-    }
+    seen = ticket_gen(ticket_.load(std::memory_order_acquire));
+    run_chunks(seen);
   }
 }
 
-void ThreadPool::wait_for_workers() {
-  const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+void ThreadPool::wait_for_chunks() {
+  const auto done = [&] { return done_.load(std::memory_order_acquire) == job_chunks_; };
   if (spin_until(done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   cv_done_.wait(lock, done);
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
@@ -120,6 +136,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   }
 
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
@@ -127,12 +144,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     job_grain_ = grain;
     job_chunks_ = chunks;
     error_ = nullptr;
-    pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    done_.store(0, std::memory_order_relaxed);
+    gen = ticket_gen(ticket_.load(std::memory_order_relaxed)) + 1;
+    ticket_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
   }
   cv_start_.notify_all();
-  run_chunk(0);
-  wait_for_workers();
+  run_chunks(gen);
+  wait_for_chunks();
 
   std::exception_ptr error;
   {

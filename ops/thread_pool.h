@@ -5,12 +5,29 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace hubzoo {
+
+// A non-owning reference to a callable fn(begin, end). Unlike std::function it
+// never allocates: a decode step issues hundreds of parallel_for calls whose
+// lambdas capture more than std::function's small buffer holds. The callable
+// must outlive the call it is passed to (a lambda temporary in the call does).
+class RangeFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(const F& f)  // NOLINT(google-explicit-constructor): implicit from lambdas
+      : obj_(&f),
+        call_([](const void* o, int64_t b, int64_t e) { (*static_cast<const F*>(o))(b, e); }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
+
+ private:
+  const void* obj_;
+  void (*call_)(const void*, int64_t, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -28,13 +45,14 @@ class ThreadPool {
   // only split independent work (rows, columns), never a reduction.
   // The first exception thrown by fn is rethrown here once every chunk is done.
   // A parallel_for issued from inside fn runs inline on the calling thread.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void parallel_for(int64_t n, int64_t grain, RangeFn fn);
 
  private:
   // Implementation detail, see thread_pool.cc.
-  void worker(int index);
-  void run_chunk(int chunk);
-  void wait_for_workers();
+  void worker();
+  // Claims and runs chunks of the job of generation `gen` until none is left.
+  void run_chunks(uint64_t gen);
+  void wait_for_chunks();
 
   int num_threads_ = 1;
   std::vector<std::thread> threads_;
@@ -42,14 +60,18 @@ class ThreadPool {
   std::mutex mu_;       // guards the sleeping side of the job hand-off
   std::condition_variable cv_start_, cv_done_;
 
-  // The job being run; written before generation_ is bumped (release).
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  // The job being run; written before ticket_ announces it (release), read
+  // only by a thread holding a claimed chunk of it (so never while rewritten).
+  const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
   int job_chunks_ = 0;
   std::exception_ptr error_;  // first exception, guarded by mu_
 
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};  // workers that have not finished the current job
+  // generation << 32 | chunks << 16 | next unclaimed chunk. Any thread (the
+  // caller included) claims the next chunk by compare-exchange, so a worker
+  // the OS has not scheduled yet delays nothing: the others take its chunks.
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int> done_{0};  // chunks of the current job finished
   std::atomic<bool> stop_{false};
 };
 

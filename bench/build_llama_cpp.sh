@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds llama.cpp from the llama-cpp-python source distribution on PyPI (the only
+# registry this project reaches), with native CPU flags, and converts the default
+# model to GGUF F32 and BF16 with the converter that sdist carries.
+#
+#   bench/build_llama_cpp.sh [HF_MODEL_DIR]
+#
+# Cached under ~/.cache/hubzoo/llama.cpp-<version>-<sha256 of the sdist>/ (build
+# and binaries) and ~/.cache/hubzoo/gguf/<model>-<sha of the sdist>-{f32,bf16}.gguf.
+# Prints the cache directory on its last line. Re-running is a no-op once built.
+set -euo pipefail
+
+VERSION=0.3.36 # pinned: the llama.cpp this sdist vendors is the peer we report
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+CACHE="${HUBZOO_CACHE:-$HOME/.cache/hubzoo}"
+mkdir -p "$CACHE/downloads"
+
+SDIST="$CACHE/downloads/llama_cpp_python-$VERSION.tar.gz"
+if [[ ! -f "$SDIST" ]]; then
+  tmp="$(mktemp -d)"
+  "$PY" -m pip download "llama-cpp-python==$VERSION" --no-deps --no-binary :all: \
+    -d "$tmp" >&2
+  mv "$tmp/llama_cpp_python-$VERSION.tar.gz" "$SDIST"
+  rm -rf "$tmp"
+fi
+SHA="$(sha256sum "$SDIST" | cut -c1-12)"
+DIR="$CACHE/llama.cpp-$VERSION-$SHA"
+SRC="$DIR/src"
+BIN="$DIR/bin"
+
+if [[ ! -x "$BIN/llama-bench" || ! -x "$BIN/llama-batched-bench" ]]; then
+  rm -rf "$SRC"
+  mkdir -p "$SRC"
+  tar xzf "$SDIST" -C "$SRC" --strip-components=3 \
+    "llama_cpp_python-$VERSION/vendor/llama.cpp"
+  cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DBUILD_SHARED_LIBS=OFF >&2
+  nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" \
+    --target llama-bench llama-batched-bench >&2
+  mkdir -p "$BIN"
+  cp "$DIR/build/bin/llama-bench" "$DIR/build/bin/llama-batched-bench" "$BIN/"
+fi
+
+MODEL="${1:-$ROOT/models/SmolLM2-135M-Instruct}"
+if [[ -d "$MODEL" ]]; then
+  name="$(basename "$MODEL")"
+  mkdir -p "$CACHE/gguf"
+  for t in f32 bf16; do
+    out="$CACHE/gguf/$name-$SHA-$t.gguf"
+    if [[ ! -f "$out" ]]; then
+      PYTHONPATH="$SRC/gguf-py" "$PY" "$SRC/convert_hf_to_gguf.py" "$MODEL" \
+        --outtype "$t" --outfile "$out.tmp" >&2
+      mv "$out.tmp" "$out"
+    fi
+  done
+fi
+echo "$DIR"

@@ -1,0 +1,145 @@
+// The machine's own limits, measured in the same run as the engines they bound:
+//   fp32 FMA peak: independent FMA chains in registers, per thread (bounds prefill)
+//   read bandwidth: SIMD sums over a buffer far larger than the caches (bounds decode)
+// Both with the widest SIMD target Highway dispatches to, on 1..--threads threads
+// (std::thread each; every thread reads its own part of the buffer).
+//
+//   machine_bench [--threads N] [--mib 1024]   -> one JSON object on stdout
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/machine_bench.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace machine {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+int64_t Target() { return HWY_TARGET; }
+
+// 2 * lanes * 16 chains * iters flops; 16 chains cover latency 4 x 2 ports.
+double FmaFlops(int64_t iters, float* sink) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  V acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = hn::Set(d, 0.001f * static_cast<float>(i));
+  const V a = hn::Set(d, 0.999999f), b = hn::Set(d, 1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = hn::MulAdd(acc[i], a, b);
+  }
+  V s = acc[0];
+  for (int i = 1; i < 16; ++i) s = hn::Add(s, acc[i]);
+  *sink = hn::GetLane(s);
+  return 2.0 * static_cast<double>(hn::Lanes(d)) * 16.0 * static_cast<double>(iters);
+}
+
+float SumFloats(const float* p, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    a0 = hn::Add(a0, hn::LoadU(d, p + i));
+    a1 = hn::Add(a1, hn::LoadU(d, p + i + L));
+    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * L));
+    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * L));
+  }
+  float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace machine
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace machine {
+HWY_EXPORT(Target);
+HWY_EXPORT(FmaFlops);
+HWY_EXPORT(SumFloats);
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn(thread index) on `threads` threads started together; returns the
+// wall time from the common start to the last finish.
+template <typename Fn>
+double run_threads(int threads, Fn fn) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load()) {
+      }
+      fn(t);
+    });
+  }
+  while (ready.load() < threads) {
+  }
+  const auto t0 = Clock::now();
+  go.store(true);
+  for (auto& t : ts) t.join();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace machine
+
+int main(int argc, char** argv) {
+  using namespace machine;
+  int max_threads = 2;
+  int64_t mib = 1024;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      max_threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) {
+      mib = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--mib MiB]\n", argv[0]);
+      return 2;
+    }
+  }
+  const int64_t n = mib * (1 << 20) / 4;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, n * 4));
+  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;  // fault every page in
+  std::vector<float> sinks(64);
+
+  std::printf("{\n  \"simd_target\": \"%s\",\n  \"threads\": [\n",
+              hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()));
+  for (int threads = 1; threads <= max_threads; ++threads) {
+    const int64_t iters = 20'000'000;
+    double best_flops = 0, best_bw = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      double flops = 0;
+      std::vector<double> per(threads);
+      const double t = run_threads(threads, [&](int i) {
+        per[i] = HWY_DYNAMIC_DISPATCH(FmaFlops)(iters, &sinks[i * 16 % 64]);
+      });
+      for (double f : per) flops += f;
+      best_flops = std::max(best_flops, flops / t);
+      const double tb = run_threads(threads, [&](int i) {
+        const int64_t b = n * i / threads, e = n * (i + 1) / threads;
+        sinks[i * 16 % 64] += HWY_DYNAMIC_DISPATCH(SumFloats)(buf + b, e - b);
+      });
+      best_bw = std::max(best_bw, n * 4.0 / tb);
+    }
+    std::printf("    {\"threads\": %d, \"fma_gflops\": %.1f, \"read_gbs\": %.2f}%s\n", threads,
+                best_flops * 1e-9, best_bw * 1e-9, threads < max_threads ? "," : "");
+  }
+  std::printf("  ],\n  \"buffer_mib\": %lld,\n  \"checksum\": %g\n}\n", static_cast<long long>(mib),
+              static_cast<double>(sinks[0]));
+  std::free(buf);
+  return 0;
+}
+#endif  // HWY_ONCE

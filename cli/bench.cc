@@ -1,0 +1,182 @@
+// `hubzoo bench`: hubzoo's own speed and memory figures for one causal LM, as
+// one JSON object (bench/run.py puts them beside its peers'). Timing lives
+// here and in bench/, never in tests.
+//
+//   load time        load_causal_lm() wall time
+//   first token      CLOCK_MONOTONIC time when the first token of a --ttft-prompt prefill
+//                    is known (bench/run.py subtracts the time it spawned the process);
+//                    also the time since main() began
+//   prefill tok/s    one sequence of P tokens, one forward, logits of the last row
+//   decode tok/s     B sequences (16-token prompts), generate() with ignore_eos:
+//                    B * steps / decode seconds (prefill excluded)
+//   peak RSS         getrusage at the end, beside weight and KV cache bytes
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "engine/generate.h"
+#include "models/causal_lm.h"
+#include "ops/matmul.h"
+
+namespace hubzoo::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Token ids that are ordinary text in any vocabulary of this size: a fixed
+// pseudo-random walk over the lower half (no special tokens at the top).
+std::vector<int64_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t seed) {
+  std::vector<int64_t> ids(n);
+  uint64_t s = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(seed + 1);
+  for (auto& id : ids) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    id = 100 + static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(vocab / 2));
+  }
+  return ids;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoll(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
+  auto* cmd = app.add_subcommand("bench", "speed and memory of a causal LM (JSON on stdout)");
+  cmd->add_option("-m,--model", a.model, "snapshot directory or repo id in the HF cache")
+      ->required();
+  cmd->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused"}));
+  cmd->add_option("--threads", a.threads, "worker threads (0: all cores)");
+  cmd->add_option("--prefill", a.prefill, "prompt lengths, comma-separated (empty: none)");
+  cmd->add_option("--decode-batch", a.decode_batch, "decode batch sizes, comma-separated");
+  cmd->add_option("--decode-tokens", a.decode_tokens, "new tokens per decode run")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", a.repeats, "runs per figure (median)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ttft-prompt", a.ttft_prompt, "prompt length of the first-token figure")
+      ->check(CLI::PositiveNumber);
+  return cmd;
+}
+
+int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_start) {
+  const auto t_load = Clock::now();
+  auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
+  const double load_s = since(t_load);
+  const ModelInfo& info = model->info();
+  const int64_t vocab = info.vocab_size;
+
+  // Time to first token of a cold process: the first forward after load.
+  ForwardResult out;
+  {
+    KvCache cache = model->new_cache(1);
+    const auto ids = synthetic_prompt(a.ttft_prompt, vocab, 0);
+    TokenBatch b;
+    for (int64_t i = 0; i < a.ttft_prompt; ++i)
+      b.add(static_cast<int32_t>(ids[i]), 0, static_cast<int32_t>(i));
+    ForwardOptions fwd;
+    fwd.logits_rows = {a.ttft_prompt - 1};
+    model->forward(b, cache, fwd, out);
+  }
+  const auto first_token = Clock::now();
+  const double ttft_s = std::chrono::duration<double>(first_token - process_start).count();
+  const int64_t rss_after_load = peak_rss_bytes();
+
+  nlohmann::json prefill = nlohmann::json::array();
+  int64_t max_cache_bytes = 0;
+  for (int64_t p : parse_list(a.prefill)) {
+    const auto ids = synthetic_prompt(p, vocab, p);
+    TokenBatch b;
+    for (int64_t i = 0; i < p; ++i) b.add(static_cast<int32_t>(ids[i]), 0, static_cast<int32_t>(i));
+    ForwardOptions fwd;
+    fwd.logits_rows = {p - 1};
+    std::vector<double> times;
+    for (int r = 0; r < a.repeats; ++r) {
+      KvCache cache = model->new_cache(1);
+      const auto t0 = Clock::now();
+      model->forward(b, cache, fwd, out);
+      times.push_back(since(t0));
+      max_cache_bytes = std::max(max_cache_bytes, cache.bytes());
+    }
+    const double t = median(times);
+    prefill.push_back({{"tokens", p}, {"seconds", t}, {"tok_s", p / t}});
+  }
+
+  nlohmann::json decode = nlohmann::json::array();
+  for (int64_t batch : parse_list(a.decode_batch)) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t s = 0; s < batch; ++s) prompts.push_back(synthetic_prompt(16, vocab, 1000 + s));
+    GenerateOptions opt;
+    opt.max_new_tokens = a.decode_tokens;
+    opt.stop_at_eos = false;
+    std::vector<double> rates;
+    for (int r = 0; r < a.repeats; ++r) {
+      const GenerateResult g = generate(*model, prompts, opt);
+      rates.push_back(static_cast<double>(batch * g.decode_steps) / g.decode_seconds);
+    }
+    const double rate = median(rates);
+    max_cache_bytes = std::max(
+        max_cache_bytes, (16 + a.decode_tokens) * batch * 2 * info.num_layers *
+                             model->new_cache(1).row_size() * static_cast<int64_t>(sizeof(float)));
+    decode.push_back({{"batch", batch}, {"tok_s", rate}, {"step_ms", 1e3 * batch / rate}});
+  }
+
+  const int64_t bytes_per_param = info.numerics.dtype_name() == std::string("bfloat16") ? 2 : 4;
+  nlohmann::json j = {
+      {"engine", "hubzoo"},
+      {"model", info.snapshot.filename().string()},
+      {"architecture", info.architecture},
+      {"dtype", info.numerics.dtype_name()},
+      {"mode", info.numerics.mode_name()},
+      {"threads", a.threads},
+      {"matmul_target", matmul_target_name()},
+      {"num_parameters", info.num_parameters},
+      {"weight_bytes", info.num_parameters * bytes_per_param},
+      {"max_kv_cache_bytes", max_cache_bytes},
+      {"load_seconds", load_s},
+      {"ttft_prompt_tokens", a.ttft_prompt},
+      {"ttft_from_main_seconds", ttft_s},
+      {"first_token_monotonic_s",
+       std::chrono::duration<double>(first_token.time_since_epoch()).count()},
+      {"rss_after_first_token_bytes", rss_after_load},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"prefill", prefill},
+      {"decode", decode},
+      {"decode_prompt_tokens", 16},
+      {"decode_new_tokens", a.decode_tokens},
+      {"repeats", a.repeats},
+      {"hubzoo_version", HUBZOO_VERSION},
+      {"git_commit", HUBZOO_GIT_COMMIT},
+  };
+  std::cout << j.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace hubzoo::cli

@@ -1,0 +1,120 @@
+// Highway kernels of ops/dot_axpy.h and their scalar references.
+//
+// GCC contracts a vector multiply followed by an add into an FMA whenever the
+// target has one (-ffp-contract=fast is its default), which would round once
+// instead of twice and break bit-identity with the scalar code. Every product
+// therefore passes through an empty asm statement that hides it from the
+// optimiser. Scalar leftovers (tails, the lane combination) run outside the
+// per-target code, compiled for the baseline ISA, exactly as the references.
+#include "ops/dot_axpy.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/dot_axpy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+int64_t DotAxpyTarget() { return HWY_TARGET; }
+
+// The product a * b, rounded on its own (see the file comment).
+template <class V>
+HWY_INLINE V Product(V a, V b) {
+  V p = hn::Mul(a, b);
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+#if HWY_TARGET <= HWY_AVX3
+  asm("" : "+v"(p.raw));
+#else
+  asm("" : "+x"(p.raw));
+#endif
+#endif
+  return p;
+}
+
+// s[0..8) = per-lane sums over the `blocks` whole blocks of 8.
+void DotLanes(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t blocks,
+              float* HWY_RESTRICT s) {
+  const hn::CappedTag<float, 8> d;
+  constexpr size_t kN = hn::MaxLanes(d);
+  static_assert(8 % kN == 0, "lanes must divide 8");
+  constexpr size_t kVecs = 8 / kN;
+  using V = hn::Vec<decltype(d)>;
+  V acc[kVecs];
+  for (size_t v = 0; v < kVecs; ++v) acc[v] = hn::Zero(d);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const float* pa = a + blk * 8;
+    const float* pb = b + blk * 8;
+    for (size_t v = 0; v < kVecs; ++v) {
+      acc[v] = hn::Add(acc[v], Product(hn::LoadU(d, pa + v * kN), hn::LoadU(d, pb + v * kN)));
+    }
+  }
+  for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[v], d, s + v * kN);
+}
+
+// y[i] += a * x[i] over whole vectors; returns how many elements it did.
+int64_t AxpyVectors(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto av = hn::Set(d, a);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Add(hn::LoadU(d, y + i), Product(av, hn::LoadU(d, x + i))), d, y + i);
+  }
+  return i;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hubzoo {
+
+HWY_EXPORT(DotAxpyTarget);
+HWY_EXPORT(DotLanes);
+HWY_EXPORT(AxpyVectors);
+
+namespace {
+inline float combine_lanes(const float (&s)[8]) {
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+}  // namespace
+
+float dot_simd(const float* a, const float* b, int64_t n) {
+  float s[8] = {};
+  const int64_t blocked = n / 8 * 8;
+  if (blocked > 0) HWY_DYNAMIC_DISPATCH(DotLanes)(a, b, blocked / 8, s);
+  float total = combine_lanes(s);
+  for (int64_t i = blocked; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+float dot_reference(const float* a, const float* b, int64_t n) {
+  float s[8] = {};
+  const int64_t blocked = n / 8 * 8;
+  for (int64_t i = 0; i < blocked; i += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+  }
+  float total = combine_lanes(s);
+  for (int64_t i = blocked; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+void axpy_simd(float a, const float* x, float* y, int64_t n) {
+  const int64_t done = n > 0 ? HWY_DYNAMIC_DISPATCH(AxpyVectors)(a, x, y, n) : 0;
+  for (int64_t i = done; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_reference(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+const char* dot_axpy_target_name() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(DotAxpyTarget)());
+}
+
+}  // namespace hubzoo
+#endif  // HWY_ONCE
