@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "engine/generate.h"
+#include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
 
@@ -142,9 +143,9 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
       rates.push_back(static_cast<double>(batch * g.decode_steps) / g.decode_seconds);
     }
     const double rate = median(rates);
-    max_cache_bytes = std::max(
-        max_cache_bytes, (16 + a.decode_tokens) * batch * 2 * info.num_layers *
-                             model->new_cache(1).row_size() * static_cast<int64_t>(sizeof(float)));
+    // The cache's own accounting (per-layer rows, sliding windows, shared layers).
+    max_cache_bytes =
+        std::max(max_cache_bytes, batch * model->new_cache(1).slot_bytes_at(16 + a.decode_tokens));
     decode.push_back({{"batch", batch}, {"tok_s", rate}, {"step_ms", 1e3 * batch / rate}});
   }
 
