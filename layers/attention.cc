@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/attend_head.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 
@@ -44,6 +45,10 @@ void attend_rows(const float* q, const KeyAt& key_at, const ValueAt& value_at, i
 
 void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
                  int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out) {
+  if (!eager_bf16) {
+    attend_head_f32(q, keys, values, row_stride, len, d, scale, scores, out);
+    return;
+  }
   attend_rows(
       q, [&](int64_t j) { return keys + j * row_stride; },
       [&](int64_t j) { return values + j * row_stride; }, len, d,
@@ -98,6 +103,12 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         const float* keys = stored.key(layer, slot, lo) + kvh * d;
         const float* values = stored.value(layer, slot, lo) + kvh * d;
         scores.resize(len);
+        if (!opt.score.eager_bf16 && opt.score.softcap <= 0) {
+          // fp32 scores, no softcap: the same arithmetic in one SIMD call (ops/attend_head.h).
+          attend_head_f32(&q[t * q_size + h * d], keys, values, kv_size, len, d, opt.score.scale,
+                          scores.data(), &out[t * q_size + h * d]);
+          continue;
+        }
         attend_rows(
             &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
             [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),

@@ -9,8 +9,8 @@
 //
 // k_j = keys + j * row_stride, v_j = values + j * row_stride; scores holds len
 // floats. Every row reduces over its own positions in position order only, so
-// batch invariance holds as before. Not yet wired into layers/attention.cc
-// (owned by another change this session); bench/attention_bench measures it.
+// batch invariance holds as before. layers/attention.cc uses it for fp32 scores
+// without softcapping over a full cache; bench/attention_bench measures it.
 #pragma once
 
 #include <cstdint>
