@@ -10,7 +10,7 @@
 #include "layers/attention.h"
 #include "layers/mlp.h"
 #include "layers/weights.h"
-#include "models/batch_check.h"
+#include "models/decoder_steps.h"
 #include "models/families.h"
 #include "models/gemma.h"
 #include "models/model_info.h"
@@ -67,19 +67,8 @@ class GemmaModel final : public CausalLM {
     norm_ = RMSNorm::load_unit_offset(w, "model.norm.weight", h, eps);
     w.finish();
 
-    info_.architecture = ctx.config.get<std::vector<std::string>>("architectures")[0];
-    info_.snapshot = ctx.snapshot;
-    info_.vocab_size = v;
-    info_.hidden_size = h;
-    info_.num_layers = cfg_.num_layers;
-    info_.max_position_embeddings = cfg_.max_position_embeddings;
-    info_.ignored_tensors = w.ignored();
-    info_.numerics = ctx.numerics;
-    for (const auto& name : ckpt->names()) {
-      if (!info_.ignored_tensors.count(name))
-        info_.num_parameters += num_elements(ckpt->info(name).shape);
-    }
-    read_special_token_ids(ctx, info_);
+    info_ = decoder_model_info(ctx, *ckpt, w.ignored(), v, h, cfg_.num_layers,
+                               cfg_.max_position_embeddings);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -152,23 +141,8 @@ class GemmaModel final : public CausalLM {
     capture("norm", normed.data(), m, h);
 
     // (rows, V) logits, only for the rows asked for.
-    const float* lm_in = normed.data();
-    int64_t rows = m;
-    std::vector<float> gathered;
-    if (!opt.logits_rows.empty()) {
-      rows = static_cast<int64_t>(opt.logits_rows.size());
-      gathered.resize(rows * h);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t t = opt.logits_rows[r];
-        if (t < 0 || t >= m)
-          throw InvalidArgument("logits row " + std::to_string(t) + " out of range");
-        std::copy_n(&normed[t * h], h, &gathered[r * h]);
-      }
-      lm_in = gathered.data();
-    }
-    out.logits.resize(rows * v);
-    lm_head_.forward(lm_in, rows, out.logits.data(), *pool_);
-    numerics_.round_eager(out.logits.data(), rows * v);  // transformers' bf16 logits
+    compute_logits(normed.data(), m, h, opt.logits_rows, lm_head_, numerics_, *pool_, out.logits);
+    const int64_t rows = static_cast<int64_t>(out.logits.size()) / v;
     softcap_logits(out.logits.data(), rows * v, cfg_.final_logit_softcapping, numerics_);
     capture("logits", out.logits.data(), rows, v);
     for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);

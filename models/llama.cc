@@ -9,6 +9,7 @@
 #include "layers/attention.h"
 #include "layers/mlp.h"
 #include "layers/weights.h"
+#include "models/decoder_steps.h"
 #include "models/families.h"
 #include "models/model_info.h"
 #include "ops/elementwise.h"
@@ -140,19 +141,8 @@ class LlamaModel final : public CausalLM {
     }
     w.finish();
 
-    info_.architecture = ctx.config.get<std::vector<std::string>>("architectures")[0];
-    info_.snapshot = ctx.snapshot;
-    info_.vocab_size = v;
-    info_.hidden_size = h;
-    info_.num_layers = cfg_.num_layers;
-    info_.max_position_embeddings = cfg_.max_position_embeddings;
-    info_.ignored_tensors = w.ignored();
-    info_.numerics = ctx.numerics;
-    for (const auto& name : ckpt->names()) {
-      if (!info_.ignored_tensors.count(name))
-        info_.num_parameters += num_elements(ckpt->info(name).shape);
-    }
-    read_special_token_ids(ctx, info_);
+    info_ = decoder_model_info(ctx, *ckpt, w.ignored(), v, h, cfg_.num_layers,
+                               cfg_.max_position_embeddings);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -178,7 +168,7 @@ class LlamaModel final : public CausalLM {
   void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                ForwardResult& out) override {
     const int64_t m = batch.size(), h = cfg_.hidden_size, v = cfg_.vocab_size;
-    const auto new_lengths = check_batch(batch, cache);
+    const auto new_lengths = check_token_batch(batch, cache, cfg_.vocab_size);
     for (const auto& [slot, len] : new_lengths) cache.reserve(slot, len);
     for (const auto& name : opt.capture) {
       if (!capture_known(name)) throw InvalidArgument("unknown capture name '" + name + "'");
@@ -232,23 +222,8 @@ class LlamaModel final : public CausalLM {
       return;
     }
     // (rows, V) logits, only for the rows asked for.
-    const float* lm_in = normed.data();
-    int64_t rows = m;
-    std::vector<float> gathered;
-    if (!opt.logits_rows.empty()) {
-      rows = static_cast<int64_t>(opt.logits_rows.size());
-      gathered.resize(rows * h);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t t = opt.logits_rows[r];
-        if (t < 0 || t >= m)
-          throw InvalidArgument("logits row " + std::to_string(t) + " out of range");
-        std::copy_n(&normed[t * h], h, &gathered[r * h]);
-      }
-      lm_in = gathered.data();
-    }
-    out.logits.resize(rows * v);
-    lm_head_.forward(lm_in, rows, out.logits.data(), *pool_);
-    numerics_.round_eager(out.logits.data(), rows * v);  // transformers' bf16 logits
+    compute_logits(normed.data(), m, h, opt.logits_rows, lm_head_, numerics_, *pool_, out.logits);
+    const int64_t rows = static_cast<int64_t>(out.logits.size()) / v;
     capture("logits", out.logits.data(), rows, v);
     for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
   }
@@ -257,32 +232,6 @@ class LlamaModel final : public CausalLM {
   bool capture_known(const std::string& name) const {
     const auto names = capture_names();
     return std::find(names.begin(), names.end(), name) != names.end();
-  }
-
-  // Validates ids, slots and positions; returns each touched slot's new length.
-  std::map<int64_t, int64_t> check_batch(const TokenBatch& batch, const KvCache& cache) const {
-    if (batch.slot.size() != batch.ids.size() || batch.pos.size() != batch.ids.size()) {
-      throw InvalidArgument("batch ids/slot/pos sizes differ");
-    }
-    std::map<int64_t, int64_t> next;
-    for (int64_t t = 0; t < batch.size(); ++t) {
-      const int64_t id = batch.ids[t], slot = batch.slot[t];
-      if (id < 0 || id >= cfg_.vocab_size) {
-        throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(cfg_.vocab_size) + ")");
-      }
-      if (slot < 0 || slot >= cache.num_slots()) {
-        throw InvalidArgument("cache slot " + std::to_string(slot) + " out of range");
-      }
-      auto [it, fresh] = next.try_emplace(slot, cache.length(slot));
-      if (batch.pos[t] != it->second) {
-        throw InvalidArgument("position " + std::to_string(batch.pos[t]) + " of slot " +
-                              std::to_string(slot) + " does not continue its cache (expected " +
-                              std::to_string(it->second) + ")");
-      }
-      ++it->second;
-    }
-    return next;
   }
 
   std::shared_ptr<ThreadPool> pool_;

@@ -1,6 +1,7 @@
 #include "models/model_info.h"
 
 #include "base/error.h"
+#include "tensor/tensor.h"
 
 namespace hubzoo {
 namespace {
@@ -20,6 +21,27 @@ std::vector<int64_t> id_list(const nlohmann::json& j, const std::string& where) 
 }
 
 }  // namespace
+
+ModelInfo decoder_model_info(const LoadContext& ctx, const Checkpoint& checkpoint,
+                             const std::map<std::string, std::string>& ignored_tensors,
+                             int64_t vocab_size, int64_t hidden_size, int64_t num_layers,
+                             int64_t max_position_embeddings) {
+  ModelInfo info;
+  info.architecture = ctx.config.get<std::vector<std::string>>("architectures")[0];
+  info.snapshot = ctx.snapshot;
+  info.vocab_size = vocab_size;
+  info.hidden_size = hidden_size;
+  info.num_layers = num_layers;
+  info.max_position_embeddings = max_position_embeddings;
+  info.ignored_tensors = ignored_tensors;
+  info.numerics = ctx.numerics;
+  for (const auto& name : checkpoint.names()) {
+    if (!ignored_tensors.count(name))
+      info.num_parameters += num_elements(checkpoint.info(name).shape);
+  }
+  read_special_token_ids(ctx, info);
+  return info;
+}
 
 void read_special_token_ids(const LoadContext& ctx, ModelInfo& info) {
   const auto& c = ctx.config;

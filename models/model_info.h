@@ -1,9 +1,22 @@
 // Fields of ModelInfo every family fills the same way.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "io/safetensors.h"
 #include "models/causal_lm.h"
 
 namespace hubzoo {
+
+// The fields every decoder fills alike: architecture, snapshot, sizes,
+// numerics, the checkpoint's ignored tensors, the parameter count (tensors
+// used) and the special token ids.
+ModelInfo decoder_model_info(const LoadContext& ctx, const Checkpoint& checkpoint,
+                             const std::map<std::string, std::string>& ignored_tensors,
+                             int64_t vocab_size, int64_t hidden_size, int64_t num_layers,
+                             int64_t max_position_embeddings);
 
 // eos (list or int), bos and pad ids: generation_config.json wins over
 // config.json, as transformers' generate() does.

@@ -12,10 +12,8 @@ using Loader = std::unique_ptr<CausalLM> (*)(const LoadContext&);
 
 const std::map<std::string, Loader>& registry() {
   static const std::map<std::string, Loader> r = {
-      {"LlamaForCausalLM", load_llama},
-      {"Qwen2ForCausalLM", load_qwen2},
-      {"Qwen3ForCausalLM", load_qwen3},
-      {"Qwen3MoeForCausalLM", load_qwen3_moe},
+      {"LlamaForCausalLM", load_llama},        {"Qwen2ForCausalLM", load_qwen2},
+      {"Qwen3ForCausalLM", load_qwen3},        {"Qwen3MoeForCausalLM", load_qwen3_moe},
       {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
       {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
       {"Gemma4ForCausalLM", load_gemma4_text},  // models/gemma4.cc

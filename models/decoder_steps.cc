@@ -1,5 +1,6 @@
-#include "models/batch_check.h"
+#include "models/decoder_steps.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -30,6 +31,27 @@ std::map<int64_t, int64_t> check_token_batch(const TokenBatch& batch, const KvCa
     ++it->second;
   }
   return next;
+}
+
+void compute_logits(const float* normed, int64_t m, int64_t hidden,
+                    const std::vector<int64_t>& rows, const Linear& lm_head,
+                    const Numerics& numerics, ThreadPool& pool, std::vector<float>& logits) {
+  const float* in = normed;
+  const int64_t n = rows.empty() ? m : static_cast<int64_t>(rows.size());
+  std::vector<float> gathered;
+  if (!rows.empty()) {
+    gathered.resize(n * hidden);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t t = rows[r];
+      if (t < 0 || t >= m)
+        throw InvalidArgument("logits row " + std::to_string(t) + " out of range");
+      std::copy_n(&normed[t * hidden], hidden, &gathered[r * hidden]);
+    }
+    in = gathered.data();
+  }
+  logits.resize(n * lm_head.out_features());
+  lm_head.forward(in, n, logits.data(), pool);
+  numerics.round_eager(logits.data(), static_cast<int64_t>(logits.size()));
 }
 
 }  // namespace hubzoo

@@ -1,0 +1,30 @@
+// Steps every decoder's forward() shares: validating the TokenBatch before it
+// runs, and the logits of the rows asked for after the final norm.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "layers/batch.h"
+#include "layers/kv_cache.h"
+#include "layers/linear.h"
+#include "layers/numerics.h"
+#include "ops/thread_pool.h"
+
+namespace hubzoo {
+
+// Checks ids against the vocabulary, slots against the cache, and that each
+// slot's positions continue its cache in order; returns each touched slot's
+// new length. Throws InvalidArgument naming what is wrong.
+std::map<int64_t, int64_t> check_token_batch(const TokenBatch& batch, const KvCache& cache,
+                                             int64_t vocab_size);
+
+// logits [rows, vocab] = lm_head(normed rows), for `rows` of the batch's m
+// rows (every row when empty), rounded as transformers' bf16 logits in eager
+// mode. Throws InvalidArgument for a row out of range.
+void compute_logits(const float* normed, int64_t m, int64_t hidden,
+                    const std::vector<int64_t>& rows, const Linear& lm_head,
+                    const Numerics& numerics, ThreadPool& pool, std::vector<float>& logits);
+
+}  // namespace hubzoo
