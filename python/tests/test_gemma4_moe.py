@@ -15,17 +15,15 @@ iterates tiny_models.VARIANTS, test_gemma.py's long inputs past the window inclu
 
 from __future__ import annotations
 
-import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
 import _util
+from _moe import LONG, copy_checkpoint, long_prompt, our_routing, routing_mismatches
 
 VARIANT = "gemma4_moe"
-LONG = 600  # 60 sliding windows
 
 
 def hf_routing(hf, ids) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -50,49 +48,8 @@ def hf_routing(hf, ids) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return {i: (g["logits"], g["weights"], g["experts"]) for i, g in got.items()}
 
 
-def our_routing(ours, ids, layers):
-    names = [f"layers.{i}.mlp.{n}" for i in layers for n in ("router_logits", "routing_weights", "selected_experts")]
-    _, cap = ours.forward(ids[None], capture=names)
-    return {i: (cap[f"layers.{i}.mlp.router_logits"][0], cap[f"layers.{i}.mlp.routing_weights"][0],
-                cap[f"layers.{i}.mlp.selected_experts"][0].astype(np.int64)) for i in layers}
 
 
-def routing_mismatches(ours: dict, ref: dict) -> list[str]:
-    problems = []
-    for i in sorted(ref):
-        (lo, wo, eo), (lr, wr, er) = ours[i], ref[i]
-        if eo.shape != er.shape:
-            problems.append(f"layer {i}: experts shape {eo.shape} vs {er.shape}")
-            continue
-        bad = np.nonzero((eo != er).any(-1))[0]
-        if bad.size:
-            problems.append(f"layer {i}: selected experts differ at {bad.size} tokens, first {bad[:5].tolist()}")
-        err = float(np.max(np.abs(wo - wr)))
-        if err > 1e-5:
-            problems.append(f"layer {i}: routing weights differ by up to {err:.3g}")
-        err = float(np.max(np.abs(lo - lr)))
-        if err > 1e-4:
-            problems.append(f"layer {i}: router logits differ by up to {err:.3g}")
-    return problems
-
-
-def long_prompt(vocab: int) -> np.ndarray:
-    return _util.random_prompt(vocab, LONG, seed=99)
-
-
-def copy_with(src, dst, config_fields=None, edit_tensors=None):
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(src, dst)
-    if config_fields:
-        config = json.loads((dst / "config.json").read_text())
-        config.update(config_fields)
-        (dst / "config.json").write_text(json.dumps(config, indent=2))
-    if edit_tensors:
-        tensors = load_file(dst / "model.safetensors")
-        edit_tensors(tensors)
-        save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
 
 
 def test_every_layer_is_sparse(hf_tiny, our_tiny):
@@ -132,7 +89,7 @@ def test_planted_routing_change_is_caught(plant, hf_tiny, tiny_paths, hz, tmp_pa
     else:
         def edit(t):
             t["model.layers.0.router.per_expert_scale"][3] *= 1.5
-    planted = hz.CausalLM.from_pretrained(str(copy_with(tiny_paths[VARIANT], tmp_path / "p", fields, edit)))
+    planted = hz.CausalLM.from_pretrained(str(copy_checkpoint(tiny_paths[VARIANT], tmp_path / "p", fields, edit)))
     ids = long_prompt(hf.config.vocab_size)
     ref = hf_routing(hf, ids)
     problems = routing_mismatches(our_routing(planted, ids, sorted(ref)), ref)
@@ -153,7 +110,7 @@ def test_per_expert_layout_loads_identically(hf_tiny, our_tiny, tiny_paths, hz, 
                 t[f"{prefix}{e}.up_proj.weight"] = np.ascontiguousarray(gate_up[e, inter:])
                 t[f"{prefix}{e}.down_proj.weight"] = np.ascontiguousarray(down[e])
 
-    path = copy_with(tiny_paths[VARIANT], tmp_path / "split", edit_tensors=split)
+    path = copy_checkpoint(tiny_paths[VARIANT], tmp_path / "split", edit_tensors=split)
     ids = _util.random_prompt(hf_tiny(VARIANT).config.vocab_size, 41, seed=5)[None]
     split_model = hz.CausalLM.from_pretrained(str(path))
     assert np.array_equal(split_model.forward(ids), our_tiny(VARIANT).forward(ids))
@@ -161,13 +118,13 @@ def test_per_expert_layout_loads_identically(hf_tiny, our_tiny, tiny_paths, hz, 
 
 def test_missing_router_tensor_is_named(hz, tiny_paths, tmp_path):
     gone = "model.layers.1.router.per_expert_scale"
-    path = copy_with(tiny_paths[VARIANT], tmp_path / "missing", edit_tensors=lambda t: t.pop(gone))
+    path = copy_checkpoint(tiny_paths[VARIANT], tmp_path / "missing", edit_tensors=lambda t: t.pop(gone))
     with pytest.raises(hz.TensorMappingError, match=gone.replace(".", r"\.")):
         hz.CausalLM.from_pretrained(str(path))
 
 
 def test_moe_tensors_without_enable_moe_block_are_a_mapping_error(hz, tiny_paths, tmp_path):
-    path = copy_with(tiny_paths[VARIANT], tmp_path / "off", {"enable_moe_block": False})
+    path = copy_checkpoint(tiny_paths[VARIANT], tmp_path / "off", {"enable_moe_block": False})
     with pytest.raises(hz.TensorMappingError, match=r"router"):
         hz.CausalLM.from_pretrained(str(path))
 

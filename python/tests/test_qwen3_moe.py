@@ -29,9 +29,9 @@ import pytest
 import torch
 
 import _util
+from _moe import LONG, copy_checkpoint, long_prompt, our_routing, routing_mismatches
 
 MOE_VARIANTS = [v for v, (arch, _) in _util.tiny_models.VARIANTS.items() if arch == "Qwen3MoeForCausalLM"]
-LONG = 600
 
 
 @pytest.fixture(params=MOE_VARIANTS, scope="module")
@@ -63,46 +63,8 @@ def hf_routing(hf, ids) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return got
 
 
-def our_routing(ours, ids, layers) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    names = [f"layers.{i}.mlp.{n}" for i in layers for n in ("router_logits", "routing_weights", "selected_experts")]
-    _, cap = ours.forward(ids[None], capture=names)
-    return {i: (cap[f"layers.{i}.mlp.router_logits"][0], cap[f"layers.{i}.mlp.routing_weights"][0],
-                cap[f"layers.{i}.mlp.selected_experts"][0].astype(np.int64)) for i in layers}
 
 
-def routing_mismatches(ours: dict, ref: dict) -> list[str]:
-    """Every way our routing differs from transformers' (empty: equal)."""
-    problems = []
-    if sorted(ours) != sorted(ref):
-        return [f"sparse layers {sorted(ours)} vs transformers' {sorted(ref)}"]
-    for i in sorted(ref):
-        (lo, wo, eo), (lr, wr, er) = ours[i], ref[i]
-        if eo.shape != er.shape:
-            problems.append(f"layer {i}: experts shape {eo.shape} vs {er.shape}")
-            continue
-        bad = np.nonzero((eo != er).any(-1))[0]
-        if bad.size:
-            problems.append(f"layer {i}: selected experts differ at {bad.size} tokens, first {bad[:5].tolist()}: "
-                            f"{eo[bad[0]].tolist()} vs {er[bad[0]].tolist()}")
-        err = float(np.max(np.abs(wo - wr)))
-        if err > 1e-5:
-            problems.append(f"layer {i}: routing weights differ by up to {err:.3g}")
-        err = float(np.max(np.abs(lo - lr)))
-        if err > 1e-4:
-            problems.append(f"layer {i}: router logits differ by up to {err:.3g}")
-    return problems
-
-
-def long_prompt(vocab: int) -> np.ndarray:
-    return _util.random_prompt(vocab, LONG, seed=99)
-
-
-def copy_with_config(src, dst, **fields):
-    shutil.copytree(src, dst)
-    config = json.loads((dst / "config.json").read_text())
-    config.update(fields)
-    (dst / "config.json").write_text(json.dumps(config, indent=2))
-    return dst
 
 
 def test_sparse_layers_match_transformers(variant, hf_tiny, our_tiny):
@@ -137,7 +99,7 @@ def test_planted_routing_change_is_caught(variant, plant, hf_tiny, tiny_paths, h
     hf = hf_tiny(variant)
     fields = ({"norm_topk_prob": not hf.config.norm_topk_prob} if plant == "flip_norm_topk_prob"
               else {"num_experts_per_tok": hf.config.num_experts_per_tok + 1})
-    planted = hz.CausalLM.from_pretrained(str(copy_with_config(tiny_paths[variant], tmp_path / "p", **fields)))
+    planted = hz.CausalLM.from_pretrained(str(copy_checkpoint(tiny_paths[variant], tmp_path / "p", fields)))
     ids = long_prompt(hf.config.vocab_size)
     ref = hf_routing(hf, ids)
     problems = routing_mismatches(our_routing(planted, ids, sorted(ref)), ref)
@@ -147,15 +109,12 @@ def test_planted_routing_change_is_caught(variant, plant, hf_tiny, tiny_paths, h
 
 def test_tied_router_rows_order_as_torch_topk(variant, tiny_paths, hz, tmp_path):
     """Experts 1 and 2 share a router row in every sparse layer: equal probabilities at every token."""
-    from safetensors.numpy import load_file, save_file
+    def tie(tensors):
+        for name, value in tensors.items():
+            if name.endswith("mlp.gate.weight"):
+                value[2] = value[1]
 
-    path = tmp_path / "tied"
-    shutil.copytree(tiny_paths[variant], path)
-    tensors = load_file(path / "model.safetensors")
-    for name, value in tensors.items():
-        if name.endswith("mlp.gate.weight"):
-            value[2] = value[1]
-    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    path = copy_checkpoint(tiny_paths[variant], tmp_path / "tied", edit_tensors=tie)
     hf = _util.tiny_models.load_hf(path)
     ids = long_prompt(hf.config.vocab_size)
     ref = hf_routing(hf, ids)
@@ -199,7 +158,7 @@ def test_fused_expert_layout_loads_identically(variant, hf_tiny, our_tiny, tiny_
     ({"num_experts": 6, "num_local_experts": 8}, ["num_experts", "num_local_experts"]),
 ])
 def test_bad_config_is_a_config_error(hz, tiny_paths, tmp_path, fields, words):
-    path = copy_with_config(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "bad", **fields)
+    path = copy_checkpoint(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "bad", fields)
     with pytest.raises(hz.ConfigError) as e:
         hz.CausalLM.from_pretrained(str(path))
     for w in words:
@@ -207,20 +166,15 @@ def test_bad_config_is_a_config_error(hz, tiny_paths, tmp_path, fields, words):
 
 
 def test_missing_expert_tensor_is_named(hz, tiny_paths, tmp_path):
-    from safetensors.numpy import load_file, save_file
-
-    path = tmp_path / "missing"
-    shutil.copytree(tiny_paths["qwen3_moe_norm_mlp_only"], path)
-    tensors = load_file(path / "model.safetensors")
     gone = "model.layers.2.mlp.experts.5.up_proj.weight"
-    del tensors[gone]
-    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    path = copy_checkpoint(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "missing",
+                           edit_tensors=lambda t: t.pop(gone))
     with pytest.raises(hz.TensorMappingError, match=gone.replace(".", r"\.")):
         hz.CausalLM.from_pretrained(str(path))
 
 
 def test_fewer_experts_in_config_than_checkpoint_is_a_mapping_error(hz, tiny_paths, tmp_path):
-    path = copy_with_config(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "seven", num_local_experts=7)
+    path = copy_checkpoint(tiny_paths["qwen3_moe_norm_mlp_only"], tmp_path / "seven", {"num_local_experts": 7})
     with pytest.raises(hz.TensorMappingError, match=r"mlp\.gate\.weight"):
         hz.CausalLM.from_pretrained(str(path))
 
@@ -289,20 +243,17 @@ def test_verify_routing_rows_count_and_pass(hz, tiny_paths, verify_long_referenc
 def test_verify_routing_check_has_teeth(hz, tiny_paths, tmp_path, verify_long_reference, plant):
     """Our model from a planted copy of the checkpoint, the reference from the original:
     "routing kept where confident" fails, full forward and cached decode."""
-    from safetensors.numpy import load_file, save_file
-
     inp, names, ref = verify_long_reference
     src = tiny_paths[MOE_VARIANTS[0]]
     if plant == "top_k_plus_one":
         config = json.loads((src / "config.json").read_text())
-        path = copy_with_config(src, tmp_path / plant, num_experts_per_tok=config["num_experts_per_tok"] + 1)
+        path = copy_checkpoint(src, tmp_path / plant, {"num_experts_per_tok": config["num_experts_per_tok"] + 1})
     else:  # the last sparse layer's router routes expert 0's tokens to expert 1 and back
-        path = tmp_path / plant
-        shutil.copytree(src, path)
-        tensors = load_file(path / "model.safetensors")
-        gate = tensors["model.layers.2.mlp.gate.weight"]
-        gate[[0, 1]] = gate[[1, 0]]
-        save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+        def swap(tensors):
+            gate = tensors["model.layers.2.mlp.gate.weight"]
+            gate[[0, 1]] = gate[[1, 0]]
+
+        path = copy_checkpoint(src, tmp_path / plant, edit_tensors=swap)
     checks, got = _routing_checks(hz, path, inp, names, ref)
     assert checks["routing_full"]["pass"] is False and checks["routing_cached"]["pass"] is False, got
     assert got["kept"] < got["pairs"] and got["lost"]
