@@ -160,11 +160,16 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
     : opt_(opt), numerics_(w.numerics()), rope_(rope) {
   const int64_t q_size = opt.num_heads * opt.head_dim;
   const int64_t kv_size = opt.num_kv_heads * opt.head_dim;
-  q_proj_ = Linear::load(w, prefix + ".q_proj", opt.hidden_size, q_size, opt.qkv_bias);
-  if (!opt.kv_shared) {
-    k_proj_ = Linear::load(w, prefix + ".k_proj", opt.hidden_size, kv_size, opt.qkv_bias);
-    if (!opt.k_eq_v) {
-      v_proj_ = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+  const Linear q = Linear::load(w, prefix + ".q_proj", opt.hidden_size, q_size, opt.qkv_bias);
+  if (opt.kv_shared) {
+    qkv_proj_ = Linear::concat({&q});
+  } else {
+    const Linear k = Linear::load(w, prefix + ".k_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+    if (opt.k_eq_v) {
+      qkv_proj_ = Linear::concat({&q, &k});
+    } else {
+      const Linear v = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
+      qkv_proj_ = Linear::concat({&q, &k, &v});
     }
   }
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
@@ -189,9 +194,19 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   const int64_t d = opt_.head_dim, nh = opt_.num_heads, nkv = opt_.num_kv_heads;
   const int64_t q_size = nh * d, kv_size = nkv * d;
   const Numerics& num = numerics_;
-  std::vector<float> q(m * q_size);  // [M, heads*D]
-  q_proj_.forward(x, m, q.data(), pool);
-  num.round_eager(q.data(), m * q_size);
+  // One matmul for q, k and v: [M, q_size | kv_size | kv_size], split below.
+  const int64_t fused = qkv_proj_.out_features();
+  std::vector<float> qkv(m * fused);
+  qkv_proj_.forward(x, m, qkv.data(), pool);
+  num.round_eager(qkv.data(), m * fused);
+  const auto take = [&](int64_t offset, int64_t size, std::vector<float>& dst) {
+    dst.resize(m * size);
+    for (int64_t t = 0; t < m; ++t) {
+      std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
+    }
+  };
+  std::vector<float> q;  // [M, heads*D]
+  take(0, q_size, q);
   auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
     if (num.eager_bf16()) {
       norm.forward(data, rows, data);
@@ -211,15 +226,11 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   } else {
     auto& k = own.k;
     auto& v = own.v;
-    k.resize(m * kv_size);
-    k_proj_.forward(x, m, k.data(), pool);
-    num.round_eager(k.data(), m * kv_size);
+    take(q_size, kv_size, k);
     if (opt_.k_eq_v) {
       v = k;  // transformers: value_states = the k_proj output, before k_norm
     } else {
-      v.resize(m * kv_size);
-      v_proj_.forward(x, m, v.data(), pool);
-      num.round_eager(v.data(), m * kv_size);
+      take(q_size + kv_size, kv_size, v);
     }
     if (k_norm_) norm_heads(*k_norm_, k.data(), m * nkv);
     if (v_norm_) v_norm_->forward(v.data(), m * nkv, v.data());

@@ -113,7 +113,9 @@ class Attention {
   AttentionOptions opt_;
   Numerics numerics_;
   const Rope* rope_;
-  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  // q_proj, k_proj (unless kv_shared) and v_proj (unless k_eq_v) as one
+  // Linear (Linear::concat): outputs [M, q_size | kv_size | kv_size].
+  Linear qkv_proj_, o_proj_;
   std::optional<RMSNorm> q_norm_, k_norm_, v_norm_;
 };
 

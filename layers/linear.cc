@@ -13,6 +13,32 @@ Linear Linear::load(WeightLoader& w, const std::string& prefix, int64_t in, int6
   return l;
 }
 
+Linear Linear::concat(const std::vector<const Linear*>& parts) {
+  if (parts.empty()) throw InvalidArgument("Linear::concat: no parts");
+  const int64_t k = parts[0]->in_features();
+  const bool bf16 = parts[0]->weight.is_bf16(), has_bias = parts[0]->bias.has_value();
+  int64_t n = 0;
+  for (const Linear* p : parts) {
+    if (p->in_features() != k || p->weight.is_bf16() != bf16 || p->bias.has_value() != has_bias) {
+      throw InvalidArgument("Linear::concat: parts differ in input size, dtype or bias");
+    }
+    n += p->out_features();
+  }
+  // Unpacked rows, repacked as one matrix: exact (bf16 values widen to fp32
+  // and round back to themselves).
+  std::vector<float> rows(static_cast<size_t>(n * k));
+  std::vector<float> bias;
+  int64_t row = 0;
+  for (const Linear* p : parts) {
+    for (int64_t r = 0; r < p->out_features(); ++r, ++row) p->weight.copy_row(r, &rows[row * k]);
+    if (has_bias) bias.insert(bias.end(), p->bias->data(), p->bias->data() + p->out_features());
+  }
+  Linear l;
+  l.weight = bf16 ? pack_weights_bf16(rows.data(), n, k) : pack_weights(rows.data(), n, k);
+  if (has_bias) l.bias = FloatWeights(std::move(bias));
+  return l;
+}
+
 void Linear::forward(const float* x, int64_t m, float* y, ThreadPool& pool) const {
   MatmulArgs a;
   a.x = x;

@@ -16,6 +16,13 @@ struct Linear {
 
   static Linear load(WeightLoader& w, const std::string& prefix, int64_t in, int64_t out,
                      bool has_bias);
+  // One Linear computing parts[0], parts[1], ... side by side (outputs
+  // concatenated in that order), e.g. q/k/v or gate/up: x is read and packed
+  // once, one parallel job instead of several. Every output element is the
+  // same chain over K as in its own part, so the values are bit for bit those
+  // of the separate projections. The parts must share in_features and dtype;
+  // either all or none have a bias.
+  static Linear concat(const std::vector<const Linear*>& parts);
   int64_t in_features() const { return weight.k; }
   int64_t out_features() const { return weight.n; }
   // x: [m, in] -> y: [m, out]

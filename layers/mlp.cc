@@ -22,40 +22,43 @@ GatedMlp::GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, i
                    bool bias, Activation act)
     : numerics_(w.numerics()),
       act_(act),
-      gate_(Linear::load(w, prefix + ".gate_proj", hidden, intermediate, bias)),
-      up_(Linear::load(w, prefix + ".up_proj", hidden, intermediate, bias)),
-      down_(Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias)) {}
+      down_(Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias)) {
+  const Linear gate = Linear::load(w, prefix + ".gate_proj", hidden, intermediate, bias);
+  const Linear up = Linear::load(w, prefix + ".up_proj", hidden, intermediate, bias);
+  gate_up_ = Linear::concat({&gate, &up});
+}
 
 GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activation act)
     : numerics_(numerics),
       act_(act),
-      gate_(std::move(gate)),
-      up_(std::move(up)),
+      gate_up_(Linear::concat({&gate, &up})),
       down_(std::move(down)) {}
 
 void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) const {
-  const int64_t inter = gate_.out_features();
-  std::vector<float> gate(m * inter), up(m * inter);  // [M, intermediate]
-  gate_.forward(x, m, gate.data(), pool);
-  up_.forward(x, m, up.data(), pool);
-  if (act_ == Activation::kGeluTanh) {
-    // transformers: act(gate) * up; in bf16 gate, up, the activation and the
-    // product are each rounded.
-    numerics_.round_eager(gate.data(), m * inter);
-    numerics_.round_eager(up.data(), m * inter);
-    for (int64_t i = 0; i < m * inter; ++i) {
-      gate[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gate[i])) * up[i]);
+  const int64_t inter = down_.in_features();
+  std::vector<float> gate_up(m * 2 * inter);  // [M, gate | up]
+  gate_up_.forward(x, m, gate_up.data(), pool);
+  std::vector<float> gate(m * inter);  // act(gate) * up: [M, intermediate]
+  for (int64_t r = 0; r < m; ++r) {
+    float* g = &gate_up[r * 2 * inter];
+    const float* u = g + inter;
+    float* h = &gate[r * inter];
+    if (act_ == Activation::kGeluTanh) {
+      // transformers: act(gate) * up; in bf16 gate, up, the activation and the
+      // product are each rounded.
+      for (int64_t i = 0; i < inter; ++i) {
+        const float gi = numerics_.round_eager(g[i]), ui = numerics_.round_eager(u[i]);
+        h[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gi)) * ui);
+      }
+    } else if (numerics_.eager_bf16()) {
+      // transformers in bf16: gate, up, silu(gate) and the product each rounded.
+      for (int64_t i = 0; i < inter; ++i) {
+        const float gi = round_bf16(g[i]), ui = round_bf16(u[i]);
+        h[i] = round_bf16(round_bf16(gi / (1.0f + std::exp(-gi))) * ui);
+      }
+    } else {
+      silu_mul(g, u, inter, h);
     }
-  } else if (numerics_.eager_bf16()) {
-    // transformers in bf16: gate, up, silu(gate) and the product each rounded.
-    round_bf16(gate.data(), m * inter);
-    round_bf16(up.data(), m * inter);
-    for (int64_t i = 0; i < m * inter; ++i) {
-      const float g = gate[i];
-      gate[i] = round_bf16(round_bf16(g / (1.0f + std::exp(-g))) * up[i]);
-    }
-  } else {
-    silu_mul(gate.data(), up.data(), m * inter, gate.data());
   }
   down_.forward(gate.data(), m, out, pool);
   numerics_.round_eager(out, m * down_.out_features());

@@ -28,7 +28,8 @@ class GatedMlp {
  private:
   Numerics numerics_;
   Activation act_;
-  Linear gate_, up_, down_;
+  Linear gate_up_;  // gate_proj and up_proj as one Linear: [M, intermediate | intermediate]
+  Linear down_;
 };
 
 }  // namespace hubzoo
