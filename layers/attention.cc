@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "ops/attend_head.h"
+#include "ops/attend_online.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 
@@ -90,25 +91,70 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
     return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
   };
 
+  // fp32 scores without softcap: one pass with an online softmax over keys
+  // transposed into blocks of 16 positions (ops/attend_online.h), every query
+  // head of a key/value head in one call. Rows are taken from both ends of
+  // the batch in turn, so that the contiguous halves the threads get hold
+  // as many long causal rows as short ones.
+  const bool online = !opt.score.eager_bf16 && opt.score.softcap <= 0;
+  const auto row_of = [m](int64_t i) { return i % 2 == 0 ? i / 2 : m - 1 - i / 2; };
+
   if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
+    if (online) {
+      // Key blocks of each (slot, key/value head) over the slot's positions
+      // [0, end), built once for all the batch's rows of that slot.
+      std::vector<int64_t> end(cache.num_slots(), 0), offset(cache.num_slots(), 0), slots;
+      for (int64_t t = 0; t < m; ++t) {
+        end[batch.slot[t]] = std::max<int64_t>(end[batch.slot[t]], batch.pos[t] + 1);
+      }
+      int64_t floats = 0;
+      for (int64_t s = 0; s < cache.num_slots(); ++s) {
+        if (end[s] == 0) continue;
+        slots.push_back(s);
+        offset[s] = floats;
+        floats += nkv * key_blocks(0, end[s]) * d * kKeyBlock;
+      }
+      // Kept from call to call (no page faults per layer). Workers see only
+      // the pointer: a thread_local named inside the jobs would be their own.
+      thread_local std::vector<float> blocks;
+      if (static_cast<int64_t>(blocks.size()) < floats) blocks.resize(floats);
+      float* const block_base = blocks.data();
+      const auto head_blocks = [&](int64_t slot, int64_t kvh) {
+        return block_base + offset[slot] + kvh * key_blocks(0, end[slot]) * d * kKeyBlock;
+      };
+      const int64_t n_slots = static_cast<int64_t>(slots.size());
+      pool.parallel_for(n_slots * nkv, 1, [&](int64_t begin, int64_t stop) {
+        for (int64_t item = begin; item < stop; ++item) {
+          const int64_t slot = slots[item / nkv], kvh = item % nkv;
+          transpose_key_blocks(stored.key(layer, slot, 0) + kvh * d, kv_size, 0, end[slot], d,
+                               head_blocks(slot, kvh));
+        }
+      });
+      pool.parallel_for(m * nkv, 1, [&](int64_t begin, int64_t stop) {
+        for (int64_t item = begin; item < stop; ++item) {
+          const int64_t t = row_of(item / nkv), kvh = item % nkv;
+          const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+          const int64_t at = t * q_size + kvh * group * d;
+          attend_online_f32(&q[at], d, group,
+                            head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
+                            stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
+                            batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
+        }
+      });
+      return;
+    }
     // Each (row, head) reduces over its own sequence's positions in position
     // order, whatever else is in the batch.
     pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scores;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = item / nh, h = item % nh, kvh = h / group;
+        const int64_t t = row_of(item / nh), h = item % nh, kvh = h / group;
         const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
         const int64_t len = batch.pos[t] + 1 - lo;
         const float* keys = stored.key(layer, slot, lo) + kvh * d;
         const float* values = stored.value(layer, slot, lo) + kvh * d;
         scores.resize(len);
-        if (!opt.score.eager_bf16 && opt.score.softcap <= 0) {
-          // fp32 scores, no softcap: the same arithmetic in one SIMD call (ops/attend_head.h).
-          attend_head_f32(&q[t * q_size + h * d], keys, values, kv_size, len, d, opt.score.scale,
-                          scores.data(), &out[t * q_size + h * d]);
-          continue;
-        }
         attend_rows(
             &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
             [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),
@@ -130,10 +176,15 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
     }
     r.push_back(t);
   }
-  pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+  // A row's keys and values are gathered (from the ring and from this chunk)
+  // into contiguous rows first.
+  const int64_t heads_per_item = online ? group : 1;
+  pool.parallel_for(m * nh / heads_per_item, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, keys, values, key_blocks_buf;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / nh, h = item % nh, kvh = h / group;
+      const int64_t per_row = nh / heads_per_item;
+      const int64_t t = row_of(item / per_row), h = item % per_row * heads_per_item,
+                    kvh = h / group;
       const int64_t slot = batch.slot[t], p = batch.pos[t], lo = first_visible(p);
       const int64_t cached = stored.length(slot), len = p + 1 - lo;
       const std::vector<int64_t>& chunk = rows[slot];
@@ -147,6 +198,19 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         return (pj < cached ? stored.value(layer, slot, pj) : &v[chunk[pj - cached] * kv_size]) +
                kvh * d;
       };
+      if (online) {
+        keys.resize(len * d);
+        values.resize(len * d);
+        for (int64_t j = 0; j < len; ++j) {
+          std::copy_n(key_at(j), d, &keys[j * d]);
+          std::copy_n(value_at(j), d, &values[j * d]);
+        }
+        key_blocks_buf.resize(key_blocks(lo % kKeyBlock, len) * d * kKeyBlock);
+        transpose_key_blocks(keys.data(), d, lo % kKeyBlock, len, d, key_blocks_buf.data());
+        attend_online_f32(&q[t * q_size + h * d], d, group, key_blocks_buf.data(), values.data(), d,
+                          lo % kKeyBlock, len, d, opt.score.scale, &out[t * q_size + h * d], d);
+        continue;
+      }
       scores.resize(len);
       attend_rows(&q[t * q_size + h * d], key_at, value_at, len, d, opt.score, scores.data(),
                   &out[t * q_size + h * d]);

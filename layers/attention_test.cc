@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "layers/attention.h"
+#include "ops/attend_online.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -113,14 +114,19 @@ TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
   KvCache full(1, 2, kKv);
   const auto opt = options(false, 0.0f);
   const auto out = run(full, seqs, {{20}, {20}}, opt, pool);
-  std::vector<float> scores(kWindow), expect(kDim);
+  std::vector<float> blocks, expect(kDim);
   for (int64_t p = 0; p < 20; ++p) {
-    const int64_t lo = std::max<int64_t>(0, p - kWindow + 1);
+    const int64_t lo = std::max<int64_t>(0, p - kWindow + 1), len = p - lo + 1;
+    const int64_t lane0 = lo % kKeyBlock;  // blocks are aligned to the sequence
     for (int64_t h = 0; h < kHeads; ++h) {
       const int64_t kvh = h / (kHeads / kKvHeads);
-      attend_head(&seqs[0].q[p * kQ + h * kDim], &seqs[0].k[lo * kKv + kvh * kDim],
-                  &seqs[0].v[lo * kKv + kvh * kDim], kKv, p - lo + 1, kDim, 0.3f, false,
-                  scores.data(), expect.data());
+      // fp32 without softcap is ops/attend_online.h's arithmetic over the window alone.
+      blocks.assign(key_blocks(lane0, len) * kDim * kKeyBlock, 0.0f);
+      transpose_key_blocks_reference(&seqs[0].k[lo * kKv + kvh * kDim], kKv, lane0, len, kDim,
+                                     blocks.data());
+      attend_online_f32_reference(&seqs[0].q[p * kQ + h * kDim], kDim, 1, blocks.data(),
+                                  &seqs[0].v[lo * kKv + kvh * kDim], kKv, lane0, len, kDim, 0.3f,
+                                  expect.data(), kDim);
       for (int64_t i = 0; i < kDim; ++i) EXPECT_EQ(out[0][p * kQ + h * kDim + i], expect[i]);
     }
   }

@@ -1,0 +1,70 @@
+// Attention of query rows over a range of cached positions in fp32, one pass
+// over the keys with an online softmax (the "flash attention" order), the
+// keys read as 16-position blocks transposed to [dim][16] so that the scores
+// of 16 positions are one vector.
+//
+// Positions are grouped into blocks of kKeyBlock that are aligned to the
+// sequence (block b holds positions 16b .. 16b + 15), whatever range a row
+// reads: a row with visible positions [lo, p] starts in block lo / 16 at lane
+// lo % 16 (`lane0`). The arithmetic of one (query row, head), exactly, is:
+//
+//   per block, for each visible lane i (key k_i, value v_i):
+//     s_i = (c0 + c1) + (c2 + c3), c_r = fma chain over the dims d with
+//           d % 4 == r, in order, from 0: c_r = fma(q[d], k_i[d], c_r)
+//     s_i = s_i * scale                     (lanes not visible: -inf)
+//     m'  = max(m, max_i s_i)               (m = -inf before the first block)
+//     a   = exp(m - m'),  p_i = exp(s_i - m')
+//     l_i = fma(l_i, a, p_i)                (16 lanes of l kept apart, from 0)
+//     o[d] = o[d] * a, then o[d] = fma(p_i, v_i[d], o[d]) over visible i in order
+//   out[d] = o[d] / L, L = sum of the 16 lanes of l: lanes i and i + 8 first,
+//   then i + 4, i + 2, i + 1 (pairwise, fixed order)
+//
+// exp is the polynomial of exp_f32() below, the same bits in every
+// implementation. So a row's result depends only on its query, its visible
+// keys and values and their positions: not on the other rows of a batch, the
+// thread count or the SIMD target (targets without a native FMA run the
+// scalar reference). Rows that share a key/value head are passed together so
+// that each key and value is loaded once for all of them.
+#pragma once
+
+#include <cstdint>
+
+namespace hubzoo {
+
+constexpr int64_t kKeyBlock = 16;
+
+// Number of blocks a range of `len` positions starting at lane `lane0` spans.
+inline int64_t key_blocks(int64_t lane0, int64_t len) {
+  return (lane0 + len + kKeyBlock - 1) / kKeyBlock;
+}
+
+// Keys j = 0..len-1 (key j at keys + j * stride, d floats) into blocks
+// kt[key_blocks(lane0, len)][d][16]: key j is lane (lane0 + j) % 16 of block
+// (lane0 + j) / 16. Lanes outside the range are set to 0.
+void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int64_t len, int64_t d,
+                          float* kt);
+void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t lane0, int64_t len,
+                                    int64_t d, float* kt);
+
+// nq query rows (row g at q + g * q_stride, d floats) over positions j =
+// 0..len-1: keys in `kt` (as transpose_key_blocks wrote them for this lane0;
+// lanes before lane0 and past the range may hold anything finite), value j at
+// values + j * v_stride. Row g's result goes to out + g * out_stride. len == 0
+// gives zeros.
+void attend_online_f32(const float* q, int64_t q_stride, int64_t nq, const float* kt,
+                       const float* values, int64_t v_stride, int64_t lane0, int64_t len, int64_t d,
+                       float scale, float* out, int64_t out_stride);
+
+// The same arithmetic in scalar code (std::fma), one row and one lane at a time.
+void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, const float* kt,
+                                 const float* values, int64_t v_stride, int64_t lane0, int64_t len,
+                                 int64_t d, float scale, float* out, int64_t out_stride);
+
+// exp(x) for x <= 0 as the kernel computes it (Cephes' expf polynomial with
+// round-to-nearest range reduction; relative error < 2^-22): 0 below -87,
+// exactly 1 at 0.
+float exp_f32(float x);
+
+const char* attend_online_target_name();
+
+}  // namespace hubzoo

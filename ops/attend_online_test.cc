@@ -1,0 +1,142 @@
+#include "ops/attend_online.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "hwy/targets.h"
+
+namespace hubzoo {
+namespace {
+
+std::vector<float> random_values(int64_t count, uint32_t seed, int max_exponent = 2) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-4, max_exponent);
+  std::vector<float> v(count);
+  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
+  return v;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// softmax(q k^T * scale) v in double, the textbook two-pass way.
+std::vector<double> attention_double(const float* q, const float* keys, const float* values,
+                                     int64_t stride, int64_t len, int64_t d, float scale) {
+  std::vector<double> s(len), out(d, 0.0);
+  double max = -std::numeric_limits<double>::infinity(), total = 0.0;
+  for (int64_t j = 0; j < len; ++j) {
+    double dot = 0.0;
+    for (int64_t k = 0; k < d; ++k) dot += static_cast<double>(q[k]) * keys[j * stride + k];
+    s[j] = dot * scale;
+    max = std::max(max, s[j]);
+  }
+  for (int64_t j = 0; j < len; ++j) total += (s[j] = std::exp(s[j] - max));
+  for (int64_t j = 0; j < len; ++j) {
+    for (int64_t k = 0; k < d; ++k) out[k] += s[j] / total * values[j * stride + k];
+  }
+  return out;
+}
+
+TEST(AttendOnline, ExpMatchesStdExp) {
+  EXPECT_EQ(exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(exp_f32(-88.0f), 0.0f);
+  EXPECT_EQ(exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  double worst = 0.0;
+  for (float x = -86.99f; x <= 0.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(exp_f32(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);  // 2^-22
+}
+
+TEST(AttendOnline, BitIdenticalToScalarReferenceOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    EXPECT_STREQ(attend_online_target_name(), hwy::TargetName(target));
+    for (int64_t d : {64, 128, 48, 100, 7, 8, 256}) {
+      for (int64_t len : {1, 2, 5, 16, 17, 33, 300}) {
+        for (int64_t lane0 : {0, 5, 15}) {
+          for (int64_t nq : {1, 3, 9}) {
+            const int64_t stride = 3 * d + 5;  // rows of a KV cache with other heads between
+            const uint32_t seed = static_cast<uint32_t>(d * 1000 + len * 10 + lane0 + nq);
+            const auto q = random_values(nq * (d + 3), 1 + seed);
+            const auto k = random_values(len * stride, 2 + seed);
+            const auto v = random_values(len * stride, 3 + seed);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+            const int64_t blocks = key_blocks(lane0, len);
+            std::vector<float> kt1(blocks * d * kKeyBlock, 9.0f), kt2(kt1.size(), -9.0f);
+            transpose_key_blocks(k.data() + 2, stride, lane0, len, d, kt1.data());
+            transpose_key_blocks_reference(k.data() + 2, stride, lane0, len, d, kt2.data());
+            for (size_t i = 0; i < kt1.size(); ++i) ASSERT_EQ(bits(kt1[i]), bits(kt2[i])) << i;
+            std::vector<float> o1(nq * (d + 1), 7.0f), o2(nq * (d + 1), -7.0f);
+            attend_online_f32(q.data(), d + 3, nq, kt1.data(), v.data() + 1, stride, lane0, len, d,
+                              scale, o1.data(), d + 1);
+            attend_online_f32_reference(q.data(), d + 3, nq, kt1.data(), v.data() + 1, stride,
+                                        lane0, len, d, scale, o2.data(), d + 1);
+            for (int64_t g = 0; g < nq; ++g) {
+              for (int64_t i = 0; i < d; ++i) {
+                ASSERT_EQ(bits(o1[g * (d + 1) + i]), bits(o2[g * (d + 1) + i]))
+                    << "d " << d << " len " << len << " lane0 " << lane0 << " row " << g;
+              }
+              // And it is attention: close to the double-precision two-pass result.
+              const auto want = attention_double(q.data() + g * (d + 3), k.data() + 2, v.data() + 1,
+                                                 stride, len, d, scale);
+              for (int64_t i = 0; i < d; ++i) {
+                ASSERT_NEAR(o1[g * (d + 1) + i], want[i], 2e-6 * (1.0 + std::fabs(want[i])))
+                    << "d " << d << " len " << len << " row " << g << " col " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+// A row that reads positions [lo, p] of a sequence gives the same bits from
+// the blocks of the whole sequence (offset to block lo / 16, lane lo % 16) as
+// from blocks built for its range alone; and alone as in a group of rows.
+TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
+  const int64_t d = 64, n = 200, stride = d;
+  const auto k = random_values(n * d, 11), v = random_values(n * d, 12);
+  const auto q = random_values(4 * d, 13, 4);  // large scores: the running max moves
+  std::vector<float> all(key_blocks(0, n) * d * kKeyBlock);
+  transpose_key_blocks(k.data(), stride, 0, n, d, all.data());
+  for (int64_t lo : {0, 1, 16, 37, 150}) {
+    for (int64_t p : {lo, lo + 15, lo + 16, n - 1}) {
+      if (p >= n) continue;
+      const int64_t len = p - lo + 1, lane0 = lo % kKeyBlock;
+      std::vector<float> own(key_blocks(lane0, len) * d * kKeyBlock);
+      transpose_key_blocks(k.data() + lo * stride, stride, lane0, len, d, own.data());
+      std::vector<float> a(4 * d), b(4 * d), c(d);
+      attend_online_f32(q.data(), d, 4, all.data() + (lo / kKeyBlock) * d * kKeyBlock,
+                        v.data() + lo * stride, stride, lane0, len, d, 0.125f, a.data(), d);
+      attend_online_f32(q.data(), d, 4, own.data(), v.data() + lo * stride, stride, lane0, len, d,
+                        0.125f, b.data(), d);
+      attend_online_f32(q.data() + 2 * d, d, 1, own.data(), v.data() + lo * stride, stride, lane0,
+                        len, d, 0.125f, c.data(), d);
+      for (int64_t i = 0; i < 4 * d; ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << lo << " " << p;
+      for (int64_t i = 0; i < d; ++i) ASSERT_EQ(bits(a[2 * d + i]), bits(c[i])) << lo << " " << p;
+    }
+  }
+}
+
+TEST(AttendOnline, EmptyRangeGivesZeros) {
+  std::vector<float> q(16, 1.0f), out(16, 3.0f);
+  attend_online_f32(q.data(), 8, 2, nullptr, nullptr, 8, 0, 0, 8, 1.0f, out.data(), 8);
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace hubzoo
