@@ -106,6 +106,66 @@ void TransposeKeyBlocks(const float* HWY_RESTRICT keys, int64_t stride, int64_t 
   }
 }
 
+// sv = the unscaled scores of the block's 16 lanes: four FMA chains over the
+// dims d % 4 == 0, 1, 2, 3, then (c0 + c1) + (c2 + c3).
+HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT block,
+                            int64_t d, V* HWY_RESTRICT sv) {
+  V c0[kS], c1[kS], c2[kS], c3[kS];
+#pragma GCC unroll 4
+  for (int s = 0; s < kS; ++s) c0[s] = c1[s] = c2[s] = c3[s] = hn::Zero(df);
+  const auto step = [&](V* c, int64_t k) HWY_ATTR {
+    const V qk = hn::Set(df, q[k]);
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) {
+      c[s] = hn::MulAdd(qk, hn::LoadU(df, block + k * kKeyBlock + s * kN), c[s]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + 4 <= d; k += 4) {
+    step(c0, k);
+    step(c1, k + 1);
+    step(c2, k + 2);
+    step(c3, k + 3);
+  }
+  if (k < d) step(c0, k);
+  if (k + 1 < d) step(c1, k + 1);
+  if (k + 2 < d) step(c2, k + 2);
+#pragma GCC unroll 4
+  for (int s = 0; s < kS; ++s) sv[s] = hn::Add(hn::Add(c0[s], c1[s]), hn::Add(c2[s], c3[s]));
+}
+
+// acc[0 .. NC vectors) = acc * alpha, then acc = fma(p[i], v_i, acc) for lanes
+// i in [lo, hi), value of lane i at v0 + (first + i) * v_stride: NC independent FMA
+// chains held in registers. The last vector holds `tail` (1..kN) floats.
+template <int NC>
+HWY_INLINE void AccumulateValues(DF df, float* HWY_RESTRICT acc, V alpha,
+                                 const float* HWY_RESTRICT p, int64_t lo, int64_t hi,
+                                 const float* HWY_RESTRICT v0, int64_t first, int64_t v_stride,
+                                 int64_t tail) {
+  V a[NC];
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) a[c] = hn::Mul(hn::LoadU(df, acc + c * kN), alpha);
+  if (tail == kN) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const V pi = hn::Set(df, p[i]);
+      const float* v = v0 + (first + i) * v_stride;
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) a[c] = hn::MulAdd(pi, hn::LoadU(df, v + c * kN), a[c]);
+    }
+  } else {
+    const auto last = hn::FirstN(df, static_cast<size_t>(tail));
+    for (int64_t i = lo; i < hi; ++i) {
+      const V pi = hn::Set(df, p[i]);
+      const float* v = v0 + (first + i) * v_stride;
+#pragma GCC unroll 8
+      for (int c = 0; c < NC - 1; ++c) a[c] = hn::MulAdd(pi, hn::LoadU(df, v + c * kN), a[c]);
+      a[NC - 1] = hn::MulAdd(pi, hn::MaskedLoad(last, df, v + (NC - 1) * kN), a[NC - 1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) hn::StoreU(a[c], df, acc + c * kN);
+}
+
 // Up to kRows query rows go through the blocks together: each block of keys
 // and values is loaded from L1 for all of them.
 constexpr int64_t kRows = 8;
@@ -137,33 +197,11 @@ void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
       const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
       for (int64_t g = 0; g < rows; ++g) {
         const float* qg = q + (g0 + g) * q_stride;
-        V c[4][kS];
-        for (auto& cr : c)
-          for (auto& v : cr) v = hn::Zero(df);
-        int64_t k = 0;
-        for (; k + 4 <= d; k += 4) {
-#pragma GCC unroll 4
-          for (int r = 0; r < 4; ++r) {
-            const V qk = hn::Set(df, qg[k + r]);
-#pragma GCC unroll 4
-            for (int s = 0; s < kS; ++s) {
-              c[r][s] =
-                  hn::MulAdd(qk, hn::LoadU(df, block + (k + r) * kKeyBlock + s * kN), c[r][s]);
-            }
-          }
-        }
-        for (; k < d; ++k) {
-          const V qk = hn::Set(df, qg[k]);
-          for (int s = 0; s < kS; ++s) {
-            c[k % 4][s] =
-                hn::MulAdd(qk, hn::LoadU(df, block + k * kKeyBlock + s * kN), c[k % 4][s]);
-          }
-        }
         V sv[kS];
+        BlockScores(df, qg, block, d, sv);
         V vmax = neg_inf;
         for (int s = 0; s < kS; ++s) {
-          sv[s] = hn::Mul(hn::Add(hn::Add(c[0][s], c[1][s]), hn::Add(c[2][s], c[3][s])),
-                          hn::Set(df, scale));
+          sv[s] = hn::Mul(sv[s], hn::Set(df, scale));
           if (lo > 0 || hi < kKeyBlock) {
             const auto lane = hn::Iota(di, static_cast<int32_t>(s * kN));
             const auto visible =
@@ -186,28 +224,32 @@ void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
         float* acc = acc_buf.data() + g * dv * kN;
         for (int64_t c0 = 0; c0 < dv; c0 += kAccChunk) {
           const int64_t nc = std::min(kAccChunk, dv - c0);
-          V a[kAccChunk];
-#pragma GCC unroll 8
-          for (int64_t cc = 0; cc < kAccChunk; ++cc) {
-            if (cc < nc) a[cc] = hn::Mul(hn::LoadU(df, acc + (c0 + cc) * kN), va);
-          }
-          for (int64_t i = lo; i < hi; ++i) {
-            const V pi = hn::Set(df, p[i]);
-            const float* vrow = values + (first + i) * v_stride;
-#pragma GCC unroll 8
-            for (int64_t cc = 0; cc < kAccChunk; ++cc) {
-              if (cc >= nc) continue;
-              const int64_t col = (c0 + cc) * kN;
-              const V vv = col + kN <= d
-                               ? hn::LoadU(df, vrow + col)
-                               : hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(d - col)), df,
-                                                vrow + col);
-              a[cc] = hn::MulAdd(pi, vv, a[cc]);
-            }
-          }
-#pragma GCC unroll 8
-          for (int64_t cc = 0; cc < kAccChunk; ++cc) {
-            if (cc < nc) hn::StoreU(a[cc], df, acc + (c0 + cc) * kN);
+          const float* v0 = values + c0 * kN;                // lane i: v0 + (first + i) * v_stride
+          const int64_t tail = d - c0 * kN - (nc - 1) * kN;  // floats of the last vector
+          switch (nc) {
+            case 1:
+              AccumulateValues<1>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 2:
+              AccumulateValues<2>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 3:
+              AccumulateValues<3>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 4:
+              AccumulateValues<4>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 5:
+              AccumulateValues<5>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 6:
+              AccumulateValues<6>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            case 7:
+              AccumulateValues<7>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
+              break;
+            default:
+              AccumulateValues<8>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
           }
         }
       }
