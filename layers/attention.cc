@@ -9,6 +9,7 @@
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
+#include "ops/scratch.h"
 
 namespace hubzoo {
 namespace {
@@ -260,17 +261,18 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   const Numerics& num = numerics_;
   // One matmul for q, k and v: [M, q_size | kv_size | kv_size], split below.
   const int64_t fused = qkv_proj_.out_features();
-  std::vector<float> qkv(m * fused);
-  qkv_proj_.forward(x, m, qkv.data(), pool);
-  num.round_eager(qkv.data(), m * fused);
+  thread_local ScratchBuffer qkv_buf, q_buf, attn_buf;  // ops/scratch.h
+  float* const qkv = qkv_buf.get(m * fused);
+  qkv_proj_.forward(x, m, qkv, pool);
+  num.round_eager(qkv, m * fused);
   const auto take = [&](int64_t offset, int64_t size, std::vector<float>& dst) {
     dst.resize(m * size);
     for (int64_t t = 0; t < m; ++t) {
       std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
     }
   };
-  std::vector<float> q;  // [M, heads*D]
-  take(0, q_size, q);
+  float* const q = q_buf.get(m * q_size);  // [M, heads*D]
+  for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused], q_size, &q[t * q_size]);
   auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
     if (num.eager_bf16()) {
       norm.forward(data, rows, data);
@@ -278,7 +280,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       norm.forward_fp32(data, rows, data);
     }
   };
-  if (q_norm_) norm_heads(*q_norm_, q.data(), m * nh);
+  if (q_norm_) norm_heads(*q_norm_, q, m * nh);
 
   KvChunk own;  // [M, kv_heads*D] keys and values, as stored
   if (opt_.kv_shared) {
@@ -315,12 +317,11 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   chunk.score.softcap = opt_.softcap;
   chunk.score.eager_bf16 = num.eager_bf16();
-  std::vector<float> attn(m * q_size);
+  float* const attn = attn_buf.get(m * q_size);
   const bool store = !opt_.kv_shared && !sharing.defer_store;
-  attend_chunk(batch, q.data(), kv.k.data(), kv.v.data(), cache, layer, chunk, attn.data(), pool,
-               store);
+  attend_chunk(batch, q, kv.k.data(), kv.v.data(), cache, layer, chunk, attn, pool, store);
   if (sharing.keep && !opt_.kv_shared) *sharing.keep = std::move(own);
-  o_proj_.forward(attn.data(), m, out, pool);
+  o_proj_.forward(attn, m, out, pool);
   num.round_eager(out, m * opt_.hidden_size);
 }
 

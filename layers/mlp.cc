@@ -6,6 +6,7 @@
 
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
+#include "ops/scratch.h"
 
 namespace hubzoo {
 
@@ -36,9 +37,10 @@ GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activ
 
 void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) const {
   const int64_t inter = down_.in_features();
-  std::vector<float> gate_up(m * 2 * inter);  // [M, gate | up]
-  gate_up_.forward(x, m, gate_up.data(), pool);
-  std::vector<float> gate(m * inter);  // act(gate) * up: [M, intermediate]
+  thread_local ScratchBuffer gate_up_buf, gate_buf;       // ops/scratch.h
+  float* const gate_up = gate_up_buf.get(m * 2 * inter);  // [M, gate | up]
+  gate_up_.forward(x, m, gate_up, pool);
+  float* const gate = gate_buf.get(m * inter);  // act(gate) * up: [M, intermediate]
   for (int64_t r = 0; r < m; ++r) {
     float* g = &gate_up[r * 2 * inter];
     const float* u = g + inter;
@@ -60,7 +62,7 @@ void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) 
       silu_mul(g, u, inter, h);
     }
   }
-  down_.forward(gate.data(), m, out, pool);
+  down_.forward(gate, m, out, pool);
   numerics_.round_eager(out, m * down_.out_features());
 }
 

@@ -13,6 +13,7 @@
 #include "models/families.h"
 #include "models/model_info.h"
 #include "ops/elementwise.h"
+#include "ops/scratch.h"
 
 namespace hubzoo {
 namespace {
@@ -177,27 +178,31 @@ class LlamaModel final : public CausalLM {
       if (opt.capture.count(name)) out.captured[name].assign(data, data + rows * cols);
     };
 
-    std::vector<float> x(m * h), normed(m * h), branch(m * h);  // [M, H]
+    // [M, H] activations, kept per thread between steps (ops/scratch.h).
+    thread_local ScratchBuffer x_buf, normed_buf, branch_buf;
+    float* const x = x_buf.get(m * h);
+    float* const normed = normed_buf.get(m * h);
+    float* const branch = branch_buf.get(m * h);
     for (int64_t t = 0; t < m; ++t) {
       if (cfg_.tie_word_embeddings) {
-        lm_head_.weight.copy_row(batch.ids[t], &x[t * h]);
+        lm_head_.weight.copy_row(batch.ids[t], x + t * h);
       } else {
-        std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, &x[t * h]);
+        std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, x + t * h);
       }
     }
-    capture("embed", x.data(), m, h);
+    capture("embed", x, m, h);
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const DecoderLayer& layer = layers_[i];
       const std::string p = "layers." + std::to_string(i);
-      layer.input_layernorm.forward(x.data(), m, normed.data());
-      layer.self_attn.forward(batch, normed.data(), branch.data(), cache, i, *pool_);
-      capture(p + ".self_attn", branch.data(), m, h);
-      add_inplace(x.data(), branch.data(), m * h);
-      numerics_.round_eager(x.data(), m * h);  // a bf16 residual add in eager
-      layer.post_attention_layernorm.forward(x.data(), m, normed.data());
+      layer.input_layernorm.forward(x, m, normed);
+      layer.self_attn.forward(batch, normed, branch, cache, i, *pool_);
+      capture(p + ".self_attn", branch, m, h);
+      add_inplace(x, branch, m * h);
+      numerics_.round_eager(x, m * h);  // a bf16 residual add in eager
+      layer.post_attention_layernorm.forward(x, m, normed);
       if (layer.moe) {
         MoeRouting routing;
-        layer.moe->forward(normed.data(), m, branch.data(), *pool_, &routing);
+        layer.moe->forward(normed, m, branch, *pool_, &routing);
         const int64_t e = cfg_.moe.moe.num_experts, k = cfg_.moe.moe.num_experts_per_tok;
         capture(p + ".mlp.router_logits", routing.router_logits.data(), m, e);
         capture(p + ".mlp.routing_weights", routing.weights.data(), m, k);
@@ -206,15 +211,15 @@ class LlamaModel final : public CausalLM {
           capture(p + ".mlp.selected_experts", ids.data(), m, k);
         }
       } else {
-        layer.mlp->forward(normed.data(), m, branch.data(), *pool_);
+        layer.mlp->forward(normed, m, branch, *pool_);
       }
-      capture(p + ".mlp", branch.data(), m, h);
-      add_inplace(x.data(), branch.data(), m * h);
-      numerics_.round_eager(x.data(), m * h);
-      capture(p, x.data(), m, h);
+      capture(p + ".mlp", branch, m, h);
+      add_inplace(x, branch, m * h);
+      numerics_.round_eager(x, m * h);
+      capture(p, x, m, h);
     }
-    norm_.forward(x.data(), m, normed.data());
-    capture("norm", normed.data(), m, h);
+    norm_.forward(x, m, normed);
+    capture("norm", normed, m, h);
 
     if (!has_lm_head_) {  // an encoder-only base model: hidden states, no logits
       out.logits.clear();
@@ -222,7 +227,7 @@ class LlamaModel final : public CausalLM {
       return;
     }
     // (rows, V) logits, only for the rows asked for.
-    compute_logits(normed.data(), m, h, opt.logits_rows, lm_head_, numerics_, *pool_, out.logits);
+    compute_logits(normed, m, h, opt.logits_rows, lm_head_, numerics_, *pool_, out.logits);
     const int64_t rows = static_cast<int64_t>(out.logits.size()) / v;
     capture("logits", out.logits.data(), rows, v);
     for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
