@@ -103,8 +103,6 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
   if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
     if (online) {
-      // Key blocks of each (slot, key/value head) over the slot's positions
-      // [0, end), built once for all the batch's rows of that slot.
       std::vector<int64_t> end(cache.num_slots(), 0), offset(cache.num_slots(), 0), slots;
       for (int64_t t = 0; t < m; ++t) {
         end[batch.slot[t]] = std::max<int64_t>(end[batch.slot[t]], batch.pos[t] + 1);
@@ -116,6 +114,29 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         offset[s] = floats;
         floats += nkv * key_blocks(0, end[s]) * d * kKeyBlock;
       }
+      if (static_cast<int64_t>(slots.size()) == m) {
+        // One row per slot (decode): each job transposes the keys its row
+        // sees, from the block of lo on, into its own buffer; one parallel
+        // job per layer instead of two.
+        pool.parallel_for(m * nkv, 1, [&](int64_t begin, int64_t stop) {
+          thread_local std::vector<float> own_blocks;
+          for (int64_t item = begin; item < stop; ++item) {
+            const int64_t t = item / nkv, kvh = item % nkv;
+            const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+            const int64_t len = batch.pos[t] + 1 - lo, lane0 = lo % kKeyBlock;
+            own_blocks.resize(key_blocks(lane0, len) * d * kKeyBlock);
+            transpose_key_blocks(stored.key(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
+                                 own_blocks.data());
+            const int64_t at = t * q_size + kvh * group * d;
+            attend_online_f32(&q[at], d, group, own_blocks.data(),
+                              stored.value(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
+                              opt.score.scale, &out[at], d);
+          }
+        });
+        return;
+      }
+      // Several rows of a slot (prefill): the key blocks of each (slot,
+      // key/value head) over positions [0, end), built once for all its rows.
       // Kept from call to call (no page faults per layer). Workers see only
       // the pointer: a thread_local named inside the jobs would be their own.
       thread_local std::vector<float> blocks;
