@@ -110,6 +110,16 @@ void RMSNorm::forward(const float* x, int64_t rows, float* out) const {
   }
 }
 
+void RMSNorm::add_forward(float* x, const float* branch, int64_t rows, float* out,
+                          const Numerics& residual) const {
+  const int64_t n = size();
+  for (int64_t r = 0; r < rows; ++r) {
+    add_inplace(x + r * n, branch + r * n, n);
+    residual.round_eager(x + r * n, n);
+    forward(x + r * n, 1, out + r * n);
+  }
+}
+
 LayerNorm LayerNorm::load(WeightLoader& w, const std::string& prefix, int64_t n, float eps,
                           bool has_bias) {
   LayerNorm norm;

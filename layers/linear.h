@@ -53,6 +53,11 @@ struct RMSNorm {
   void forward(const float* x, int64_t rows, float* out) const;
   // The same normalisation kept in fp32 (inside a fused kernel).
   void forward_fp32(const float* x, int64_t rows, float* out) const;
+  // The residual add fused in: x += branch (rounded as `residual` rounds a
+  // residual add), then out = forward(x), a row at a time while the row is in
+  // L1. Bit for bit add_inplace + residual.round_eager + forward.
+  void add_forward(float* x, const float* branch, int64_t rows, float* out,
+                   const Numerics& residual) const;
 };
 
 // torch.nn.LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias.

@@ -191,15 +191,18 @@ class LlamaModel final : public CausalLM {
       }
     }
     capture("embed", x, m, h);
+    // Residual adds are fused into the norm that follows them (RMSNorm::add_forward).
+    if (cfg_.num_layers > 0) {
+      layers_[0].input_layernorm.forward(x, m, normed);
+    } else {
+      norm_.forward(x, m, normed);
+    }
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const DecoderLayer& layer = layers_[i];
       const std::string p = "layers." + std::to_string(i);
-      layer.input_layernorm.forward(x, m, normed);
       layer.self_attn.forward(batch, normed, branch, cache, i, *pool_);
       capture(p + ".self_attn", branch, m, h);
-      add_inplace(x, branch, m * h);
-      numerics_.round_eager(x, m * h);  // a bf16 residual add in eager
-      layer.post_attention_layernorm.forward(x, m, normed);
+      layer.post_attention_layernorm.add_forward(x, branch, m, normed, numerics_);
       if (layer.moe) {
         MoeRouting routing;
         layer.moe->forward(normed, m, branch, *pool_, &routing);
@@ -214,11 +217,10 @@ class LlamaModel final : public CausalLM {
         layer.mlp->forward(normed, m, branch, *pool_);
       }
       capture(p + ".mlp", branch, m, h);
-      add_inplace(x, branch, m * h);
-      numerics_.round_eager(x, m * h);
+      const RMSNorm& next = i + 1 < cfg_.num_layers ? layers_[i + 1].input_layernorm : norm_;
+      next.add_forward(x, branch, m, normed, numerics_);  // a bf16 residual add in eager
       capture(p, x, m, h);
     }
-    norm_.forward(x, m, normed);
     capture("norm", normed, m, h);
 
     if (!has_lm_head_) {  // an encoder-only base model: hidden states, no logits

@@ -1,0 +1,101 @@
+// Linear::concat and RMSNorm::add_forward are fusions: they must give exactly
+// the bits of the separate operations they replace.
+#include "layers/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "ops/thread_pool.h"
+
+namespace hubzoo {
+namespace {
+
+std::vector<float> random_values(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+Linear make_linear(int64_t out, int64_t in, bool bf16, bool bias, unsigned seed) {
+  const auto w = random_values(out * in, seed);
+  Linear l;
+  l.weight = bf16 ? pack_weights_bf16(w.data(), out, in) : pack_weights(w.data(), out, in);
+  if (bias) l.bias = FloatWeights(random_values(out, seed + 100));
+  return l;
+}
+
+void expect_same_bits(const float* a, const float* b, int64_t n) {
+  ASSERT_EQ(std::memcmp(a, b, n * sizeof(float)), 0);
+}
+
+TEST(LinearConcat, SameBitsAsThePartsSideBySide) {
+  ThreadPool pool(2);
+  const int64_t in = 70;
+  for (bool bf16 : {false, true}) {
+    for (bool bias : {false, true}) {
+      // Part sizes that do and do not fill 32-column panels.
+      const std::vector<int64_t> outs = {64, 17, 45};
+      std::vector<Linear> parts;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        parts.push_back(make_linear(outs[i], in, bf16, bias, 7 + static_cast<unsigned>(i)));
+      }
+      const Linear fused = Linear::concat({&parts[0], &parts[1], &parts[2]});
+      EXPECT_EQ(fused.out_features(), 64 + 17 + 45);
+      EXPECT_EQ(fused.weight.is_bf16(), bf16);
+      for (int64_t m : {1, 5, 40}) {
+        const auto x = random_values(m * in, 3);
+        std::vector<float> y(m * fused.out_features());
+        fused.forward(x.data(), m, y.data(), pool);
+        int64_t col = 0;
+        for (const Linear& part : parts) {
+          std::vector<float> want(m * part.out_features());
+          part.forward(x.data(), m, want.data(), pool);
+          for (int64_t r = 0; r < m; ++r) {
+            expect_same_bits(&y[r * fused.out_features() + col], &want[r * part.out_features()],
+                             part.out_features());
+          }
+          col += part.out_features();
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearConcat, RefusesPartsThatDiffer) {
+  const Linear a = make_linear(8, 16, false, false, 1), b = make_linear(8, 12, false, false, 2);
+  const Linear c = make_linear(8, 16, true, false, 3), d = make_linear(8, 16, false, true, 4);
+  EXPECT_THROW(Linear::concat({}), InvalidArgument);
+  EXPECT_THROW(Linear::concat({&a, &b}), InvalidArgument);
+  EXPECT_THROW(Linear::concat({&a, &c}), InvalidArgument);
+  EXPECT_THROW(Linear::concat({&a, &d}), InvalidArgument);
+}
+
+TEST(RmsNormAddForward, SameBitsAsAddRoundThenNorm) {
+  const int64_t n = 37, rows = 6;
+  for (const Numerics num : {Numerics{false, false}, Numerics{true, false}, Numerics{true, true}}) {
+    for (bool gemma_form : {false, true}) {
+      RMSNorm norm = RMSNorm::from_values(random_values(n, 5), 1e-6f, num);
+      norm.scale_in_fp32 = gemma_form;
+      auto x1 = random_values(rows * n, 6);
+      num.round_eager(x1.data(), rows * n);
+      auto x2 = x1;
+      const auto branch = random_values(rows * n, 8);
+      std::vector<float> out1(rows * n), out2(rows * n);
+      norm.add_forward(x1.data(), branch.data(), rows, out1.data(), num);
+      for (int64_t i = 0; i < rows * n; ++i) x2[i] += branch[i];
+      num.round_eager(x2.data(), rows * n);
+      norm.forward(x2.data(), rows, out2.data());
+      expect_same_bits(x1.data(), x2.data(), rows * n);
+      expect_same_bits(out1.data(), out2.data(), rows * n);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hubzoo
