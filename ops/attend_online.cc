@@ -106,162 +106,210 @@ void TransposeKeyBlocks(const float* HWY_RESTRICT keys, int64_t stride, int64_t 
   }
 }
 
-// sv = the unscaled scores of the block's 16 lanes: four FMA chains over the
-// dims d % 4 == 0, 1, 2, 3, then (c0 + c1) + (c2 + c3).
-HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT block,
-                            int64_t d, V* HWY_RESTRICT sv) {
-  V c0[kS], c1[kS], c2[kS], c3[kS];
+// Rows interleaved per pass: their FMA chains are independent, so R rows
+// keep the FMA unit busy where one row would wait on each chain's latency.
+// Score chains take 4 * kS registers per row: 4 rows on AVX-512 (kS = 1),
+// 1 on AVX2 (16 registers, kS = 2).
+constexpr int kMaxRows = kS == 1 ? 4 : 1;
+constexpr int kAccChunk = 4;  // output vectors per row held in registers at a time
+
+// sv[r] = the unscaled scores of the block's 16 lanes for query row r: four
+// FMA chains over the dims d % 4 == 0, 1, 2, 3, then (c0 + c1) + (c2 + c3).
+template <int R>
+HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
+                            const float* HWY_RESTRICT block, int64_t d, V (*HWY_RESTRICT sv)[kS]) {
+  V c[R][4][kS];
 #pragma GCC unroll 4
-  for (int s = 0; s < kS; ++s) c0[s] = c1[s] = c2[s] = c3[s] = hn::Zero(df);
-  const auto step = [&](V* c, int64_t k) HWY_ATTR {
-    const V qk = hn::Set(df, q[k]);
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int s = 0; s < kS; ++s) {
-      c[s] = hn::MulAdd(qk, hn::LoadU(df, block + k * kKeyBlock + s * kN), c[s]);
+    for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 4
+      for (int s = 0; s < kS; ++s) c[r][j][s] = hn::Zero(df);
+    }
+  }
+  const auto step = [&](int j, int64_t k) HWY_ATTR {
+    V kv[kS];
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) kv[s] = hn::LoadU(df, block + k * kKeyBlock + s * kN);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V qk = hn::Set(df, q[r * q_stride + k]);
+#pragma GCC unroll 4
+      for (int s = 0; s < kS; ++s) c[r][j][s] = hn::MulAdd(qk, kv[s], c[r][j][s]);
     }
   };
   int64_t k = 0;
   for (; k + 4 <= d; k += 4) {
-    step(c0, k);
-    step(c1, k + 1);
-    step(c2, k + 2);
-    step(c3, k + 3);
+    step(0, k);
+    step(1, k + 1);
+    step(2, k + 2);
+    step(3, k + 3);
   }
-  if (k < d) step(c0, k);
-  if (k + 1 < d) step(c1, k + 1);
-  if (k + 2 < d) step(c2, k + 2);
+  if (k < d) step(0, k);
+  if (k + 1 < d) step(1, k + 1);
+  if (k + 2 < d) step(2, k + 2);
 #pragma GCC unroll 4
-  for (int s = 0; s < kS; ++s) sv[s] = hn::Add(hn::Add(c0[s], c1[s]), hn::Add(c2[s], c3[s]));
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) {
+      sv[r][s] = hn::Add(hn::Add(c[r][0][s], c[r][1][s]), hn::Add(c[r][2][s], c[r][3][s]));
+    }
+  }
 }
 
-// acc[0 .. NC vectors) = acc * alpha, then acc = fma(p[i], v_i, acc) for lanes
-// i in [lo, hi), value of lane i at v0 + (first + i) * v_stride: NC independent FMA
-// chains held in registers. The last vector holds `tail` (1..kN) floats.
-template <int NC>
-HWY_INLINE void AccumulateValues(DF df, float* HWY_RESTRICT acc, V alpha,
-                                 const float* HWY_RESTRICT p, int64_t lo, int64_t hi,
+// For rows r < R: acc_r[0 .. NC vectors) = acc_r * alpha_r, then acc_r =
+// fma(p_r[i], v_i, acc_r) for lanes i in [lo, hi) in order, value of lane i at
+// v0 + (first + i) * v_stride (loaded once for all R rows). The last vector
+// holds `tail` (1..kN) floats.
+template <int NC, int R>
+HWY_INLINE void AccumulateValues(DF df, float* const* HWY_RESTRICT acc, const float* alpha,
+                                 const float (*HWY_RESTRICT p)[kKeyBlock], int64_t lo, int64_t hi,
                                  const float* HWY_RESTRICT v0, int64_t first, int64_t v_stride,
                                  int64_t tail) {
-  V a[NC];
-#pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) a[c] = hn::Mul(hn::LoadU(df, acc + c * kN), alpha);
-  if (tail == kN) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const V pi = hn::Set(df, p[i]);
-      const float* v = v0 + (first + i) * v_stride;
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) a[c] = hn::MulAdd(pi, hn::LoadU(df, v + c * kN), a[c]);
-    }
-  } else {
-    const auto last = hn::FirstN(df, static_cast<size_t>(tail));
-    for (int64_t i = lo; i < hi; ++i) {
-      const V pi = hn::Set(df, p[i]);
-      const float* v = v0 + (first + i) * v_stride;
-#pragma GCC unroll 8
-      for (int c = 0; c < NC - 1; ++c) a[c] = hn::MulAdd(pi, hn::LoadU(df, v + c * kN), a[c]);
-      a[NC - 1] = hn::MulAdd(pi, hn::MaskedLoad(last, df, v + (NC - 1) * kN), a[NC - 1]);
+  V a[R][NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const V va = hn::Set(df, alpha[r]);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) a[r][c] = hn::Mul(hn::LoadU(df, acc[r] + c * kN), va);
+  }
+  const auto last = hn::FirstN(df, static_cast<size_t>(tail));
+  for (int64_t i = lo; i < hi; ++i) {
+    const float* v = v0 + (first + i) * v_stride;
+    V vv[NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC - 1; ++c) vv[c] = hn::LoadU(df, v + c * kN);
+    vv[NC - 1] =
+        tail == kN ? hn::LoadU(df, v + (NC - 1) * kN) : hn::MaskedLoad(last, df, v + (NC - 1) * kN);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V pi = hn::Set(df, p[r][i]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) a[r][c] = hn::MulAdd(pi, vv[c], a[r][c]);
     }
   }
-#pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) hn::StoreU(a[c], df, acc + c * kN);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) hn::StoreU(a[r][c], df, acc[r] + c * kN);
+  }
 }
 
-// Up to kRows query rows go through the blocks together: each block of keys
-// and values is loaded from L1 for all of them.
-constexpr int64_t kRows = 8;
-constexpr int64_t kAccChunk = 8;  // output vectors of a row held in registers at a time
+// Per-row state of the online softmax.
+struct RowState {
+  float m;             // running max
+  float l[kKeyBlock];  // running sums, per lane
+  float* acc;          // d (rounded up to whole vectors) running outputs
+};
+
+// Query rows q, q + q_stride, ... (R of them) through block b.
+template <int R>
+HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
+                          const float* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
+                          int64_t hi, const float* HWY_RESTRICT values, int64_t first,
+                          int64_t v_stride, RowState* state) {
+  const hn::RebindToSigned<DF> di;
+  const V neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  V sv[R][kS];
+  BlockScores<R>(df, q, q_stride, block, d, sv);
+  HWY_ALIGN float p[R][kKeyBlock];
+  float alpha[R];
+  float* acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    RowState& st = state[r];
+    V vmax = neg_inf;
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) {
+      sv[r][s] = hn::Mul(sv[r][s], hn::Set(df, scale));
+      if (lo > 0 || hi < kKeyBlock) {
+        const auto lane = hn::Iota(di, static_cast<int32_t>(s * kN));
+        const auto visible =
+            hn::RebindMask(df, hn::AndNot(hn::Lt(lane, hn::Set(di, static_cast<int32_t>(lo))),
+                                          hn::Lt(lane, hn::Set(di, static_cast<int32_t>(hi)))));
+        sv[r][s] = hn::IfThenElse(visible, sv[r][s], neg_inf);
+      }
+      vmax = hn::Max(vmax, sv[r][s]);
+    }
+    const float m_new = std::max(st.m, hn::GetLane(hn::MaxOfLanes(df, vmax)));
+    alpha[r] = hn::GetLane(ExpF32(df, hn::Set(df, st.m - m_new)));
+    st.m = m_new;
+    const V va = hn::Set(df, alpha[r]);
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) {
+      const V ps = ExpF32(df, hn::Sub(sv[r][s], hn::Set(df, m_new)));
+      hn::StoreU(hn::MulAdd(hn::LoadU(df, st.l + s * kN), va, ps), df, st.l + s * kN);
+      hn::Store(ps, df, p[r] + s * kN);
+    }
+    acc[r] = st.acc;
+  }
+  const int64_t dv = (d + kN - 1) / kN;
+  for (int64_t c0 = 0; c0 < dv; c0 += kAccChunk) {
+    const int64_t nc = std::min<int64_t>(kAccChunk, dv - c0);
+    const int64_t tail = d - (c0 + nc - 1) * kN;  // floats of the chunk's last vector
+    float* chunk_acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) chunk_acc[r] = acc[r] + c0 * kN;
+    const float* v0 = values + c0 * kN;
+    switch (nc) {
+      case 1:
+        AccumulateValues<1, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        break;
+      case 2:
+        AccumulateValues<2, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        break;
+      case 3:
+        AccumulateValues<3, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        break;
+      default:
+        AccumulateValues<4, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+    }
+  }
+}
 
 void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
                   const float* HWY_RESTRICT kt, const float* HWY_RESTRICT values, int64_t v_stride,
                   int64_t lane0, int64_t len, int64_t d, float scale, float* HWY_RESTRICT out,
                   int64_t out_stride) {
   const DF df;
-  const hn::RebindToSigned<DF> di;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   const int64_t blocks = key_blocks(lane0, len);
-  thread_local std::vector<float> acc_buf;
-  acc_buf.resize(kRows * dv * kN);
-  const V neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-  for (int64_t g0 = 0; g0 < nq; g0 += kRows) {
-    const int64_t rows = std::min(kRows, nq - g0);
-    float m[kRows];
-    V l[kRows][kS];
-    std::fill_n(acc_buf.data(), rows * dv * kN, 0.0f);
-    for (int64_t g = 0; g < rows; ++g) {
-      m[g] = -std::numeric_limits<float>::infinity();
-      for (int s = 0; s < kS; ++s) l[g][s] = hn::Zero(df);
-    }
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* block = kt + b * d * kKeyBlock;
-      const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
-      const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
-      for (int64_t g = 0; g < rows; ++g) {
-        const float* qg = q + (g0 + g) * q_stride;
-        V sv[kS];
-        BlockScores(df, qg, block, d, sv);
-        V vmax = neg_inf;
-        for (int s = 0; s < kS; ++s) {
-          sv[s] = hn::Mul(sv[s], hn::Set(df, scale));
-          if (lo > 0 || hi < kKeyBlock) {
-            const auto lane = hn::Iota(di, static_cast<int32_t>(s * kN));
-            const auto visible =
-                hn::RebindMask(df, hn::AndNot(hn::Lt(lane, hn::Set(di, static_cast<int32_t>(lo))),
-                                              hn::Lt(lane, hn::Set(di, static_cast<int32_t>(hi)))));
-            sv[s] = hn::IfThenElse(visible, sv[s], neg_inf);
-          }
-          vmax = hn::Max(vmax, sv[s]);
-        }
-        const float m_new = std::max(m[g], hn::GetLane(hn::MaxOfLanes(df, vmax)));
-        const float alpha = hn::GetLane(ExpF32(df, hn::Set(df, m[g] - m_new)));
-        m[g] = m_new;
-        const V va = hn::Set(df, alpha);
-        HWY_ALIGN float p[kKeyBlock];
-        for (int s = 0; s < kS; ++s) {
-          const V ps = ExpF32(df, hn::Sub(sv[s], hn::Set(df, m_new)));
-          l[g][s] = hn::MulAdd(l[g][s], va, ps);
-          hn::Store(ps, df, p + s * kN);
-        }
-        float* acc = acc_buf.data() + g * dv * kN;
-        for (int64_t c0 = 0; c0 < dv; c0 += kAccChunk) {
-          const int64_t nc = std::min(kAccChunk, dv - c0);
-          const float* v0 = values + c0 * kN;                // lane i: v0 + (first + i) * v_stride
-          const int64_t tail = d - c0 * kN - (nc - 1) * kN;  // floats of the last vector
-          switch (nc) {
-            case 1:
-              AccumulateValues<1>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 2:
-              AccumulateValues<2>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 3:
-              AccumulateValues<3>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 4:
-              AccumulateValues<4>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 5:
-              AccumulateValues<5>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 6:
-              AccumulateValues<6>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            case 7:
-              AccumulateValues<7>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-              break;
-            default:
-              AccumulateValues<8>(df, acc + c0 * kN, va, p, lo, hi, v0, first, v_stride, tail);
-          }
-        }
+  thread_local std::vector<float> acc_buf;  // kept: no allocation per call
+  thread_local std::vector<RowState> state;
+  acc_buf.assign(nq * dv * kN, 0.0f);
+  state.resize(nq);
+  for (int64_t g = 0; g < nq; ++g) {
+    state[g].m = -std::numeric_limits<float>::infinity();
+    std::fill_n(state[g].l, kKeyBlock, 0.0f);
+    state[g].acc = acc_buf.data() + g * dv * kN;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* block = kt + b * d * kKeyBlock;
+    const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
+    const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
+    for (int64_t g = 0; g < nq; g += kMaxRows) {
+      const float* qg = q + g * q_stride;
+      RowState* st = state.data() + g;
+      switch (std::min<int64_t>(kMaxRows, nq - g)) {
+        case 1:
+          BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          break;
+        case 2:
+          BlockRows<2>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          break;
+        case 3:
+          BlockRows<3>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          break;
+        default:
+          BlockRows<kMaxRows>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride,
+                              st);
       }
     }
-    for (int64_t g = 0; g < rows; ++g) {
-      HWY_ALIGN float lanes[kKeyBlock];
-      for (int s = 0; s < kS; ++s) hn::Store(l[g][s], df, lanes + s * kN);
-      const float total = sum_lanes16(lanes);
-      const float* acc = acc_buf.data() + g * dv * kN;
-      float* o = out + (g0 + g) * out_stride;
-      for (int64_t k = 0; k < d; ++k) o[k] = acc[k] / total;
-    }
+  }
+  for (int64_t g = 0; g < nq; ++g) {
+    const float total = sum_lanes16(state[g].l);
+    float* o = out + g * out_stride;
+    for (int64_t k = 0; k < d; ++k) o[k] = state[g].acc[k] / total;
   }
 }
 
