@@ -99,6 +99,8 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
   // as many long causal rows as short ones.
   const bool online = !opt.score.eager_bf16 && opt.score.softcap <= 0;
   const auto row_of = [m](int64_t i) { return i % 2 == 0 ? i / 2 : m - 1 - i / 2; };
+  // Rows differ in length: smaller chunks, claimed by whichever thread is free.
+  const int chunks = 8 * pool.num_threads();
 
   if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
@@ -118,21 +120,24 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         // One row per slot (decode): each job transposes the keys its row
         // sees, from the block of lo on, into its own buffer; one parallel
         // job per layer instead of two.
-        pool.parallel_for(m * nkv, 1, [&](int64_t begin, int64_t stop) {
-          thread_local std::vector<float> own_blocks;
-          for (int64_t item = begin; item < stop; ++item) {
-            const int64_t t = item / nkv, kvh = item % nkv;
-            const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-            const int64_t len = batch.pos[t] + 1 - lo, lane0 = lo % kKeyBlock;
-            own_blocks.resize(key_blocks(lane0, len) * d * kKeyBlock);
-            transpose_key_blocks(stored.key(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
-                                 own_blocks.data());
-            const int64_t at = t * q_size + kvh * group * d;
-            attend_online_f32(&q[at], d, group, own_blocks.data(),
-                              stored.value(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
-                              opt.score.scale, &out[at], d);
-          }
-        });
+        pool.parallel_for(
+            m * nkv, 1,
+            [&](int64_t begin, int64_t stop) {
+              thread_local std::vector<float> own_blocks;
+              for (int64_t item = begin; item < stop; ++item) {
+                const int64_t t = item / nkv, kvh = item % nkv;
+                const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+                const int64_t len = batch.pos[t] + 1 - lo, lane0 = lo % kKeyBlock;
+                own_blocks.resize(key_blocks(lane0, len) * d * kKeyBlock);
+                transpose_key_blocks(stored.key(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
+                                     own_blocks.data());
+                const int64_t at = t * q_size + kvh * group * d;
+                attend_online_f32(&q[at], d, group, own_blocks.data(),
+                                  stored.value(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
+                                  opt.score.scale, &out[at], d);
+              }
+            },
+            chunks);
         return;
       }
       // Several rows of a slot (prefill): the key blocks of each (slot,
@@ -146,43 +151,52 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         return block_base + offset[slot] + kvh * key_blocks(0, end[slot]) * d * kKeyBlock;
       };
       const int64_t n_slots = static_cast<int64_t>(slots.size());
-      pool.parallel_for(n_slots * nkv, 1, [&](int64_t begin, int64_t stop) {
-        for (int64_t item = begin; item < stop; ++item) {
-          const int64_t slot = slots[item / nkv], kvh = item % nkv;
-          transpose_key_blocks(stored.key(layer, slot, 0) + kvh * d, kv_size, 0, end[slot], d,
-                               head_blocks(slot, kvh));
-        }
-      });
-      pool.parallel_for(m * nkv, 1, [&](int64_t begin, int64_t stop) {
-        for (int64_t item = begin; item < stop; ++item) {
-          const int64_t t = row_of(item / nkv), kvh = item % nkv;
-          const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-          const int64_t at = t * q_size + kvh * group * d;
-          attend_online_f32(&q[at], d, group,
-                            head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
-                            stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
-                            batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
-        }
-      });
+      pool.parallel_for(
+          n_slots * nkv, 1,
+          [&](int64_t begin, int64_t stop) {
+            for (int64_t item = begin; item < stop; ++item) {
+              const int64_t slot = slots[item / nkv], kvh = item % nkv;
+              transpose_key_blocks(stored.key(layer, slot, 0) + kvh * d, kv_size, 0, end[slot], d,
+                                   head_blocks(slot, kvh));
+            }
+          },
+          chunks);
+      pool.parallel_for(
+          m * nkv, 1,
+          [&](int64_t begin, int64_t stop) {
+            for (int64_t item = begin; item < stop; ++item) {
+              const int64_t t = row_of(item / nkv), kvh = item % nkv;
+              const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+              const int64_t at = t * q_size + kvh * group * d;
+              attend_online_f32(&q[at], d, group,
+                                head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
+                                stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
+                                batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
+            }
+          },
+          chunks);
       return;
     }
     // Each (row, head) reduces over its own sequence's positions in position
     // order, whatever else is in the batch.
-    pool.parallel_for(m * nh, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores;
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = row_of(item / nh), h = item % nh, kvh = h / group;
-        const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-        const int64_t len = batch.pos[t] + 1 - lo;
-        const float* keys = stored.key(layer, slot, lo) + kvh * d;
-        const float* values = stored.value(layer, slot, lo) + kvh * d;
-        scores.resize(len);
-        attend_rows(
-            &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
-            [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),
-            &out[t * q_size + h * d]);
-      }
-    });
+    pool.parallel_for(
+        m * nh, 1,
+        [&](int64_t begin, int64_t end) {
+          std::vector<float> scores;
+          for (int64_t item = begin; item < end; ++item) {
+            const int64_t t = row_of(item / nh), h = item % nh, kvh = h / group;
+            const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+            const int64_t len = batch.pos[t] + 1 - lo;
+            const float* keys = stored.key(layer, slot, lo) + kvh * d;
+            const float* values = stored.value(layer, slot, lo) + kvh * d;
+            scores.resize(len);
+            attend_rows(
+                &q[t * q_size + h * d], [&](int64_t j) { return keys + j * kv_size; },
+                [&](int64_t j) { return values + j * kv_size; }, len, d, opt.score, scores.data(),
+                &out[t * q_size + h * d]);
+          }
+        },
+        chunks);
     return;
   }
 
@@ -201,43 +215,48 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
   // A row's keys and values are gathered (from the ring and from this chunk)
   // into contiguous rows first.
   const int64_t heads_per_item = online ? group : 1;
-  pool.parallel_for(m * nh / heads_per_item, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, keys, values, key_blocks_buf;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t per_row = nh / heads_per_item;
-      const int64_t t = row_of(item / per_row), h = item % per_row * heads_per_item,
-                    kvh = h / group;
-      const int64_t slot = batch.slot[t], p = batch.pos[t], lo = first_visible(p);
-      const int64_t cached = stored.length(slot), len = p + 1 - lo;
-      const std::vector<int64_t>& chunk = rows[slot];
-      auto key_at = [&](int64_t j) {
-        const int64_t pj = lo + j;
-        return (pj < cached ? stored.key(layer, slot, pj) : &k[chunk[pj - cached] * kv_size]) +
-               kvh * d;
-      };
-      auto value_at = [&](int64_t j) {
-        const int64_t pj = lo + j;
-        return (pj < cached ? stored.value(layer, slot, pj) : &v[chunk[pj - cached] * kv_size]) +
-               kvh * d;
-      };
-      if (online) {
-        keys.resize(len * d);
-        values.resize(len * d);
-        for (int64_t j = 0; j < len; ++j) {
-          std::copy_n(key_at(j), d, &keys[j * d]);
-          std::copy_n(value_at(j), d, &values[j * d]);
+  pool.parallel_for(
+      m * nh / heads_per_item, 1,
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> scores, keys, values, key_blocks_buf;
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t per_row = nh / heads_per_item;
+          const int64_t t = row_of(item / per_row), h = item % per_row * heads_per_item,
+                        kvh = h / group;
+          const int64_t slot = batch.slot[t], p = batch.pos[t], lo = first_visible(p);
+          const int64_t cached = stored.length(slot), len = p + 1 - lo;
+          const std::vector<int64_t>& chunk = rows[slot];
+          auto key_at = [&](int64_t j) {
+            const int64_t pj = lo + j;
+            return (pj < cached ? stored.key(layer, slot, pj) : &k[chunk[pj - cached] * kv_size]) +
+                   kvh * d;
+          };
+          auto value_at = [&](int64_t j) {
+            const int64_t pj = lo + j;
+            return (pj < cached ? stored.value(layer, slot, pj)
+                                : &v[chunk[pj - cached] * kv_size]) +
+                   kvh * d;
+          };
+          if (online) {
+            keys.resize(len * d);
+            values.resize(len * d);
+            for (int64_t j = 0; j < len; ++j) {
+              std::copy_n(key_at(j), d, &keys[j * d]);
+              std::copy_n(value_at(j), d, &values[j * d]);
+            }
+            key_blocks_buf.resize(key_blocks(lo % kKeyBlock, len) * d * kKeyBlock);
+            transpose_key_blocks(keys.data(), d, lo % kKeyBlock, len, d, key_blocks_buf.data());
+            attend_online_f32(&q[t * q_size + h * d], d, group, key_blocks_buf.data(),
+                              values.data(), d, lo % kKeyBlock, len, d, opt.score.scale,
+                              &out[t * q_size + h * d], d);
+            continue;
+          }
+          scores.resize(len);
+          attend_rows(&q[t * q_size + h * d], key_at, value_at, len, d, opt.score, scores.data(),
+                      &out[t * q_size + h * d]);
         }
-        key_blocks_buf.resize(key_blocks(lo % kKeyBlock, len) * d * kKeyBlock);
-        transpose_key_blocks(keys.data(), d, lo % kKeyBlock, len, d, key_blocks_buf.data());
-        attend_online_f32(&q[t * q_size + h * d], d, group, key_blocks_buf.data(), values.data(), d,
-                          lo % kKeyBlock, len, d, opt.score.scale, &out[t * q_size + h * d], d);
-        continue;
-      }
-      scores.resize(len);
-      attend_rows(&q[t * q_size + h * d], key_at, value_at, len, d, opt.score, scores.data(),
-                  &out[t * q_size + h * d]);
-    }
-  });
+      },
+      chunks);
   if (store) store_chunk(batch, k, v, cache, layer);
 }
 

@@ -125,11 +125,13 @@ void ThreadPool::wait_for_chunks() {
   cv_done_.wait(lock, done);
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chunks) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
-  const int chunks = static_cast<int>(std::min<int64_t>(units, num_threads_));
+  const int64_t cap =
+      num_threads_ <= 1 ? 1 : std::clamp<int64_t>(max_chunks, num_threads_, kChunkMask);
+  const int chunks = static_cast<int>(std::min<int64_t>(units, cap));
   if (chunks <= 1 || t_in_job) {
     fn(0, n);
     return;

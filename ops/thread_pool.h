@@ -45,7 +45,12 @@ class ThreadPool {
   // only split independent work (rows, columns), never a reduction.
   // The first exception thrown by fn is rethrown here once every chunk is done.
   // A parallel_for issued from inside fn runs inline on the calling thread.
-  void parallel_for(int64_t n, int64_t grain, RangeFn fn);
+  //
+  // By default there are as many chunks as threads (each thread takes one
+  // contiguous share). With max_chunks > num_threads() the work is cut into
+  // up to max_chunks smaller chunks that threads claim as they finish: a
+  // thread slowed down (by memory, or the OS) then takes fewer of them.
+  void parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chunks = 0);
 
  private:
   // Implementation detail, see thread_pool.cc.

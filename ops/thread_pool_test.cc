@@ -1,5 +1,6 @@
 #include "ops/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -11,20 +12,23 @@ namespace {
 
 // Runs parallel_for and checks every index is visited exactly once, by chunks
 // that start on a multiple of grain.
-void expect_exact_cover(ThreadPool& pool, int64_t n, int64_t grain) {
+void expect_exact_cover(ThreadPool& pool, int64_t n, int64_t grain, int max_chunks = 0) {
   std::vector<std::atomic<int>> hits(n);
   std::atomic<int> chunks{0};
-  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    EXPECT_LT(begin, end);
-    EXPECT_EQ(begin % grain, 0) << "n=" << n << " grain=" << grain;
-    if (end != n) {
-      EXPECT_EQ(end % grain, 0) << "n=" << n << " grain=" << grain;
-    }
-    for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
-    chunks.fetch_add(1);
-  });
+  pool.parallel_for(
+      n, grain,
+      [&](int64_t begin, int64_t end) {
+        EXPECT_LT(begin, end);
+        EXPECT_EQ(begin % grain, 0) << "n=" << n << " grain=" << grain;
+        if (end != n) {
+          EXPECT_EQ(end % grain, 0) << "n=" << n << " grain=" << grain;
+        }
+        for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+        chunks.fetch_add(1);
+      },
+      max_chunks);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i << " n=" << n;
-  EXPECT_LE(chunks.load(), pool.num_threads());
+  EXPECT_LE(chunks.load(), std::max(pool.num_threads(), max_chunks));
 }
 
 TEST(ThreadPool, CoversEveryIndexOnce) {
@@ -35,6 +39,28 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
       for (int64_t grain : {1, 3, 16, 2000}) expect_exact_cover(pool, n, grain);
     }
   }
+}
+
+TEST(ThreadPool, MoreChunksThanThreadsCoverEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 5, 64, 1001}) {
+      for (int max_chunks : {4, 16}) expect_exact_cover(pool, n, 3, max_chunks);
+    }
+  }
+}
+
+TEST(ThreadPool, MaxChunksCutsTheWorkFiner) {
+  ThreadPool pool(2);
+  std::atomic<int> chunks{0};
+  pool.parallel_for(
+      64, 1,
+      [&](int64_t begin, int64_t end) {
+        EXPECT_EQ(end - begin, 8);
+        chunks.fetch_add(1);
+      },
+      8);
+  EXPECT_EQ(chunks.load(), 8);
 }
 
 TEST(ThreadPool, DefaultUsesHardwareConcurrency) {
