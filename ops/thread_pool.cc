@@ -14,6 +14,7 @@ thread_local bool t_in_job = false;
 // a decode step issues hundreds of short jobs, and a futex wake-up per job
 // would cost more than the jobs themselves.
 constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr auto kBusy = std::chrono::microseconds(20);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,9 +27,13 @@ inline void cpu_relax() {
 // can take this core.
 template <typename Pred>
 bool spin_until(Pred pred) {
-  for (int i = 0; i < 256; ++i) {
+  // Busy (pause) for up to kBusy first: between the jobs of a decode step the
+  // gap is a few microseconds, and a thread inside sched_yield() answers late.
+  const auto busy_until = std::chrono::steady_clock::now() + kBusy;
+  for (int i = 0;; ++i) {
     if (pred()) return true;
     cpu_relax();
+    if (i % 64 == 63 && std::chrono::steady_clock::now() > busy_until) break;
   }
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   for (;;) {
