@@ -1,8 +1,10 @@
 // hubzoo's batch-invariant matmul vs oneDNN sgemm vs the scalar reference, on
 // the SmolLM2-135M linear layers, at decode (M = 1) and prefill batch sizes.
 //
-//   matmul_bench [--json FILE] [--quick] [--bf16] [--shape NAME] [--m M]
+//   matmul_bench [--json FILE] [--quick] [--bf16] [--shape NAME|NxK] [--m M]
 //
+// --shape NxK runs one other shape (e.g. 2048x2048: a row stride of x that is a
+// multiple of 4 KiB, see ops/matmul.cc).
 // M = 1 cycles through enough copies of the weights to overflow the last-level
 // cache, so its GB/s is the weight streaming rate a decode step sees.
 #include <dlfcn.h>
@@ -37,9 +39,11 @@ struct Shape {
 };
 
 // SmolLM2-135M: hidden 576, intermediate 1536, 9 heads x 64, 3 kv heads, vocab 49152.
+// qkv_proj and gate_up_proj are the fused projections (q|k|v and gate|up in one matmul).
 constexpr Shape kShapes[] = {
-    {"q_proj/o_proj", 576, 576}, {"k_proj/v_proj", 192, 576}, {"gate_proj/up_proj", 1536, 576},
-    {"down_proj", 576, 1536},    {"lm_head", 49152, 576},
+    {"q_proj/o_proj", 576, 576},      {"k_proj/v_proj", 192, 576}, {"qkv_proj", 960, 576},
+    {"gate_proj/up_proj", 1536, 576}, {"gate_up_proj", 3072, 576}, {"down_proj", 576, 1536},
+    {"lm_head", 49152, 576},
 };
 
 struct Result {
@@ -100,7 +104,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       only_m = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--bf16] [--shape NAME] [--m M]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--json FILE] [--quick] [--bf16] [--shape NAME|NxK] [--m M]\n",
                    argv[0]);
       return 2;
     }
@@ -123,8 +128,14 @@ int main(int argc, char** argv) {
   std::printf("%-18s %6s %6s %4s %3s | %9s %9s %9s | %7s %9s\n", "", "", "", "", "", "GFLOP/s",
               "GFLOP/s", "GFLOP/s", "vs dnnl", "wGB/s");
 
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  long custom_n = 0, custom_k = 0;
+  if (std::sscanf(only_shape.c_str(), "%ldx%ld", &custom_n, &custom_k) == 2 && custom_n > 0 &&
+      custom_k > 0) {
+    shapes = {{only_shape.c_str(), custom_n, custom_k}};
+  }
   std::vector<Result> results;
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     if (!only_shape.empty() && only_shape != s.name) continue;
     const int64_t w_bytes = s.n * s.k * (bf16 ? 2 : 4);
     const int copies = static_cast<int>(std::max<int64_t>(1, cold_bytes / w_bytes + 1));

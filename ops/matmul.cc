@@ -88,16 +88,18 @@ HWY_INLINE V LoadWeights(DF d, const uint16_t* HWY_RESTRICT p) {
 }
 
 // Tile of y[0..MR, 0..NP*kPanel) over k in [k0, k1) (k0 a multiple of
-// kKBlock). xp: packed x block [K][MR] at k0; w: first panel at k0.
+// kKBlock). x: row 0 of the block at k0, rows ldx apart (x is read in place:
+// see MatmulTile); w: first panel at k0.
 // n_valid: columns of y that exist from the tile's first column on.
 // The running total of each element starts at 0 (first) or at the partial
 // total left in y by the previous k range, and k blocks are added to it in
 // order, so splitting K into ranges leaves every bit as the one chain of
 // matmul.h; the last range adds bias and leaves the result.
 template <int MR, int NP, typename WT>
-HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int64_t k_len,
-                     int64_t panel_stride, bool first, bool last, const float* HWY_RESTRICT bias,
-                     float* HWY_RESTRICT y, int64_t ldy, int64_t n_valid) {
+HWY_INLINE void Tile(const float* HWY_RESTRICT x, int64_t ldx, const WT* HWY_RESTRICT w,
+                     int64_t k_len, int64_t panel_stride, bool first, bool last,
+                     const float* HWY_RESTRICT bias, float* HWY_RESTRICT y, int64_t ldy,
+                     int64_t n_valid) {
   constexpr int C = NP * kVecsPerPanel;
   const DF d;
   // Block sums are added into `total` (on the stack, in L1) in k order.
@@ -135,7 +137,7 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int
       }
 #pragma GCC unroll 64
       for (int r = 0; r < MR; ++r) {
-        const V xb = hn::Set(d, xp[kk * MR + r]);
+        const V xb = hn::Set(d, x[r * ldx + kk]);
 #pragma GCC unroll 64
         for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(xb, wv[c], acc[r][c]);
       }
@@ -169,14 +171,15 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT xp, const WT* HWY_RESTRICT w, int
 }
 
 // MR rows of y over panels [p0, p1) of weights `panels` (float or bf16), k in [k0, k1).
+// x: row 0 of the block at k = 0.
 template <int MR, typename WT>
-HWY_NOINLINE void RowBlock(const float* xp, const WT* panels, const PackedMatrix& w, int64_t p0,
-                           int64_t p1, int64_t k0, int64_t k1, const float* bias, float* y,
-                           int64_t ldy) {
+HWY_NOINLINE void RowBlock(const float* x, int64_t ldx, const WT* panels, const PackedMatrix& w,
+                           int64_t p0, int64_t p1, int64_t k0, int64_t k1, const float* bias,
+                           float* y, int64_t ldy) {
   constexpr int NP = PanelsPerTile(MR);
   const int64_t K = w.k;
   const bool first = k0 == 0, last = k1 == K;
-  const float* xk = xp + k0 * MR;
+  const float* xk = x + k0;
   const auto tile_args = [&](int64_t p) {
     return std::make_tuple(panels + p * K * kPanel + k0 * kPanel,
                            bias ? bias + p * kPanel : nullptr, y + p * kPanel, w.n - p * kPanel);
@@ -184,26 +187,26 @@ HWY_NOINLINE void RowBlock(const float* xp, const WT* panels, const PackedMatrix
   int64_t p = p0;
   for (; p + NP <= p1; p += NP) {
     const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, NP>(xk, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
+    Tile<MR, NP>(xk, ldx, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
   }
   for (; p < p1; ++p) {
     const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, 1>(xk, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
+    Tile<MR, 1>(xk, ldx, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
   }
 }
 
 template <int MR>
-void RowBlockAny(const float* xp, const PackedMatrix& w, int64_t p0, int64_t p1, int64_t k0,
-                 int64_t k1, const float* bias, float* y, int64_t ldy) {
+void RowBlockAny(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0, int64_t p1,
+                 int64_t k0, int64_t k1, const float* bias, float* y, int64_t ldy) {
   if (w.is_bf16()) {
-    RowBlock<MR>(xp, w.bf16.get(), w, p0, p1, k0, k1, bias, y, ldy);
+    RowBlock<MR>(x, ldx, w.bf16.get(), w, p0, p1, k0, k1, bias, y, ldy);
   } else {
-    RowBlock<MR>(xp, w.data.get(), w, p0, p1, k0, k1, bias, y, ldy);
+    RowBlock<MR>(x, ldx, w.data.get(), w, p0, p1, k0, k1, bias, y, ldy);
   }
 }
 
-using RowBlockFn = void (*)(const float*, const PackedMatrix&, int64_t, int64_t, int64_t, int64_t,
-                            const float*, float*, int64_t);
+using RowBlockFn = void (*)(const float*, int64_t, const PackedMatrix&, int64_t, int64_t, int64_t,
+                            int64_t, const float*, float*, int64_t);
 template <size_t... I>
 constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequence<I...>) {
   return {&RowBlockAny<static_cast<int>(I) + 1>...};
@@ -211,54 +214,94 @@ constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequ
 // kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
 constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
 
-// Cache blocking for many rows (GotoBLAS order): K is cut into ranges of
-// kKChunk (whole k blocks; the partial totals wait in y, see Tile), so a
-// k range of a row block of x (14 x 256 floats, 14 KiB) and of a few weight
-// panels (32 KiB each) sit in L1/L2 while the tiles run, and a row chunk of x
-// over one k range (<= kRowChunkBytes) stays in L2 while every panel passes.
-constexpr int64_t kKChunk = 4 * kKBlock;
+// x is read in place: a tile broadcasts x[r * ldx + k] straight from the rows
+// of x, and nothing is packed. Packing x into [K][kMR] blocks (scalar
+// transposition) was ~9% of the time of a 512-row prefill matmul on one
+// thread, and with columns split over threads every thread packed all rows;
+// reading in place measured 0.96 -> 1.01x oneDNN (q_proj, M = 512, 1 thread)
+// and 0.88 -> 1.01x (k_proj). The rows of a block are kMR streams of x; they
+// stay in L1 as long as they do not pile up in a few L1 sets (64 sets of 64-byte
+// lines): a row stride of a multiple of 4 KiB (K = 1024, 2048, 4096) puts all
+// kMR rows in one 8-way set, and each broadcast would miss. Such x is copied
+// to a stride of an odd number of cache lines, which spreads the rows over
+// kMR sets (a memcpy per row, far cheaper than the transposition was).
+constexpr int64_t kL1Sets = 64, kL1Ways = 8, kLineFloats = 16;
+
+bool RowsShareL1Sets(int64_t ldx) {
+  std::array<int, kL1Sets> rows_in_set{};
+  int worst = 0;
+  for (int64_t r = 0; r < kMR; ++r) {
+    worst = std::max(worst, ++rows_in_set[(r * ldx / kLineFloats) % kL1Sets]);
+  }
+  // K = 1536 (6 KiB rows, 7 rows per set) read in place measured ~3% faster
+  // than a copy; K = 1024 and 2048 (14 rows per set) 20% slower.
+  return worst >= kL1Ways;
+}
+
+// Cache blocking for many rows (GotoBLAS order): a row chunk of x over one k
+// range (<= kRowChunkBytes) stays in L2 (1 MiB per core on Zen 4) while every
+// panel group passes over it, and a group of kPanelGroup weight panels over the
+// k range stays in L2 while every row block of the chunk passes over it.
+//
+// K is cut into ranges of whole k blocks only when it is long: a tile over a
+// k range after the first loads its partial totals back from y (see Tile),
+// and that round trip cost more than the k range saves in cache. Measured on
+// one thread, M = 512 (bench/matmul_bench, GFLOP/s): K = 576 in ranges of 256
+// (then 3 x 192) vs all of K: q_proj 107 -> 111, gate_up_proj 99 -> 107,
+// lm_head 93-96 -> 106; down_proj (K = 1536) ranges of 256 / 768 / all of K:
+// 105 / 108 / 110. At K = 2048 and 4096 (x copied, see above) ranges of 1024,
+// 2048 or all of K measured the same within noise. The ranges hold equal
+// numbers of k blocks (no short last range paying the set-up for little work).
+// kRowChunkBytes 256 KiB .. 4 MiB and kPanelGroup 2 .. 8 measured within 3%;
+// 1 panel per group lost 5% (gate_up_proj).
+constexpr int64_t kKChunk = 24 * kKBlock;  // the longest k range (1536)
 static_assert(kKChunk % kKBlock == 0, "k ranges must be whole k blocks");
-constexpr int64_t kRowChunkBytes = 512 * 1024;
+constexpr int64_t kRowChunkBytes = 1024 * 1024;
 constexpr int64_t kPanelGroup = 4;  // panels a row block visits before the next row block
+
+constexpr int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t KRangeLength(int64_t K) {
+  const int64_t ranges = CeilDiv(K, kKChunk);
+  return CeilDiv(CeilDiv(K, kKBlock), ranges) * kKBlock;
+}
 
 // Rows [r0, r1) x panels [p0, p1) of the output.
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t K = a.w->k;
   const int64_t rows = r1 - r0;
-  // Pack x rows into blocks of kMR rows, each [K][mr], so a tile broadcasts
-  // from one pointer; a row chunk at a time, so the buffer (kept per thread)
-  // stays at most a chunk (3 MiB at K = 1536) whatever M is. A single row is
-  // already in that layout.
-  thread_local std::vector<float> packed;
-  const auto pack = [&](int64_t b, int64_t e) {
-    packed.resize((e - b) * K);
-    for (int64_t rb = b; rb < e; rb += kMR) {
-      const int64_t mr = std::min<int64_t>(kMR, e - rb);
-      float* dst = packed.data() + (rb - b) * K;
-      for (int64_t r = 0; r < mr; ++r) {
-        const float* src = a.x + (r0 + rb + r) * a.ldx;
-        for (int64_t kk = 0; kk < K; ++kk) dst[kk * mr + r] = src[kk];
-      }
+  // Rows [b, e) of this tile's x and their stride: x itself, or (rows that
+  // share L1 sets, see above) a copy kept per thread at a stride of an odd
+  // number of cache lines.
+  const bool copy = rows > 1 && RowsShareL1Sets(a.ldx);
+  const int64_t ld = copy ? (CeilDiv(K, kLineFloats) | 1) * kLineFloats : a.ldx;
+  thread_local std::vector<float> copied;
+  const auto x_rows = [&](int64_t b, int64_t e) {
+    if (!copy) return a.x + (r0 + b) * a.ldx;
+    copied.resize((e - b) * ld);
+    for (int64_t r = b; r < e; ++r) {
+      std::memcpy(copied.data() + (r - b) * ld, a.x + (r0 + r) * a.ldx, K * sizeof(float));
     }
-    return static_cast<const float*>(packed.data());
+    return static_cast<const float*>(copied.data());
   };
   if (rows <= kMR) {  // one row block (decode): stream the panels once, all of K
-    const float* xp = rows > 1 ? pack(0, rows) : a.x + r0 * a.ldx;
-    kRowBlocks[rows - 1](xp, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy, a.ldy);
+    kRowBlocks[rows - 1](x_rows(0, rows), ld, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy, a.ldy);
     return;
   }
-  const int64_t chunk =
-      std::max<int64_t>(1, kRowChunkBytes / (kKChunk * 4) / kMR) * kMR;  // rows per chunk
+  const int64_t k_range = KRangeLength(K);
+  // Rows per chunk: whole row blocks, the chunks of equal size.
+  const int64_t max_chunk = std::max<int64_t>(1, kRowChunkBytes / (k_range * 4) / kMR) * kMR;
+  const int64_t chunk = CeilDiv(CeilDiv(rows, CeilDiv(rows, max_chunk)), kMR) * kMR;
   for (int64_t rc = 0; rc < rows; rc += chunk) {
     const int64_t rc_end = std::min(rows, rc + chunk);
-    const float* xc = pack(rc, rc_end);
-    for (int64_t k0 = 0; k0 < K; k0 += kKChunk) {
-      const int64_t k1 = std::min(K, k0 + kKChunk);
+    const float* xc = x_rows(rc, rc_end);
+    for (int64_t k0 = 0; k0 < K; k0 += k_range) {
+      const int64_t k1 = std::min(K, k0 + k_range);
       for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
         const int64_t pe = std::min(p1, pg + kPanelGroup);
         for (int64_t rb = rc; rb < rc_end; rb += kMR) {
           const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
-          kRowBlocks[mr - 1](xc + (rb - rc) * K, *a.w, pg, pe, k0, k1, a.bias,
+          kRowBlocks[mr - 1](xc + (rb - rc) * ld, ld, *a.w, pg, pe, k0, k1, a.bias,
                              a.y + (r0 + rb) * a.ldy, a.ldy);
         }
       }

@@ -59,7 +59,8 @@ class EveryTarget {
 struct Problem {
   int64_t m, n, k;
   bool bias, strided;
-  int64_t ldx() const { return strided ? k + 3 : k; }
+  int64_t ldx_ = 0;  // x's row stride when not 0
+  int64_t ldx() const { return ldx_ ? ldx_ : strided ? k + 3 : k; }
   int64_t ldy() const { return strided ? n + 5 : n; }
 };
 
@@ -138,6 +139,42 @@ TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
       }
     }
   });
+}
+
+// The blocking of ops/matmul.cc at its edges: several row chunks and K ranges
+// (K = 1600 is 25 k blocks: ranges of 13 + 12 blocks; K = 1537 ends in a
+// range with a 1-k block), M not a multiple of the 14-row block (512 = 36 x 14
+// + 8), odd N, the model's shapes (K = 576, N = 192 or 960), and row strides
+// of x that put the rows of a block in the same L1 sets (multiples of 4 KiB:
+// x is then copied to another stride), for 1 to 14 rows as well as many.
+TEST(Matmul, BlockingEdgesBitIdenticalToReference) {
+  const std::vector<Problem> problems = {
+      {530, 17, 1600, true, true},       {45, 200, 1537, false, false},
+      {100, 200, 576, true, false},      {512, 192, 576, true, true},
+      {29, 960, 576, false, true},       {16, 384, 576, true, false},
+      {40, 33, 1000, true, false, 1024}, {5, 33, 1024, false, false},
+      {14, 65, 1024, true, false, 2048}, {29, 70, 2048, true, true, 2048},
+      {300, 31, 1024, false, false},     {2, 200, 1600, true, false, 4096},
+  };
+  ThreadPool one(1), two(2);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    SCOPED_TRACE("problem " + std::to_string(i));
+    Data d = make_data(p, static_cast<uint32_t>(2000 + i));
+    const auto want = run(p, d, nullptr);
+    // bf16 weights through the same paths (a third of the problems, for time).
+    const bool with_bf16 = i % 3 == 0;
+    const PackedMatrix bf = pack_weights_bf16(d.w.data(), p.n, p.k);
+    const auto want_bf =
+        with_bf16 ? run(p, d.x.data(), bf, d.bias.data(), nullptr) : std::vector<float>();
+    EveryTarget::run([&] {
+      for (ThreadPool* pool : {&one, &two}) {
+        SCOPED_TRACE("threads=" + std::to_string(pool->num_threads()));
+        expect_same_bits(p, want, run(p, d, pool));
+        if (with_bf16) expect_same_bits(p, want_bf, run(p, d.x.data(), bf, d.bias.data(), pool));
+      }
+    });
+  }
 }
 
 // A row's output does not depend on the other rows in the batch, on its slot,
