@@ -88,8 +88,9 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       hubzoo::transpose_key_blocks(k.data(), stride, 0, p, d, blocks.data());
       for (int64_t t = 0; t < p; ++t) {
-        hubzoo::attend_online_f32(&q[t * kGroup * d], d, kGroup, blocks.data(), v.data(), stride, 0,
-                                  t + 1, d, scale, &out[t * kGroup * d], d);
+        hubzoo::attend_online_f32(&q[t * kGroup * d], d, kGroup, blocks.data(),
+                                  d * hubzoo::kKeyBlock, v.data(), stride, 0, t + 1, d, scale,
+                                  &out[t * kGroup * d], d);
       }
       best_online = std::min(best_online, seconds(t0));
     }

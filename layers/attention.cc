@@ -66,7 +66,7 @@ void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCach
   }
   for (int64_t t = 0; t < m; ++t) {
     if (ring > 0 && batch.pos[t] < end[batch.slot[t]] - ring) continue;  // overwritten anyway
-    std::copy_n(&k[t * row], row, cache.key(layer, batch.slot[t], batch.pos[t]));
+    cache.store_key(layer, batch.slot[t], batch.pos[t], &k[t * row]);
     std::copy_n(&v[t * row], row, cache.value(layer, batch.slot[t], batch.pos[t]));
   }
 }
@@ -104,6 +104,31 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
 
   if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
+    if (online && cache.blocked_keys(layer)) {
+      // The cache keeps the keys as blocks already: nothing to transpose.
+      const int64_t block_stride = kv_size * kKeyBlock;
+      pool.parallel_for(
+          m * nkv, 1,
+          [&](int64_t begin, int64_t stop) {
+            for (int64_t item = begin; item < stop; ++item) {
+              const int64_t t = row_of(item / nkv), kvh = item % nkv;
+              const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+              const int64_t at = t * q_size + kvh * group * d;
+              attend_online_f32(&q[at], d, group,
+                                stored.key_blocks(layer, slot) + lo / kKeyBlock * block_stride +
+                                    kvh * d * kKeyBlock,
+                                block_stride, stored.value(layer, slot, lo) + kvh * d, kv_size,
+                                lo % kKeyBlock, batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at],
+                                d);
+            }
+          },
+          chunks);
+      return;
+    }
+    if (cache.blocked_keys(layer)) {
+      throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
+                            " keeps blocked keys, which only fp32 scores without softcap read");
+    }
     if (online) {
       std::vector<int64_t> end(cache.num_slots(), 0), offset(cache.num_slots(), 0), slots;
       for (int64_t t = 0; t < m; ++t) {
@@ -132,7 +157,7 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
                 transpose_key_blocks(stored.key(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
                                      own_blocks.data());
                 const int64_t at = t * q_size + kvh * group * d;
-                attend_online_f32(&q[at], d, group, own_blocks.data(),
+                attend_online_f32(&q[at], d, group, own_blocks.data(), d * kKeyBlock,
                                   stored.value(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
                                   opt.score.scale, &out[at], d);
               }
@@ -168,10 +193,10 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
               const int64_t t = row_of(item / nkv), kvh = item % nkv;
               const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
               const int64_t at = t * q_size + kvh * group * d;
-              attend_online_f32(&q[at], d, group,
-                                head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
-                                stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
-                                batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
+              attend_online_f32(
+                  &q[at], d, group, head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
+                  d * kKeyBlock, stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
+                  batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
             }
           },
           chunks);
@@ -200,6 +225,10 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
     return;
   }
 
+  if (cache.blocked_keys(layer)) {
+    throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
+                          " keeps blocked keys, which the deferred-store path does not read");
+  }
   // Ring buffer (or no store): a slot's rows in this batch, in position order
   // from where its cache ends (the batch's rows of a slot continue it, one
   // position each); earlier positions come from the cache, these from k, v.
@@ -247,8 +276,8 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
             key_blocks_buf.resize(key_blocks(lo % kKeyBlock, len) * d * kKeyBlock);
             transpose_key_blocks(keys.data(), d, lo % kKeyBlock, len, d, key_blocks_buf.data());
             attend_online_f32(&q[t * q_size + h * d], d, group, key_blocks_buf.data(),
-                              values.data(), d, lo % kKeyBlock, len, d, opt.score.scale,
-                              &out[t * q_size + h * d], d);
+                              d * kKeyBlock, values.data(), d, lo % kKeyBlock, len, d,
+                              opt.score.scale, &out[t * q_size + h * d], d);
             continue;
           }
           scores.resize(len);

@@ -107,6 +107,35 @@ TEST(RingKvCache, MatchesFullCacheWithWindowMask) {
   }
 }
 
+TEST(BlockedKeyCache, SameBitsAsRowCacheWithAndWithoutWindow) {
+  ThreadPool pool(2);
+  const std::vector<Rows> seqs = {random_rows(48, 7), random_rows(48, 8)};
+  // Prefill chunks across block edges, then decode (one row per slot).
+  const std::vector<std::vector<int64_t>> chunks = {{1, 5, 20, 1, 1, 13, 1, 1, 1, 1, 1, 1, 1},
+                                                    {17, 1, 3, 1, 9, 1, 1, 1, 6, 1, 1, 5, 1}};
+  for (int64_t window : {0, 5, 16, 21}) {
+    ChunkOptions opt = options(false, 0.0f);
+    opt.window = window;
+    KvLayerSpec spec{kKv, 0};
+    spec.blocked_keys = true;
+    KvCache blocked({spec}, 2);
+    KvCache rows(1, 2, kKv);
+    const auto a = run(blocked, seqs, chunks, opt, pool);
+    const auto b = run(rows, seqs, chunks, opt, pool);
+    expect_same_bits(a[0], b[0]);
+    expect_same_bits(a[1], b[1]);
+  }
+  // Blocks are whole: 3 positions take one block of keys, values stay per position.
+  KvLayerSpec spec{kKv, 0};
+  spec.blocked_keys = true;
+  KvCache blocked({spec}, 1);
+  EXPECT_EQ(blocked.slot_bytes_at(3), (kKeyBlock + 3) * kKv * static_cast<int64_t>(sizeof(float)));
+  // Eager or softcapped scores read key rows, which a blocked cache does not have.
+  KvCache other({spec}, 2);
+  EXPECT_THROW(run(other, seqs, chunks, options(true, 0.0f), pool), InvalidArgument);
+  EXPECT_THROW(KvCache({KvLayerSpec{kKv, 4, true}}, 1), InvalidArgument);
+}
+
 TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
   // The full-cache path with a window attends exactly positions (p - window, p].
   ThreadPool pool(1);
@@ -125,8 +154,8 @@ TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
       transpose_key_blocks_reference(&seqs[0].k[lo * kKv + kvh * kDim], kKv, lane0, len, kDim,
                                      blocks.data());
       attend_online_f32_reference(&seqs[0].q[p * kQ + h * kDim], kDim, 1, blocks.data(),
-                                  &seqs[0].v[lo * kKv + kvh * kDim], kKv, lane0, len, kDim, 0.3f,
-                                  expect.data(), kDim);
+                                  kDim * kKeyBlock, &seqs[0].v[lo * kKv + kvh * kDim], kKv, lane0,
+                                  len, kDim, 0.3f, expect.data(), kDim);
       for (int64_t i = 0; i < kDim; ++i) EXPECT_EQ(out[0][p * kQ + h * kDim + i], expect[i]);
     }
   }

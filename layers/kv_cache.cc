@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "ops/attend_online.h"
 
 namespace hubzoo {
 
@@ -19,6 +20,9 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots)
     if (s.row_size <= 0 || s.window < 0) {
       throw InvalidArgument("KvCache: a layer needs row_size > 0 and window >= 0");
     }
+    if (s.blocked_keys && s.window > 0) {
+      throw InvalidArgument("KvCache: a ring-buffer layer cannot keep blocked keys");
+    }
   }
 }
 
@@ -29,15 +33,18 @@ void KvCache::reserve(int64_t slot, int64_t n) {
     const size_t need = static_cast<size_t>(rows * s.row_size);
     auto& kk = keys_[index(layer, slot)];
     auto& vv = values_[index(layer, slot)];
-    if (kk.size() < need) {
+    if (vv.size() < need) {
       // Grow geometrically so decoding does not reallocate every step; a
       // ring buffer never beyond its window.
-      size_t grown = std::max(need, kk.size() * 3 / 2);
+      size_t grown = std::max(need, vv.size() * 3 / 2);
       if (s.window > 0) grown = std::min(grown, static_cast<size_t>(s.window * s.row_size));
-      kk.reserve(grown);  // exactly `grown`: bytes() reports capacity
-      vv.reserve(grown);
-      kk.resize(grown);
+      vv.reserve(grown);  // exactly `grown`: bytes() reports capacity
       vv.resize(grown);
+      // Blocked keys: whole blocks (a position past `grown` rows may sit in
+      // the last block; its lanes are never read).
+      const size_t key_floats = s.blocked_keys ? key_block_floats(s, grown / s.row_size) : grown;
+      kk.reserve(key_floats);
+      kk.resize(key_floats);
     }
   }
 }
@@ -68,9 +75,24 @@ int64_t KvCache::slot_bytes_at(int64_t n) const {
   int64_t total = 0;
   for (const auto& s : layers_) {
     const int64_t rows = s.window > 0 ? std::min(n, s.window) : n;
-    total += 2 * rows * s.row_size * static_cast<int64_t>(sizeof(float));
+    const int64_t key_floats = s.blocked_keys ? key_block_floats(s, rows) : rows * s.row_size;
+    total += (key_floats + rows * s.row_size) * static_cast<int64_t>(sizeof(float));
   }
   return total;
+}
+
+int64_t KvCache::key_block_floats(const KvLayerSpec& s, int64_t rows) {
+  return (rows + kKeyBlock - 1) / kKeyBlock * kKeyBlock * s.row_size;
+}
+
+void KvCache::store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row) {
+  const KvLayerSpec& s = layers_[layer];
+  if (!s.blocked_keys) {
+    std::copy_n(key_row, s.row_size, key(layer, slot, pos));
+    return;
+  }
+  float* block = k(layer, slot) + pos / kKeyBlock * s.row_size * kKeyBlock + pos % kKeyBlock;
+  for (int64_t c = 0; c < s.row_size; ++c) block[c * kKeyBlock] = key_row[c];
 }
 
 }  // namespace hubzoo

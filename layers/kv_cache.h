@@ -21,6 +21,11 @@ namespace hubzoo {
 struct KvLayerSpec {
   int64_t row_size = 0;  // num_kv_heads * head_dim of the layer
   int64_t window = 0;    // > 0: keep only the last `window` positions (ring buffer)
+  // Keys kept in blocks of kKeyBlock positions, transposed (window 0 only):
+  // block b holds positions 16b .. 16b + 15 as [row_size][16], i.e. for each
+  // key/value head the [head_dim][16] blocks ops/attend_online.h reads, so
+  // attention never transposes them (key() is then not available).
+  bool blocked_keys = false;
 };
 
 class KvCache {
@@ -49,7 +54,16 @@ class KvCache {
   // must reserve per sequence of that length.
   int64_t slot_bytes_at(int64_t n) const;
 
-  // The row of `pos` (which a windowed layer must still hold).
+  bool blocked_keys(int64_t layer) const { return layers_[layer].blocked_keys; }
+  // Writes the key row of `pos` (row_size floats) in the layer's layout.
+  void store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row);
+  // A blocked layer's key blocks: block b at key_blocks() + b * row_size * kKeyBlock.
+  const float* key_blocks(int64_t layer, int64_t slot) const {
+    return keys_[index(layer, slot)].data();
+  }
+
+  // The row of `pos` (which a windowed layer must still hold); keys of a
+  // layer without blocked keys only.
   float* key(int64_t layer, int64_t slot, int64_t pos) { return k(layer, slot) + row(layer, pos); }
   float* value(int64_t layer, int64_t slot, int64_t pos) {
     return v(layer, slot) + row(layer, pos);
@@ -63,6 +77,7 @@ class KvCache {
 
  private:
   int64_t index(int64_t layer, int64_t slot) const { return layer * num_slots_ + slot; }
+  static int64_t key_block_floats(const KvLayerSpec& s, int64_t rows);
   int64_t row(int64_t layer, int64_t pos) const {
     const KvLayerSpec& s = layers_[layer];
     return (s.window > 0 ? pos % s.window : pos) * s.row_size;

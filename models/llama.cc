@@ -149,7 +149,11 @@ class LlamaModel final : public CausalLM {
   const ModelInfo& info() const override { return info_; }
 
   KvCache new_cache(int64_t num_slots) const override {
-    return KvCache(cfg_.num_layers, num_slots, cfg_.attn.num_kv_heads * cfg_.attn.head_dim);
+    // fp32 and fused bf16 attention read keys as blocks (ops/attend_online.h):
+    // the cache keeps them so. Eager bf16 reads rows.
+    KvLayerSpec spec{cfg_.attn.num_kv_heads * cfg_.attn.head_dim, 0};
+    spec.blocked_keys = !numerics_.eager_bf16() && cfg_.attn.softcap <= 0;
+    return KvCache(std::vector<KvLayerSpec>(cfg_.num_layers, spec), num_slots);
   }
 
   std::vector<std::string> capture_names() const override {

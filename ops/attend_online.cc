@@ -268,9 +268,9 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
 }
 
 void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
-                  const float* HWY_RESTRICT kt, const float* HWY_RESTRICT values, int64_t v_stride,
-                  int64_t lane0, int64_t len, int64_t d, float scale, float* HWY_RESTRICT out,
-                  int64_t out_stride) {
+                  const float* HWY_RESTRICT kt, int64_t kt_stride, const float* HWY_RESTRICT values,
+                  int64_t v_stride, int64_t lane0, int64_t len, int64_t d, float scale,
+                  float* HWY_RESTRICT out, int64_t out_stride) {
   const DF df;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   const int64_t blocks = key_blocks(lane0, len);
@@ -284,7 +284,7 @@ void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
     state[g].acc = acc_buf.data() + g * dv * kN;
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* block = kt + b * d * kKeyBlock;
+    const float* block = kt + b * kt_stride;
     const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
     const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
     for (int64_t g = 0; g < nq; g += kMaxRows) {
@@ -320,11 +320,11 @@ void TransposeKeyBlocks(const float* keys, int64_t stride, int64_t lane0, int64_
   transpose_key_blocks_reference(keys, stride, lane0, len, d, kt);
 }
 
-void AttendOnline(const float* q, int64_t q_stride, int64_t nq, const float* kt,
+void AttendOnline(const float* q, int64_t q_stride, int64_t nq, const float* kt, int64_t kt_stride,
                   const float* values, int64_t v_stride, int64_t lane0, int64_t len, int64_t d,
                   float scale, float* out, int64_t out_stride) {
-  attend_online_f32_reference(q, q_stride, nq, kt, values, v_stride, lane0, len, d, scale, out,
-                              out_stride);
+  attend_online_f32_reference(q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d,
+                              scale, out, out_stride);
 }
 
 #endif
@@ -372,8 +372,9 @@ void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t l
 }
 
 void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                                 const float* values, int64_t v_stride, int64_t lane0, int64_t len,
-                                 int64_t d, float scale, float* out, int64_t out_stride) {
+                                 int64_t kt_stride, const float* values, int64_t v_stride,
+                                 int64_t lane0, int64_t len, int64_t d, float scale, float* out,
+                                 int64_t out_stride) {
   if (len <= 0) {
     for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
     return;
@@ -386,7 +387,7 @@ void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, c
     float m = -inf, l[kKeyBlock] = {};
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* block = kt + b * d * kKeyBlock;
+      const float* block = kt + b * kt_stride;
       const int64_t first = b * kKeyBlock - lane0;
       float s[kKeyBlock], p[kKeyBlock];
       float block_max = -inf;
@@ -430,14 +431,14 @@ void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int6
 }
 
 void attend_online_f32(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                       const float* values, int64_t v_stride, int64_t lane0, int64_t len, int64_t d,
-                       float scale, float* out, int64_t out_stride) {
+                       int64_t kt_stride, const float* values, int64_t v_stride, int64_t lane0,
+                       int64_t len, int64_t d, float scale, float* out, int64_t out_stride) {
   if (len <= 0) {
     for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
     return;
   }
   HWY_DYNAMIC_DISPATCH(AttendOnline)
-  (q, q_stride, nq, kt, values, v_stride, lane0, len, d, scale, out, out_stride);
+  (q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d, scale, out, out_stride);
 }
 
 const char* attend_online_target_name() {

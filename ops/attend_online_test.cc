@@ -79,10 +79,11 @@ TEST(AttendOnline, BitIdenticalToScalarReferenceOnEveryTarget) {
             transpose_key_blocks_reference(k.data() + 2, stride, lane0, len, d, kt2.data());
             for (size_t i = 0; i < kt1.size(); ++i) ASSERT_EQ(bits(kt1[i]), bits(kt2[i])) << i;
             std::vector<float> o1(nq * (d + 1), 7.0f), o2(nq * (d + 1), -7.0f);
-            attend_online_f32(q.data(), d + 3, nq, kt1.data(), v.data() + 1, stride, lane0, len, d,
-                              scale, o1.data(), d + 1);
-            attend_online_f32_reference(q.data(), d + 3, nq, kt1.data(), v.data() + 1, stride,
-                                        lane0, len, d, scale, o2.data(), d + 1);
+            attend_online_f32(q.data(), d + 3, nq, kt1.data(), d * kKeyBlock, v.data() + 1, stride,
+                              lane0, len, d, scale, o1.data(), d + 1);
+            attend_online_f32_reference(q.data(), d + 3, nq, kt1.data(), d * kKeyBlock,
+                                        v.data() + 1, stride, lane0, len, d, scale, o2.data(),
+                                        d + 1);
             for (int64_t g = 0; g < nq; ++g) {
               for (int64_t i = 0; i < d; ++i) {
                 ASSERT_EQ(bits(o1[g * (d + 1) + i]), bits(o2[g * (d + 1) + i]))
@@ -121,11 +122,12 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
       transpose_key_blocks(k.data() + lo * stride, stride, lane0, len, d, own.data());
       std::vector<float> a(4 * d), b(4 * d), c(d);
       attend_online_f32(q.data(), d, 4, all.data() + (lo / kKeyBlock) * d * kKeyBlock,
-                        v.data() + lo * stride, stride, lane0, len, d, 0.125f, a.data(), d);
-      attend_online_f32(q.data(), d, 4, own.data(), v.data() + lo * stride, stride, lane0, len, d,
-                        0.125f, b.data(), d);
-      attend_online_f32(q.data() + 2 * d, d, 1, own.data(), v.data() + lo * stride, stride, lane0,
-                        len, d, 0.125f, c.data(), d);
+                        d * kKeyBlock, v.data() + lo * stride, stride, lane0, len, d, 0.125f,
+                        a.data(), d);
+      attend_online_f32(q.data(), d, 4, own.data(), d * kKeyBlock, v.data() + lo * stride, stride,
+                        lane0, len, d, 0.125f, b.data(), d);
+      attend_online_f32(q.data() + 2 * d, d, 1, own.data(), d * kKeyBlock, v.data() + lo * stride,
+                        stride, lane0, len, d, 0.125f, c.data(), d);
       for (int64_t i = 0; i < 4 * d; ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << lo << " " << p;
       for (int64_t i = 0; i < d; ++i) ASSERT_EQ(bits(a[2 * d + i]), bits(c[i])) << lo << " " << p;
     }
@@ -134,7 +136,7 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
 
 TEST(AttendOnline, EmptyRangeGivesZeros) {
   std::vector<float> q(16, 1.0f), out(16, 3.0f);
-  attend_online_f32(q.data(), 8, 2, nullptr, nullptr, 8, 0, 0, 8, 1.0f, out.data(), 8);
+  attend_online_f32(q.data(), 8, 2, nullptr, 128, nullptr, 8, 0, 0, 8, 1.0f, out.data(), 8);
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
