@@ -7,6 +7,7 @@
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 #include "ops/scratch.h"
+#include "ops/vector_math.h"
 
 namespace hubzoo {
 

@@ -21,9 +21,6 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* 
 void layer_norm(const float* x, const float* weight, const float* bias, float eps, int64_t n,
                 float* out);
 
-// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)). out may alias gate or up.
-void silu_mul(const float* gate, const float* up, int64_t n, float* out);
-
 // y += x
 void add_inplace(float* y, const float* x, int64_t n);
 

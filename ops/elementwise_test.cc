@@ -1,4 +1,5 @@
 #include "ops/elementwise.h"
+#include "ops/vector_math.h"
 
 #include <algorithm>
 #include <cmath>

@@ -64,6 +64,27 @@ void GeluErf(float* HWY_RESTRICT x, int64_t n) {
   ForEachVector(d, x, n, 0.0f, [d](auto v) { return Gelu(d, v); });
 }
 
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const V one = hn::Set(d, 1.0f);
+  const auto silu_mul = [&](V g, V u) HWY_ATTR {
+    return hn::Mul(hn::Div(g, hn::Add(one, hn::Exp(d, hn::Neg(g)))), u);
+  };
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(silu_mul(hn::LoadU(d, gate + i), hn::LoadU(d, up + i)), d, out + i);
+  }
+  if (i < n) {  // the tail padded into a full vector: the same arithmetic
+    HWY_ALIGN float g[hn::MaxLanes(d)] = {}, u[hn::MaxLanes(d)] = {};
+    std::memcpy(g, gate + i, (n - i) * sizeof(float));
+    std::memcpy(u, up + i, (n - i) * sizeof(float));
+    hn::Store(silu_mul(hn::Load(d, g), hn::Load(d, u)), d, g);
+    std::memcpy(out + i, g, (n - i) * sizeof(float));
+  }
+}
+
 void SoftmaxRow(float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -93,6 +114,18 @@ namespace hubzoo {
 
 HWY_EXPORT(GeluErf);
 HWY_EXPORT(SoftmaxRow);
+HWY_EXPORT(SiluMul);
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);
+}
+
+void silu_mul_reference(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
 
 void gelu_erf(float* x, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(GeluErf)(x, n);

@@ -18,6 +18,11 @@ namespace hubzoo {
 void gelu_erf(float* x, int64_t n);
 void gelu_erf_reference(float* x, int64_t n);  // the same formula, scalar, std::exp
 
+// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)), exp Highway's
+// (a few ulps), every element through the vector path. out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void silu_mul_reference(const float* gate, const float* up, int64_t n, float* out);  // std::exp
+
 // x = softmax(x) over n floats in fp32: exp(x - max) / sum. n >= 1.
 void softmax_row(float* x, int64_t n);
 void softmax_row_reference(float* x, int64_t n);  // scalar, std::exp, sum in index order

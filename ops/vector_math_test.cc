@@ -51,6 +51,24 @@ TEST(Gelu, EveryTargetMatchesTheReferenceAndExactGelu) {
   });
 }
 
+TEST(SiluMul, EveryTargetMatchesTheReferenceAndPositionDoesNotMatter) {
+  const std::vector<float> g = inputs(203, 4.0f), u = inputs(203, 1.0f);
+  std::vector<float> ref(203);
+  silu_mul_reference(g.data(), u.data(), 203, ref.data());
+  every_target([&] {
+    std::vector<float> y(203);
+    silu_mul(g.data(), u.data(), 203, y.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_NEAR(y[i], ref[i], 4e-7f * std::fabs(ref[i]) + 1e-30f) << g[i];
+    }
+    for (int64_t start = 1; start < 40; start += 7) {  // a tail element is a vector element
+      std::vector<float> part(203 - start);
+      silu_mul(g.data() + start, u.data() + start, 203 - start, part.data());
+      for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], y[start + i]);
+    }
+  });
+}
+
 TEST(Softmax, EveryTargetMatchesTheReference) {
   for (int64_t n : {1, 2, 7, 16, 33, 250}) {
     SCOPED_TRACE(n);
