@@ -294,18 +294,19 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
     : opt_(opt), numerics_(w.numerics()), rope_(rope) {
   const int64_t q_size = opt.num_heads * opt.head_dim;
   const int64_t kv_size = opt.num_kv_heads * opt.head_dim;
-  const Linear q = Linear::load(w, prefix + ".q_proj", opt.hidden_size, q_size, opt.qkv_bias);
-  if (opt.kv_shared) {
-    qkv_proj_ = Linear::concat({&q});
-  } else {
-    const Linear k = Linear::load(w, prefix + ".k_proj", opt.hidden_size, kv_size, opt.qkv_bias);
-    if (opt.k_eq_v) {
-      qkv_proj_ = Linear::concat({&q, &k});
-    } else {
-      const Linear v = Linear::load(w, prefix + ".v_proj", opt.hidden_size, kv_size, opt.qkv_bias);
-      qkv_proj_ = Linear::concat({&q, &k, &v});
+  // q/k/v as one matrix: [q_size | kv_size | kv_size] outputs (k_eq_v: no
+  // v_proj; kv_shared: q_proj alone).
+  std::vector<std::string> parts = {prefix + ".q_proj"};
+  std::vector<int64_t> outs = {q_size};
+  if (!opt.kv_shared) {
+    parts.push_back(prefix + ".k_proj");
+    outs.push_back(kv_size);
+    if (!opt.k_eq_v) {
+      parts.push_back(prefix + ".v_proj");
+      outs.push_back(kv_size);
     }
   }
+  qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
   if (opt.v_norm) v_norm_ = RMSNorm::unscaled(opt.head_dim, opt.rms_norm_eps, w.numerics());
   if (opt.qk_norm && opt.kv_shared) {
@@ -330,8 +331,8 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   const Numerics& num = numerics_;
   // One matmul for q, k and v: [M, q_size | kv_size | kv_size], split below.
   const int64_t fused = qkv_proj_.out_features();
-  thread_local ScratchBuffer qkv_buf, q_buf, attn_buf;  // ops/scratch.h
-  float* const qkv = qkv_buf.get(m * fused);
+  // qkv, q and the attention output in the layer workspace (ops/scratch.h).
+  float* const qkv = layer_scratch().get(m * (fused + 2 * q_size));
   qkv_proj_.forward(x, m, qkv, pool);
   num.round_eager(qkv, m * fused);
   const auto take = [&](int64_t offset, int64_t size, std::vector<float>& dst) {
@@ -340,7 +341,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
     }
   };
-  float* const q = q_buf.get(m * q_size);  // [M, heads*D]
+  float* const q = qkv + m * fused;  // [M, heads*D]
   for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused], q_size, &q[t * q_size]);
   auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
     if (num.eager_bf16()) {
@@ -386,7 +387,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   chunk.score.softcap = opt_.softcap;
   chunk.score.eager_bf16 = num.eager_bf16();
-  float* const attn = attn_buf.get(m * q_size);
+  float* const attn = q + m * q_size;
   const bool store = !opt_.kv_shared && !sharing.defer_store;
   attend_chunk(batch, q, kv.k.data(), kv.v.data(), cache, layer, chunk, attn, pool, store);
   if (sharing.keep && !opt_.kv_shared) *sharing.keep = std::move(own);

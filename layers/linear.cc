@@ -17,33 +17,43 @@ Linear Linear::concat(const std::vector<const Linear*>& parts) {
   if (parts.empty()) throw InvalidArgument("Linear::concat: no parts");
   const int64_t k = parts[0]->in_features();
   const bool bf16 = parts[0]->weight.is_bf16(), has_bias = parts[0]->bias.has_value();
-  int64_t n = 0;
+  std::vector<const PackedMatrix*> weights;
+  std::vector<float> bias;
   for (const Linear* p : parts) {
     if (p->in_features() != k || p->weight.is_bf16() != bf16 || p->bias.has_value() != has_bias) {
       throw InvalidArgument("Linear::concat: parts differ in input size, dtype or bias");
     }
-    n += p->out_features();
-  }
-  // Unpacked rows, repacked as one matrix: exact (bf16 values widen to fp32
-  // and round back to themselves).
-  std::vector<float> rows(static_cast<size_t>(n * k));
-  std::vector<float> bias;
-  int64_t row = 0;
-  for (const Linear* p : parts) {
-    for (int64_t r = 0; r < p->out_features(); ++r, ++row) p->weight.copy_row(r, &rows[row * k]);
+    weights.push_back(&p->weight);
     if (has_bias) bias.insert(bias.end(), p->bias->data(), p->bias->data() + p->out_features());
   }
   Linear l;
-  l.weight = bf16 ? pack_weights_bf16(rows.data(), n, k) : pack_weights(rows.data(), n, k);
+  l.weight = concat_packed(weights);
   if (has_bias) l.bias = FloatWeights(std::move(bias));
   return l;
 }
 
-void Linear::forward(const float* x, int64_t m, float* y, ThreadPool& pool) const {
+Linear Linear::load_concat(WeightLoader& w, const std::vector<std::string>& prefixes, int64_t in,
+                           const std::vector<int64_t>& outs, bool has_bias) {
+  std::vector<std::string> names;
+  for (const auto& p : prefixes) names.push_back(p + ".weight");
+  Linear l;
+  l.weight = w.take_packed_concat(names, outs, in);
+  if (has_bias) {
+    std::vector<float> bias;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      const FloatWeights b = w.take(prefixes[i] + ".bias", {outs[i]});
+      bias.insert(bias.end(), b.data(), b.data() + outs[i]);
+    }
+    l.bias = FloatWeights(std::move(bias));
+  }
+  return l;
+}
+
+void Linear::forward(const float* x, int64_t m, float* y, ThreadPool& pool, int64_t ldx) const {
   MatmulArgs a;
   a.x = x;
   a.m = m;
-  a.ldx = in_features();
+  a.ldx = ldx > 0 ? ldx : in_features();
   a.w = &weight;
   a.bias = bias ? bias->data() : nullptr;
   a.y = y;

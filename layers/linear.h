@@ -23,10 +23,14 @@ struct Linear {
   // of the separate projections. The parts must share in_features and dtype;
   // either all or none have a bias.
   static Linear concat(const std::vector<const Linear*>& parts);
+  // The same fusion straight from the checkpoint: tensors {prefixes[i]}.weight
+  // [outs[i], in] (and .bias) packed once as one matrix, never separately.
+  static Linear load_concat(WeightLoader& w, const std::vector<std::string>& prefixes, int64_t in,
+                            const std::vector<int64_t>& outs, bool has_bias);
   int64_t in_features() const { return weight.k; }
   int64_t out_features() const { return weight.n; }
-  // x: [m, in] -> y: [m, out]
-  void forward(const float* x, int64_t m, float* y, ThreadPool& pool) const;
+  // x: [m, in] (rows ldx apart; 0: in) -> y: [m, out]
+  void forward(const float* x, int64_t m, float* y, ThreadPool& pool, int64_t ldx = 0) const;
 };
 
 struct RMSNorm {

@@ -39,30 +39,60 @@ TEST(LinearConcat, SameBitsAsThePartsSideBySide) {
   const int64_t in = 70;
   for (bool bf16 : {false, true}) {
     for (bool bias : {false, true}) {
-      // Part sizes that do and do not fill 32-column panels.
-      const std::vector<int64_t> outs = {64, 17, 45};
-      std::vector<Linear> parts;
-      for (size_t i = 0; i < outs.size(); ++i) {
-        parts.push_back(make_linear(outs[i], in, bf16, bias, 7 + static_cast<unsigned>(i)));
-      }
-      const Linear fused = Linear::concat({&parts[0], &parts[1], &parts[2]});
-      EXPECT_EQ(fused.out_features(), 64 + 17 + 45);
-      EXPECT_EQ(fused.weight.is_bf16(), bf16);
-      for (int64_t m : {1, 5, 40}) {
-        const auto x = random_values(m * in, 3);
-        std::vector<float> y(m * fused.out_features());
-        fused.forward(x.data(), m, y.data(), pool);
-        int64_t col = 0;
-        for (const Linear& part : parts) {
-          std::vector<float> want(m * part.out_features());
-          part.forward(x.data(), m, want.data(), pool);
-          for (int64_t r = 0; r < m; ++r) {
-            expect_same_bits(&y[r * fused.out_features() + col], &want[r * part.out_features()],
-                             part.out_features());
+      // Part sizes that fill whole 32-row panels (panels copied) and that do not (repacked).
+      for (const std::vector<int64_t>& outs :
+           {std::vector<int64_t>{64, 17, 45}, std::vector<int64_t>{64, 32, 45}}) {
+        std::vector<Linear> parts;
+        for (size_t i = 0; i < outs.size(); ++i) {
+          parts.push_back(make_linear(outs[i], in, bf16, bias, 7 + static_cast<unsigned>(i)));
+        }
+        const Linear fused = Linear::concat({&parts[0], &parts[1], &parts[2]});
+        EXPECT_EQ(fused.out_features(), outs[0] + outs[1] + outs[2]);
+        EXPECT_EQ(fused.weight.is_bf16(), bf16);
+        for (int64_t m : {1, 5, 40}) {
+          const auto x = random_values(m * in, 3);
+          std::vector<float> y(m * fused.out_features());
+          fused.forward(x.data(), m, y.data(), pool);
+          int64_t col = 0;
+          for (const Linear& part : parts) {
+            std::vector<float> want(m * part.out_features());
+            part.forward(x.data(), m, want.data(), pool);
+            for (int64_t r = 0; r < m; ++r) {
+              expect_same_bits(&y[r * fused.out_features() + col], &want[r * part.out_features()],
+                               part.out_features());
+            }
+            col += part.out_features();
           }
-          col += part.out_features();
         }
       }
+    }
+  }
+}
+
+TEST(PackWeightsConcat, SamePanelsAsPackingTheStackedRows) {
+  const int64_t k = 70;
+  for (bool bf16 : {false, true}) {
+    for (const std::vector<int64_t>& rows :
+         {std::vector<int64_t>{5, 40, 1, 33}, std::vector<int64_t>{32, 64},
+          std::vector<int64_t>{0, 7}}) {
+      std::vector<std::vector<float>> parts;
+      std::vector<WeightRows> src;
+      std::vector<float> stacked;
+      int64_t n = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        parts.push_back(random_values(rows[i] * k, 20 + static_cast<unsigned>(i)));
+        stacked.insert(stacked.end(), parts.back().begin(), parts.back().end());
+        n += rows[i];
+      }
+      for (size_t i = 0; i < rows.size(); ++i) src.push_back({parts[i].data(), rows[i]});
+      const PackedMatrix a = pack_weights_concat(src, k, bf16);
+      const PackedMatrix b =
+          bf16 ? pack_weights_bf16(stacked.data(), n, k) : pack_weights(stacked.data(), n, k);
+      ASSERT_EQ(a.n, n);
+      ASSERT_EQ(a.bytes(), b.bytes());
+      const void* pa = bf16 ? static_cast<const void*>(a.bf16.get()) : a.data.get();
+      const void* pb = bf16 ? static_cast<const void*>(b.bf16.get()) : b.data.get();
+      EXPECT_EQ(std::memcmp(pa, pb, a.bytes()), 0);
     }
   }
 }

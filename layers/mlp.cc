@@ -24,11 +24,9 @@ GatedMlp::GatedMlp(WeightLoader& w, const std::string& prefix, int64_t hidden, i
                    bool bias, Activation act)
     : numerics_(w.numerics()),
       act_(act),
-      down_(Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias)) {
-  const Linear gate = Linear::load(w, prefix + ".gate_proj", hidden, intermediate, bias);
-  const Linear up = Linear::load(w, prefix + ".up_proj", hidden, intermediate, bias);
-  gate_up_ = Linear::concat({&gate, &up});
-}
+      gate_up_(Linear::load_concat(w, {prefix + ".gate_proj", prefix + ".up_proj"}, hidden,
+                                   {intermediate, intermediate}, bias)),
+      down_(Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias)) {}
 
 GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activation act)
     : numerics_(numerics),
@@ -38,32 +36,31 @@ GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activ
 
 void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) const {
   const int64_t inter = down_.in_features();
-  thread_local ScratchBuffer gate_up_buf, gate_buf;       // ops/scratch.h
-  float* const gate_up = gate_up_buf.get(m * 2 * inter);  // [M, gate | up]
+  // [M, gate | up] in the layer workspace (ops/scratch.h); act(gate) * up is
+  // written over the gate half, which down_proj reads with a row stride of 2 * inter.
+  float* const gate_up = layer_scratch().get(m * 2 * inter);
   gate_up_.forward(x, m, gate_up, pool);
-  float* const gate = gate_buf.get(m * inter);  // act(gate) * up: [M, intermediate]
   for (int64_t r = 0; r < m; ++r) {
     float* g = &gate_up[r * 2 * inter];
     const float* u = g + inter;
-    float* h = &gate[r * inter];
     if (act_ == Activation::kGeluTanh) {
       // transformers: act(gate) * up; in bf16 gate, up, the activation and the
       // product are each rounded.
       for (int64_t i = 0; i < inter; ++i) {
         const float gi = numerics_.round_eager(g[i]), ui = numerics_.round_eager(u[i]);
-        h[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gi)) * ui);
+        g[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gi)) * ui);
       }
     } else if (numerics_.eager_bf16()) {
       // transformers in bf16: gate, up, silu(gate) and the product each rounded.
       for (int64_t i = 0; i < inter; ++i) {
         const float gi = round_bf16(g[i]), ui = round_bf16(u[i]);
-        h[i] = round_bf16(round_bf16(gi / (1.0f + std::exp(-gi))) * ui);
+        g[i] = round_bf16(round_bf16(gi / (1.0f + std::exp(-gi))) * ui);
       }
     } else {
-      silu_mul(g, u, inter, h);
+      silu_mul(g, u, inter, g);
     }
   }
-  down_.forward(gate, m, out, pool);
+  down_.forward(gate_up, m, out, pool, 2 * inter);
   numerics_.round_eager(out, m * down_.out_features());
 }
 

@@ -74,6 +74,28 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   return packed;
 }
 
+PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& names,
+                                              const std::vector<int64_t>& ns, int64_t k) {
+  if (names.size() != ns.size())
+    throw InvalidArgument("take_packed_concat: names and sizes differ");
+  std::vector<std::vector<float>> converted(names.size());
+  std::vector<WeightRows> parts;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorInfo& info = claim(names[i], {ns[i], k});
+    TensorView v = ckpt_->view(names[i]);
+    if (info.dtype == DType::F32) {
+      parts.push_back({static_cast<const float*>(v.data), ns[i]});
+    } else {
+      converted[i].resize(static_cast<size_t>(ns[i] * k));
+      convert_to_f32(info.dtype, v.data, converted[i].data(), converted[i].size());
+      parts.push_back({converted[i].data(), ns[i]});
+    }
+  }
+  PackedMatrix packed = pack_weights_concat(parts, k, numerics_.bf16);
+  for (const auto& name : names) ckpt_->release(name);  // the packed copy is the only one kept
+  return packed;
+}
+
 std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& name, int64_t count,
                                                           int64_t n, int64_t k, int64_t parts) {
   if (parts <= 0 || n % parts != 0) {

@@ -58,6 +58,10 @@ class WeightLoader {
   // Takes a [n, k] linear weight and packs it for matmul; the mapped pages of
   // the original are released afterwards.
   PackedMatrix take_packed(const std::string& name, int64_t n, int64_t k);
+  // Takes [ns[i], k] linear weights and packs them as one matrix, their rows
+  // stacked in order (a fused projection); see pack_weights_concat.
+  PackedMatrix take_packed_concat(const std::vector<std::string>& names,
+                                  const std::vector<int64_t>& ns, int64_t k);
   // As take_packed, but float32 even under bf16 numerics: the stored values,
   // unrounded (a small matrix whose precision decides something discrete, e.g.
   // an MoE router in fused mode).

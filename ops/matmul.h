@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ops/thread_pool.h"
 
@@ -45,6 +46,18 @@ struct PackedMatrix {
 PackedMatrix pack_weights(const float* w, int64_t n, int64_t k);
 // Packs row-major W [n, k] as bf16, rounding to nearest even (as torch's .to(bfloat16)).
 PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k);
+
+// Row-major [rows, k] float32 blocks stacked into one matrix, packed once
+// (float32, or bf16 rounded to nearest even): the packing of the
+// concatenated rows, without building them. For fused projections (q/k/v, gate/up).
+struct WeightRows {
+  const float* w = nullptr;
+  int64_t rows = 0;
+};
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16);
+// Packed matrices (same k and dtype) stacked by rows into one: the panels
+// copied where every part but the last fills whole panels, else repacked.
+PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts);
 
 // x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).
 // bias may be null.

@@ -30,4 +30,13 @@ class ScratchBuffer {
   size_t capacity_ = 0;
 };
 
+// The workspace of the layer forwards that run one after another within a
+// decoder layer (attention, then the MLP): one buffer per thread, sized by
+// the largest of them, so their step buffers never coexist (a 2048-token
+// prefill would otherwise hold q/k/v, attention and gate/up outputs at once).
+inline ScratchBuffer& layer_scratch() {
+  thread_local ScratchBuffer buffer;
+  return buffer;
+}
+
 }  // namespace hubzoo
