@@ -79,7 +79,9 @@ def compiler(hubzoo_module) -> dict[str, str | None]:
 
 def source_tree(hubzoo_module) -> dict:
     """The source checkout the build came from (CMAKE_HOME_DIRECTORY) and whether it has
-    uncommitted changes to tracked files now: the compiled-in commit alone would hide them."""
+    uncommitted changes to tracked files now: the compiled-in commit alone would hide them.
+    Generated reports (docs/verification*, bench/results) are outputs, not sources: a
+    report being rewritten does not make the tree it describes dirty."""
     build = _build_dir(hubzoo_module)
     out: dict = {"path": None, "head": None, "dirty": None}
     if build is None:
@@ -93,7 +95,9 @@ def source_tree(hubzoo_module) -> dict:
     try:
         head = subprocess.run(["git", "-C", src, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, timeout=10)
-        status = subprocess.run(["git", "-C", src, "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run(["git", "-C", src, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                 ":(exclude)docs/verification.md", ":(exclude)docs/verification",
+                                 ":(exclude)bench/results"],
                                 capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return out
