@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/bf16.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -66,6 +67,25 @@ TEST(LinearConcat, SameBitsAsThePartsSideBySide) {
         }
       }
     }
+  }
+}
+
+TEST(PackWeightsConcat, Bf16SourceRowsPackAsTheirWidening) {
+  const int64_t k = 70, n = 45;
+  auto w = random_values(n * k, 30);
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    bits[i] = bf16_bits(w[i]);
+    w[i] = bf16_to_float(bits[i]);
+  }
+  for (bool bf16 : {false, true}) {
+    const PackedMatrix a = pack_weights_concat(
+        {{nullptr, 13, bits.data()}, {nullptr, n - 13, bits.data() + 13 * k}}, k, bf16);
+    const PackedMatrix b = bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
+    ASSERT_EQ(a.bytes(), b.bytes());
+    const void* pa = bf16 ? static_cast<const void*>(a.bf16.get()) : a.data.get();
+    const void* pb = bf16 ? static_cast<const void*>(b.bf16.get()) : b.data.get();
+    EXPECT_EQ(std::memcmp(pa, pb, a.bytes()), 0);
   }
 }
 

@@ -65,6 +65,8 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   PackedMatrix packed;
   if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data), n, k);
+  } else if (info.dtype == DType::BF16) {  // widened while packing: no float32 copy
+    packed = pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, bf16);
   } else {
     std::vector<float> tmp(static_cast<size_t>(n * k));
     convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
@@ -85,6 +87,8 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
     TensorView v = ckpt_->view(names[i]);
     if (info.dtype == DType::F32) {
       parts.push_back({static_cast<const float*>(v.data), ns[i]});
+    } else if (info.dtype == DType::BF16) {
+      parts.push_back({nullptr, ns[i], static_cast<const uint16_t*>(v.data)});
     } else {
       converted[i].resize(static_cast<size_t>(ns[i] * k));
       convert_to_f32(info.dtype, v.data, converted[i].data(), converted[i].size());

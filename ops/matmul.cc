@@ -409,8 +409,8 @@ T* alloc_panels(int64_t panels, int64_t k) {
 // Row-major W [n, k] into rows [row0, row0 + n) of the panels, a 32-row x
 // 64-k block at a time (both sides in L1) instead of one row at a time with
 // 128-byte strided writes.
-template <typename T, typename Convert>
-void pack_rows(const float* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+template <typename S, typename T, typename Convert>
+void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
   constexpr int64_t kKStep = 64;
   for (int64_t r0 = 0; r0 < n;) {
     const int64_t global = row0 + r0;  // first row in the destination
@@ -419,9 +419,9 @@ void pack_rows(const float* w, int64_t n, int64_t k, T* data, int64_t row0, Conv
     for (int64_t c0 = 0; c0 < k; c0 += kKStep) {
       const int64_t c1 = std::min(k, c0 + kKStep);
       for (int64_t r = 0; r < rows; ++r) {
-        const float* src = w + (r0 + r) * k;
+        const S* src = w + (r0 + r) * k;
         T* dst = panel + r;
-        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(src[c]);
+        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(widen(src[c]));
       }
     }
     r0 += rows;
@@ -432,8 +432,8 @@ void pack_rows(const float* w, int64_t n, int64_t k, T* data, int64_t row0, Conv
 // boundaries: the kernel zeroes the fresh pages a thread first writes, so the
 // page clearing (most of a cold load) runs in parallel with the copying.
 // SmolLM2-135M fp32 load: 0.41-0.53 s on one thread -> see bench/README.md.
-template <typename T, typename Convert>
-void pack_into(const float* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+template <typename S, typename T, typename Convert>
+void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
   const int64_t bytes = n * k * static_cast<int64_t>(sizeof(T));
   const int64_t threads = bytes < (4 << 20)
                               ? 1
@@ -521,11 +521,17 @@ PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k
     p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   }
   int64_t row0 = 0;
+  const auto to_bf16 = [](float v) { return bf16_bits(v); };
+  const auto to_f32 = [](float v) { return v; };
   for (const WeightRows& part : parts) {
-    if (bf16) {
-      pack_into(part.w, part.rows, k, p.bf16.get(), row0, [](float v) { return bf16_bits(v); });
+    if (part.bf16_bits && bf16) {
+      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), row0, to_bf16);
+    } else if (part.bf16_bits) {
+      pack_into(part.bf16_bits, part.rows, k, p.data.get(), row0, to_f32);
+    } else if (bf16) {
+      pack_into(part.w, part.rows, k, p.bf16.get(), row0, to_bf16);
     } else {
-      pack_into(part.w, part.rows, k, p.data.get(), row0, [](float v) { return v; });
+      pack_into(part.w, part.rows, k, p.data.get(), row0, to_f32);
     }
     row0 += part.rows;
   }

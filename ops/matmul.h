@@ -53,6 +53,9 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k);
 struct WeightRows {
   const float* w = nullptr;
   int64_t rows = 0;
+  // Instead of w: rows stored as bf16 bit patterns (a bf16 checkpoint), widened
+  // exactly while packing, without a float32 copy of the tensor.
+  const uint16_t* bf16_bits = nullptr;
 };
 PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16);
 // Packed matrices (same k and dtype) stacked by rows into one: the panels
