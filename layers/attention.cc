@@ -104,32 +104,38 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
 
   if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
-    if (online && cache.blocked_keys(layer)) {
-      // The cache keeps the keys as blocks already: nothing to transpose.
-      const int64_t block_stride = kv_size * kKeyBlock;
-      pool.parallel_for(
-          m * nkv, 1,
-          [&](int64_t begin, int64_t stop) {
-            for (int64_t item = begin; item < stop; ++item) {
-              const int64_t t = row_of(item / nkv), kvh = item % nkv;
-              const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-              const int64_t at = t * q_size + kvh * group * d;
-              attend_online_f32(&q[at], d, group,
-                                stored.key_blocks(layer, slot) + lo / kKeyBlock * block_stride +
-                                    kvh * d * kKeyBlock,
-                                block_stride, stored.value(layer, slot, lo) + kvh * d, kv_size,
-                                lo % kKeyBlock, batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at],
-                                d);
-            }
-          },
-          chunks);
-      return;
-    }
-    if (cache.blocked_keys(layer)) {
-      throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
-                            " keeps blocked keys, which only fp32 scores without softcap read");
-    }
     if (online) {
+      // Each row's query heads of a KV head in one call over its visible
+      // positions; blocks_of(slot, kvh): the key blocks of the slot from
+      // position 0, `stride` floats from block to block.
+      const auto attend_all = [&](const auto& blocks_of, int64_t stride) {
+        pool.parallel_for(
+            m * nkv, 1,
+            [&](int64_t begin, int64_t stop) {
+              for (int64_t item = begin; item < stop; ++item) {
+                const int64_t t = row_of(item / nkv), kvh = item % nkv;
+                const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
+                const int64_t at = t * q_size + kvh * group * d;
+                attend_online_f32(&q[at], d, group, blocks_of(slot, kvh) + lo / kKeyBlock * stride,
+                                  stride, stored.value(layer, slot, lo) + kvh * d, kv_size,
+                                  lo % kKeyBlock, batch.pos[t] + 1 - lo, d, opt.score.scale,
+                                  &out[at], d);
+              }
+            },
+            chunks);
+      };
+      if (cache.blocked_keys(layer)) {  // the cache keeps the keys as blocks already
+        attend_all(
+            [&](int64_t slot, int64_t kvh) {
+              return stored.key_blocks(layer, slot) + kvh * d * kKeyBlock;
+            },
+            kv_size * kKeyBlock);
+        return;
+      }
+      // Key rows: the blocks of each (slot, KV head) over positions [0, end),
+      // built once for all the batch's rows of that slot. Kept from call to
+      // call (no page faults per layer); workers see only the pointer (a
+      // thread_local named inside the jobs would be their own).
       std::vector<int64_t> end(cache.num_slots(), 0), offset(cache.num_slots(), 0), slots;
       for (int64_t t = 0; t < m; ++t) {
         end[batch.slot[t]] = std::max<int64_t>(end[batch.slot[t]], batch.pos[t] + 1);
@@ -141,34 +147,6 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
         offset[s] = floats;
         floats += nkv * key_blocks(0, end[s]) * d * kKeyBlock;
       }
-      if (static_cast<int64_t>(slots.size()) == m) {
-        // One row per slot (decode): each job transposes the keys its row
-        // sees, from the block of lo on, into its own buffer; one parallel
-        // job per layer instead of two.
-        pool.parallel_for(
-            m * nkv, 1,
-            [&](int64_t begin, int64_t stop) {
-              thread_local std::vector<float> own_blocks;
-              for (int64_t item = begin; item < stop; ++item) {
-                const int64_t t = item / nkv, kvh = item % nkv;
-                const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-                const int64_t len = batch.pos[t] + 1 - lo, lane0 = lo % kKeyBlock;
-                own_blocks.resize(key_blocks(lane0, len) * d * kKeyBlock);
-                transpose_key_blocks(stored.key(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
-                                     own_blocks.data());
-                const int64_t at = t * q_size + kvh * group * d;
-                attend_online_f32(&q[at], d, group, own_blocks.data(), d * kKeyBlock,
-                                  stored.value(layer, slot, lo) + kvh * d, kv_size, lane0, len, d,
-                                  opt.score.scale, &out[at], d);
-              }
-            },
-            chunks);
-        return;
-      }
-      // Several rows of a slot (prefill): the key blocks of each (slot,
-      // key/value head) over positions [0, end), built once for all its rows.
-      // Kept from call to call (no page faults per layer). Workers see only
-      // the pointer: a thread_local named inside the jobs would be their own.
       thread_local std::vector<float> blocks;
       if (static_cast<int64_t>(blocks.size()) < floats) blocks.resize(floats);
       float* const block_base = blocks.data();
@@ -186,21 +164,12 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
             }
           },
           chunks);
-      pool.parallel_for(
-          m * nkv, 1,
-          [&](int64_t begin, int64_t stop) {
-            for (int64_t item = begin; item < stop; ++item) {
-              const int64_t t = row_of(item / nkv), kvh = item % nkv;
-              const int64_t slot = batch.slot[t], lo = first_visible(batch.pos[t]);
-              const int64_t at = t * q_size + kvh * group * d;
-              attend_online_f32(
-                  &q[at], d, group, head_blocks(slot, kvh) + (lo / kKeyBlock) * d * kKeyBlock,
-                  d * kKeyBlock, stored.value(layer, slot, lo) + kvh * d, kv_size, lo % kKeyBlock,
-                  batch.pos[t] + 1 - lo, d, opt.score.scale, &out[at], d);
-            }
-          },
-          chunks);
+      attend_all(head_blocks, d * kKeyBlock);
       return;
+    }
+    if (cache.blocked_keys(layer)) {
+      throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
+                            " keeps blocked keys, which only fp32 scores without softcap read");
     }
     // Each (row, head) reduces over its own sequence's positions in position
     // order, whatever else is in the batch.
