@@ -8,24 +8,16 @@
 #include <gtest/gtest.h>
 
 #include "hwy/targets.h"
+#include "ops/test_values.h"
 
 namespace hubzoo {
 namespace {
 
 std::vector<float> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-4, 2);
-  std::vector<float> v(count);
-  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
-  return v;
+  return test::spread_values(count, seed, -4, 2);
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+using test::bits;
 
 TEST(AttendHead, BitIdenticalToScalarOpsOnEveryTarget) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {

@@ -9,24 +9,16 @@
 #include <gtest/gtest.h>
 
 #include "hwy/targets.h"
+#include "ops/test_values.h"
 
 namespace hubzoo {
 namespace {
 
 std::vector<float> random_values(int64_t count, uint32_t seed, int max_exponent = 2) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-4, max_exponent);
-  std::vector<float> v(count);
-  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
-  return v;
+  return test::spread_values(count, seed, -4, max_exponent);
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+using test::bits;
 
 // softmax(q k^T * scale) v in double, the textbook two-pass way.
 std::vector<double> attention_double(const float* q, const float* keys, const float* values,

@@ -9,6 +9,7 @@
 
 #include "hwy/targets.h"
 #include "ops/elementwise.h"
+#include "ops/test_values.h"
 
 namespace hubzoo {
 namespace {
@@ -16,19 +17,10 @@ namespace {
 // Spread-out exponents: a fused multiply-add or another summation order
 // changes the bits.
 std::vector<float> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-8, 8);
-  std::vector<float> v(count);
-  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
-  return v;
+  return test::spread_values(count, seed, -8, 8);
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+using test::bits;
 
 template <typename Body>
 void every_target(Body body) {

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "hwy/targets.h"
 #include "ops/bf16.h"
+#include "ops/test_values.h"
 
 namespace hubzoo {
 namespace {
@@ -20,19 +21,10 @@ namespace {
 // Values with spread-out exponents so that any change of rounding or order
 // (mul + add instead of fma, another summation order) changes the bits.
 std::vector<float> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-6, 6);
-  std::vector<float> v(count);
-  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
-  return v;
+  return test::spread_values(count, seed, -6, 6);
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+using test::bits;
 
 constexpr uint32_t kSentinel = 0x7fc0beefu;  // a NaN that no computation yields
 float sentinel() {
