@@ -1,6 +1,5 @@
 // Highway kernels of ops/attend_head.h. As in ops/dot_axpy.cc, every product
-// passes an empty asm so that GCC cannot contract it with the following add
-// into an FMA (which would round once instead of twice).
+// is rounded on its own (ops/rounded_product-inl.h).
 #include "ops/attend_head.h"
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "ops/attend_head.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/rounded_product-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -19,27 +19,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 int64_t AttendHeadTarget() { return HWY_TARGET; }
-
-template <class V>
-HWY_INLINE V Product(V a, V b) {
-  V p = hn::Mul(a, b);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-#if HWY_TARGET <= HWY_AVX3
-  asm("" : "+v"(p.raw));
-#else
-  asm("" : "+x"(p.raw));
-#endif
-#endif
-  return p;
-}
-
-HWY_INLINE float ScalarProduct(float a, float b) {
-  float p = a * b;
-#if HWY_ARCH_X86
-  asm("" : "+x"(p));
-#endif
-  return p;
-}
 
 // scores[j] = dot(q, k_j) for j in [0, len): the 8-lane order of dot(), eight
 // keys at a time so that their independent add chains overlap.

@@ -1,17 +1,17 @@
 // Highway kernels of ops/dot_axpy.h and their scalar references.
 //
-// GCC contracts a vector multiply followed by an add into an FMA whenever the
-// target has one (-ffp-contract=fast is its default), which would round once
-// instead of twice and break bit-identity with the scalar code. Every product
-// therefore passes through an empty asm statement that hides it from the
-// optimiser. Scalar leftovers (tails, the lane combination) run outside the
-// per-target code, compiled for the baseline ISA, exactly as the references.
+// Every product is rounded on its own, as in the scalar code
+// (ops/rounded_product-inl.h: GCC would otherwise contract it with the
+// following add into an FMA). Scalar leftovers (tails, the lane combination)
+// run outside the per-target code, compiled for the baseline ISA, exactly as
+// the references.
 #include "ops/dot_axpy.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/dot_axpy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/rounded_product-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -19,20 +19,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 int64_t DotAxpyTarget() { return HWY_TARGET; }
-
-// The product a * b, rounded on its own (see the file comment).
-template <class V>
-HWY_INLINE V Product(V a, V b) {
-  V p = hn::Mul(a, b);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-#if HWY_TARGET <= HWY_AVX3
-  asm("" : "+v"(p.raw));
-#else
-  asm("" : "+x"(p.raw));
-#endif
-#endif
-  return p;
-}
 
 // s[0..8) = per-lane sums over the `blocks` whole blocks of 8.
 void DotLanes(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t blocks,
