@@ -32,6 +32,28 @@ Rows random_rows(int64_t len, unsigned seed) {
   return r;
 }
 
+// Step `step` of two slots' chunks: slot s adds rows done[s] .. done[s] +
+// chunks[s][step] - 1 of its sequence.
+struct Step {
+  TokenBatch batch;
+  std::vector<float> q, k, v;
+};
+Step step_rows(const std::vector<Rows>& seqs, const std::vector<std::vector<int64_t>>& chunks,
+               size_t step, const std::vector<int64_t>& done) {
+  Step st;
+  for (int s = 0; s < 2; ++s) {
+    for (int64_t i = 0; i < chunks[s][step]; ++i) {
+      const int64_t p = done[s] + i;
+      EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
+      st.batch.add(0, s, static_cast<int32_t>(p));
+      st.q.insert(st.q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
+      st.k.insert(st.k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
+      st.v.insert(st.v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
+    }
+  }
+  return st;
+}
+
 // Runs two slots through `cache` in chunks (slot 0 takes chunks0, slot 1 chunks1,
 // chunk i of both in one batch); returns each slot's outputs [len, kQ].
 std::vector<std::vector<float>> run(KvCache& cache, const std::vector<Rows>& seqs,
@@ -40,21 +62,11 @@ std::vector<std::vector<float>> run(KvCache& cache, const std::vector<Rows>& seq
   std::vector<std::vector<float>> outs(2);
   std::vector<int64_t> done(2, 0);
   for (size_t step = 0; step < chunks[0].size(); ++step) {
-    TokenBatch batch;
-    std::vector<float> q, k, v;
-    for (int s = 0; s < 2; ++s) {
-      for (int64_t i = 0; i < chunks[s][step]; ++i) {
-        const int64_t p = done[s] + i;
-        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
-        batch.add(0, s, static_cast<int32_t>(p));
-        q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
-        k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
-        v.insert(v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
-      }
-    }
+    const Step st = step_rows(seqs, chunks, step, done);
+    const TokenBatch& batch = st.batch;
     for (int s = 0; s < 2; ++s) cache.reserve(s, done[s] + chunks[s][step]);
     std::vector<float> out(batch.size() * kQ);
-    attend_chunk(batch, q.data(), k.data(), v.data(), cache, 0, opt, out.data(), pool);
+    attend_chunk(batch, st.q.data(), st.k.data(), st.v.data(), cache, 0, opt, out.data(), pool);
     for (int64_t t = 0; t < batch.size(); ++t) {
       auto& o = outs[batch.slot[t]];
       o.insert(o.end(), &out[t * kQ], &out[(t + 1) * kQ]);
@@ -195,23 +207,14 @@ TEST(RingKvCache, DeferredStoreServesALayerReadingAnotherLayersKeys) {
   std::vector<std::vector<float>> producer(2), consumer(2);
   std::vector<int64_t> done(2, 0);
   for (size_t step = 0; step < chunks[0].size(); ++step) {
-    TokenBatch batch;
-    std::vector<float> q, k, v;
-    for (int s = 0; s < 2; ++s) {
-      for (int64_t i = 0; i < chunks[s][step]; ++i) {
-        const int64_t p = done[s] + i;
-        EXPECT_LT(p * kQ, static_cast<int64_t>(seqs[s].q.size())) << "chunks exceed the rows";
-        batch.add(0, s, static_cast<int32_t>(p));
-        q.insert(q.end(), &seqs[s].q[p * kQ], &seqs[s].q[(p + 1) * kQ]);
-        k.insert(k.end(), &seqs[s].k[p * kKv], &seqs[s].k[(p + 1) * kKv]);
-        v.insert(v.end(), &seqs[s].v[p * kKv], &seqs[s].v[(p + 1) * kKv]);
-      }
-      shared.reserve(s, done[s] + chunks[s][step]);
-    }
+    const Step st = step_rows(seqs, chunks, step, done);
+    const TokenBatch& batch = st.batch;
+    for (int s = 0; s < 2; ++s) shared.reserve(s, done[s] + chunks[s][step]);
     std::vector<float> a(batch.size() * kQ), b(batch.size() * kQ);
-    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, a.data(), pool, false);
-    attend_chunk(batch, q.data(), k.data(), v.data(), shared, 0, opt, b.data(), pool, false);
-    store_chunk(batch, k.data(), v.data(), shared, 0);
+    const float *q = st.q.data(), *k = st.k.data(), *v = st.v.data();
+    attend_chunk(batch, q, k, v, shared, 0, opt, a.data(), pool, false);
+    attend_chunk(batch, q, k, v, shared, 0, opt, b.data(), pool, false);
+    store_chunk(batch, k, v, shared, 0);
     for (int64_t t = 0; t < batch.size(); ++t) {
       auto& pa = producer[batch.slot[t]];
       auto& pb = consumer[batch.slot[t]];
