@@ -54,4 +54,19 @@ void compute_logits(const float* normed, int64_t m, int64_t hidden,
   numerics.round_eager(logits.data(), static_cast<int64_t>(logits.size()));
 }
 
+std::vector<std::string> decoder_capture_names(int64_t num_layers,
+                                               const std::function<bool(int64_t)>& sparse) {
+  std::vector<std::string> names = {"embed"};
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i);
+    names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
+    if (sparse(i)) {
+      names.insert(names.end(), {p + ".mlp.router_logits", p + ".mlp.selected_experts",
+                                 p + ".mlp.routing_weights"});
+    }
+  }
+  names.insert(names.end(), {"norm", "logits"});
+  return names;
+}
+
 }  // namespace hubzoo

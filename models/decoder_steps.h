@@ -1,9 +1,12 @@
 // Steps every decoder's forward() shares: validating the TokenBatch before it
-// runs, and the logits of the rows asked for after the final norm.
+// runs, the logits of the rows asked for after the final norm, and the names
+// of the intermediates a forward can capture.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "layers/batch.h"
@@ -26,5 +29,11 @@ std::map<int64_t, int64_t> check_token_batch(const TokenBatch& batch, const KvCa
 void compute_logits(const float* normed, int64_t m, int64_t hidden,
                     const std::vector<int64_t>& rows, const Linear& lm_head,
                     const Numerics& numerics, ThreadPool& pool, std::vector<float>& logits);
+
+// "embed", then per layer i "layers.i.self_attn", "layers.i.mlp", "layers.i"
+// (and, where sparse(i), "layers.i.mlp.router_logits" [M, E] fp32,
+// ".selected_experts" [M, k] ids, ".routing_weights" [M, k]), then "norm", "logits".
+std::vector<std::string> decoder_capture_names(int64_t num_layers,
+                                               const std::function<bool(int64_t)>& sparse);
 
 }  // namespace hubzoo

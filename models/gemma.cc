@@ -84,13 +84,7 @@ class GemmaModel final : public CausalLM {
   }
 
   std::vector<std::string> capture_names() const override {
-    std::vector<std::string> names = {"embed"};
-    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      const std::string p = "layers." + std::to_string(i);
-      names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
-    }
-    names.insert(names.end(), {"norm", "logits"});
-    return names;
+    return decoder_capture_names(cfg_.num_layers, [](int64_t) { return false; });
   }
 
   void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,

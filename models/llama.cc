@@ -157,17 +157,7 @@ class LlamaModel final : public CausalLM {
   }
 
   std::vector<std::string> capture_names() const override {
-    std::vector<std::string> names = {"embed"};
-    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      const std::string p = "layers." + std::to_string(i);
-      names.insert(names.end(), {p + ".self_attn", p + ".mlp", p});
-      if (is_sparse(cfg_, i)) {  // [M, E] fp32, [M, k] expert ids, [M, k] weights
-        names.insert(names.end(), {p + ".mlp.router_logits", p + ".mlp.selected_experts",
-                                   p + ".mlp.routing_weights"});
-      }
-    }
-    names.insert(names.end(), {"norm", "logits"});
-    return names;
+    return decoder_capture_names(cfg_.num_layers, [this](int64_t i) { return is_sparse(cfg_, i); });
   }
 
   void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
