@@ -82,4 +82,9 @@ void matmul_reference(const MatmulArgs& a);
 // Name of the SIMD target the dispatcher picked, e.g. "AVX3" (for reports).
 const char* matmul_target_name();
 
+// Whether that target runs the register-tiled SIMD kernel. Targets without a
+// native FMA (SSE2, SSSE3, SSE4, EMU128) and scalable vectors run the scalar
+// std::fma chain instead: the reference's own arithmetic, tiled and threaded.
+bool matmul_has_vector_kernel();
+
 }  // namespace hubzoo
