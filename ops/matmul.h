@@ -1,6 +1,6 @@
 // Batch-invariant matmul: y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]).
 //
-// Contract (shared/design.md, batch invariance): every output element is
+// Contract (docs/design.md, batch invariance): every output element is
 // reduced over K in one fixed order: K is cut into blocks of kKBlock; within a
 // block one FMA chain runs over k in order from 0.0f; the block sums are added
 // to a total (from 0.0f) in k order; bias is added last. The result of an

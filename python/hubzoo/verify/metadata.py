@@ -1,4 +1,4 @@
-"""What every report records (design.md, "Every report records")."""
+"""What every report records (docs/design.md, "Every report records")."""
 
 from __future__ import annotations
 
