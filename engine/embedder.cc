@@ -105,6 +105,76 @@ void l2_normalize(float* x, int64_t n, const Numerics& num) {
   for (int64_t i = 0; i < n; ++i) x[i] = num.round_eager(x[i] / norm);
 }
 
+// The pipeline's head: a Transformer, then a Pooling module.
+void check_module_order(const ModuleList& list) {
+  const auto& e = list.entries;
+  if (e[0].kind != "Transformer") {
+    throw ConfigError(list.file.string() + ": the first module must be a Transformer, not '" +
+                      e[0].kind + "'");
+  }
+  if (e.size() < 2 || e[1].kind != "Pooling") {
+    throw ConfigError(list.file.string() + ": a Pooling module must follow the Transformer");
+  }
+}
+
+PoolingConfig read_pooling_config(const fs::path& file) {
+  if (!fs::exists(file)) {
+    throw FileError(file.string() + ": missing (modules.json lists a Pooling module there)");
+  }
+  return PoolingConfig::parse(read_object(file));
+}
+
+// What the Transformer module's folder says about tokenizing:
+// sentence_bert_config.json and tokenizer_config.json.
+struct TokenizingSettings {
+  std::optional<int64_t> max_seq_length;  // sentence_bert_config.json
+  int64_t model_max_length = INT64_MAX;   // tokenizer_config.json (none: no limit)
+  bool do_lower_case = false;
+  bool truncate_left = false;
+};
+
+TokenizingSettings read_tokenizing_settings(const fs::path& dir) {
+  TokenizingSettings s;
+  if (fs::exists(dir / "sentence_bert_config.json")) {
+    const JsonObject sb = read_object(dir / "sentence_bert_config.json");
+    s.max_seq_length = sb.maybe<int64_t>("max_seq_length");
+    s.do_lower_case = sb.get_or<bool>("do_lower_case", false);
+    const std::string task = sb.get_or<std::string>("transformer_task", "feature-extraction");
+    if (task != "feature-extraction") {
+      throw ConfigError(sb.where() + ": transformer_task '" + task + "' is not supported");
+    }
+  }
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    const JsonObject tc = read_object(dir / "tokenizer_config.json");
+    // transformers stores "no limit" as a huge float (1e30); anything past int64 is no limit.
+    if (tc.has("model_max_length") && tc.json()["model_max_length"].is_number_integer()) {
+      s.model_max_length = tc.get<int64_t>("model_max_length");
+    }
+    s.truncate_left = tc.get_or<std::string>("truncation_side", "right") == "left";
+  }
+  return s;
+}
+
+// config_sentence_transformers.json: prompts (name -> text; null is "") and
+// default_prompt_name, which must be one of them.
+void read_prompts(const fs::path& file, EmbedderInfo& info) {
+  if (!fs::exists(file)) return;
+  const JsonObject c = read_object(file);
+  if (const auto prompts = c.object("prompts")) {
+    for (const auto& [name, value] : prompts->json().items()) {
+      if (!value.is_string() && !value.is_null()) {
+        throw ConfigError(c.where() + ": prompt '" + name + "' must be a string");
+      }
+      info.prompts[name] = value.is_string() ? value.get<std::string>() : "";
+    }
+  }
+  info.default_prompt_name = c.maybe<std::string>("default_prompt_name");
+  if (info.default_prompt_name && !info.prompts.count(*info.default_prompt_name)) {
+    throw ConfigError(c.where() + ": default_prompt_name '" + *info.default_prompt_name +
+                      "' is not one of the prompts");
+  }
+}
+
 }  // namespace
 
 // sentence-transformers' Dense: activation(linear(x)) (+ x or residual(x)).
@@ -153,6 +223,28 @@ std::shared_ptr<const Embedder::Dense> Embedder::load_dense(const fs::path& dir,
   return d;
 }
 
+ModuleList ModuleList::read(const fs::path& snapshot) {
+  ModuleList list;
+  list.file = snapshot / "modules.json";
+  if (!fs::exists(list.file)) {
+    list.is_default = true;
+    list.entries = {{"Transformer", snapshot}, {"Pooling", fs::path()}};
+    return list;
+  }
+  const nlohmann::json j = read_json_file(list.file);
+  if (!j.is_array() || j.empty()) {
+    throw ConfigError(list.file.string() + ": must be a non-empty list of modules");
+  }
+  for (const auto& m : j) {
+    if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) {
+      throw ConfigError(list.file.string() + ": every module needs a 'type' string");
+    }
+    const std::string path = m.value("path", "");
+    list.entries.push_back({module_kind(m["type"].get<std::string>()), snapshot / path});
+  }
+  return list;
+}
+
 std::unique_ptr<Embedder> Embedder::load(const std::string& model, const EmbedderOptions& options) {
   std::unique_ptr<Embedder> e(new Embedder());
   e->numerics_ = options.numerics;
@@ -160,126 +252,65 @@ std::unique_ptr<Embedder> Embedder::load(const std::string& model, const Embedde
   return e;
 }
 
+// Files are read in the order of their cost: modules.json and the pooling
+// config before the (slow) encoder weights.
 void Embedder::load_modules(const fs::path& snapshot, const EmbedderOptions& options) {
   info_.snapshot = snapshot;
-  struct Module {
-    std::string kind;
-    fs::path dir;
-  };
-  std::vector<Module> modules;
-  const fs::path modules_path = snapshot / "modules.json";
-  if (fs::exists(modules_path)) {
-    const nlohmann::json list = read_json_file(modules_path);
-    if (!list.is_array() || list.empty()) {
-      throw ConfigError(modules_path.string() + ": must be a non-empty list of modules");
-    }
-    for (const auto& m : list) {
-      if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) {
-        throw ConfigError(modules_path.string() + ": every module needs a 'type' string");
-      }
-      const std::string path = m.value("path", "");
-      modules.push_back({module_kind(m["type"].get<std::string>()), snapshot / path});
-    }
-  } else {  // sentence-transformers' fallback for a plain transformers checkpoint
-    info_.default_modules = true;
-    modules = {{"Transformer", snapshot}, {"Pooling", fs::path()}};
+  const ModuleList modules = ModuleList::read(snapshot);
+  info_.default_modules = modules.is_default;
+  check_module_order(modules);
+  if (!modules.is_default) {
+    info_.pooling = read_pooling_config(modules.entries[1].dir / "config.json");
   }
-  if (modules[0].kind != "Transformer") {
-    throw ConfigError(modules_path.string() + ": the first module must be a Transformer, not '" +
-                      modules[0].kind + "'");
-  }
+  load_transformer(modules.entries[0].dir, options);
+  read_prompts(snapshot / "config_sentence_transformers.json", info_);
+  load_tail(modules, options.numerics);
+  pool_ = std::make_shared<ThreadPool>(1);  // Dense layers are [batch, dim]: small
+}
 
-  if (modules.size() < 2 || modules[1].kind != "Pooling") {
-    throw ConfigError(modules_path.string() + ": a Pooling module must follow the Transformer");
-  }
-  // The pooling config is checked before the (slow) weights load.
-  const fs::path pooling_config = modules[1].dir / "config.json";
-  if (!info_.default_modules) {
-    if (!fs::exists(pooling_config)) {
-      throw FileError(pooling_config.string() +
-                      ": missing (modules.json lists a Pooling module there)");
-    }
-    info_.pooling = PoolingConfig::parse(read_object(pooling_config));
-  }
-
-  // Module 0: the encoder, its tokenizer and sentence_bert_config.json.
-  const fs::path tdir = modules[0].dir;
-  encoder_ = load_encoder(tdir.string(), {options.num_threads, options.numerics});
-  const EncoderInfo& enc = encoder_->info();
-  std::optional<int64_t> max_seq_length;
-  if (fs::exists(tdir / "sentence_bert_config.json")) {
-    const JsonObject sb = read_object(tdir / "sentence_bert_config.json");
-    max_seq_length = sb.maybe<int64_t>("max_seq_length");
-    info_.do_lower_case = sb.get_or<bool>("do_lower_case", false);
-    const std::string task = sb.get_or<std::string>("transformer_task", "feature-extraction");
-    if (task != "feature-extraction") {
-      throw ConfigError(sb.where() + ": transformer_task '" + task + "' is not supported");
-    }
-  }
-  int64_t model_max_length = INT64_MAX;
-  if (fs::exists(tdir / "tokenizer_config.json")) {
-    const JsonObject tc = read_object(tdir / "tokenizer_config.json");
-    // transformers stores "no limit" as a huge float (1e30); anything past int64 is no limit.
-    if (tc.has("model_max_length") && tc.json()["model_max_length"].is_number_integer()) {
-      model_max_length = tc.get<int64_t>("model_max_length");
-    }
-    info_.truncate_left = tc.get_or<std::string>("truncation_side", "right") == "left";
-  }
+void Embedder::load_transformer(const fs::path& dir, const EmbedderOptions& options) {
+  encoder_ = load_encoder(dir.string(), {options.num_threads, options.numerics});
+  const TokenizingSettings s = read_tokenizing_settings(dir);
+  info_.do_lower_case = s.do_lower_case;
+  info_.truncate_left = s.truncate_left;
   // sentence-transformers: max_seq_length, else the tokenizer's limit capped at
   // max_position_embeddings.
-  info_.max_seq_length =
-      max_seq_length.value_or(std::min(model_max_length, enc.max_position_embeddings));
+  info_.max_seq_length = s.max_seq_length.value_or(
+      std::min(s.model_max_length, encoder_->info().max_position_embeddings));
   if (info_.max_seq_length <= 0) {
-    throw ConfigError(tdir.string() + ": max_seq_length must be positive");
+    throw ConfigError(dir.string() + ": max_seq_length must be positive");
   }
   tokenizer_ = std::make_unique<Tokenizer>(
-      load_tokenizer(tdir, info_.max_seq_length, info_.truncate_left, info_.do_lower_case));
+      load_tokenizer(dir, info_.max_seq_length, info_.truncate_left, info_.do_lower_case));
+}
 
-  const fs::path prompts_path = snapshot / "config_sentence_transformers.json";
-  if (fs::exists(prompts_path)) {
-    const JsonObject c = read_object(prompts_path);
-    if (const auto prompts = c.object("prompts")) {
-      for (const auto& [name, value] : prompts->json().items()) {
-        if (!value.is_string() && !value.is_null()) {
-          throw ConfigError(c.where() + ": prompt '" + name + "' must be a string");
-        }
-        info_.prompts[name] = value.is_string() ? value.get<std::string>() : "";
-      }
-    }
-    info_.default_prompt_name = c.maybe<std::string>("default_prompt_name");
-    if (info_.default_prompt_name && !info_.prompts.count(*info_.default_prompt_name)) {
-      throw ConfigError(c.where() + ": default_prompt_name '" + *info_.default_prompt_name +
-                        "' is not one of the prompts");
-    }
-  }
-
-  // Pooling, then Dense / Normalize modules in order.
+void Embedder::load_tail(const ModuleList& modules, const Numerics& numerics) {
+  const int64_t hidden = encoder_->info().hidden_size;
   info_.modules.push_back("Transformer");
-  if (info_.default_modules) {
-    info_.pooling.embedding_dimension = enc.hidden_size;
+  if (modules.is_default) {
+    info_.pooling.embedding_dimension = hidden;
     info_.pooling.modes = {PoolingMode::kMean};
-  } else if (info_.pooling.embedding_dimension != enc.hidden_size) {
-    throw ConfigError(pooling_config.string() + ": embedding dimension " +
+  } else if (info_.pooling.embedding_dimension != hidden) {
+    throw ConfigError((modules.entries[1].dir / "config.json").string() + ": embedding dimension " +
                       std::to_string(info_.pooling.embedding_dimension) +
-                      " differs from the model's hidden_size " + std::to_string(enc.hidden_size));
+                      " differs from the model's hidden_size " + std::to_string(hidden));
   }
   info_.modules.push_back("Pooling");
-  int64_t dim = static_cast<int64_t>(info_.pooling.modes.size()) * enc.hidden_size;
-  for (size_t i = 2; i < modules.size(); ++i) {
-    const std::string& kind = modules[i].kind;
+  int64_t dim = static_cast<int64_t>(info_.pooling.modes.size()) * hidden;
+  for (size_t i = 2; i < modules.entries.size(); ++i) {
+    const std::string& kind = modules.entries[i].kind;
     if (kind == "Dense") {
-      tail_.push_back(load_dense(modules[i].dir, options.numerics, dim));
+      tail_.push_back(load_dense(modules.entries[i].dir, numerics, dim));
       dim = tail_.back()->linear.out_features();
     } else if (kind == "Normalize") {
       tail_.push_back(nullptr);
     } else {
-      throw ConfigError(modules_path.string() + ": module type '" + kind +
+      throw ConfigError(modules.file.string() + ": module type '" + kind +
                         "' is not supported (Transformer, Pooling, Dense, Normalize)");
     }
     info_.modules.push_back(kind);
   }
   info_.dimension = dim;
-  pool_ = std::make_shared<ThreadPool>(1);  // Dense layers are [batch, dim]: small
 }
 
 std::optional<std::string> Embedder::resolve_prompt(const EmbedOptions& o) const {

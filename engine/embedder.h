@@ -47,6 +47,21 @@ struct PoolingConfig {
 void pool_sequence(const float* h, int64_t len, int64_t hidden, int64_t skip,
                    const std::vector<PoolingMode>& modes, bool bf16_output, float* out);
 
+// modules.json as sentence-transformers reads it: the pipeline's modules in
+// order. Without the file, its fallback for a plain transformers checkpoint:
+// Transformer + mean Pooling (is_default).
+struct ModuleList {
+  struct Entry {
+    std::string kind;  // the type's last component: "Transformer", "Pooling", "Dense", ...
+    std::filesystem::path dir;
+  };
+  std::filesystem::path file;  // snapshot/modules.json (named in errors even when absent)
+  std::vector<Entry> entries;
+  bool is_default = false;
+  // Throws ConfigError for a list that is empty or has a module without a 'type' string.
+  static ModuleList read(const std::filesystem::path& snapshot);
+};
+
 struct EmbedderOptions {
   int num_threads = 0;  // 0: all cores
   Numerics numerics;
@@ -111,6 +126,10 @@ class Embedder {
   static std::shared_ptr<const Dense> load_dense(const std::filesystem::path& dir,
                                                  const Numerics& numerics, int64_t in_dimension);
   void load_modules(const std::filesystem::path& snapshot, const EmbedderOptions& options);
+  // Module 0: the encoder, its tokenizer and max_seq_length.
+  void load_transformer(const std::filesystem::path& dir, const EmbedderOptions& options);
+  // Pooling (checked against the encoder), then the Dense / Normalize modules in order.
+  void load_tail(const ModuleList& modules, const Numerics& numerics);
   // Pooled [n, pooled] -> Dense layers -> (optional) Normalize, in place.
   void finish_rows(std::vector<float>& rows, int64_t n, bool normalize_modules,
                    bool normalize_after) const;

@@ -1,4 +1,4 @@
-// How a model computes: float32, or bf16 in one of two modes (shared/design.md,
+// How a model computes: float32, or bf16 in one of two modes (docs/design.md,
 // Numerics). Weights are bf16 in both bf16 modes (rounded at load as
 // transformers' .to(bfloat16) rounds them) and so is the KV cache; every
 // matmul and reduction accumulates in float32. The modes differ in where

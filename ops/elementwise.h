@@ -1,6 +1,6 @@
 // Row and elementwise ops on contiguous fp32 arrays.
 //
-// Batch invariance (shared/design.md): every reduction here runs in an order
+// Batch invariance (docs/design.md): every reduction here runs in an order
 // that depends only on n, never on where the row sits in a batch or on the
 // thread count, so a row gives the same bits alone or batched.
 #pragma once

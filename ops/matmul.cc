@@ -57,6 +57,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 int64_t DispatchedTarget() { return HWY_TARGET; }
 
+// Whether this target runs the register-tiled kernel below (else the scalar chain).
+bool HasVectorKernel() { return HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE; }
+
 // The SIMD path needs a true fused multiply-add (SSSE3/SSE4/EMU128 emulate
 // MulAdd as mul + add, which rounds twice) and a fixed vector length that divides kPanel.
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
@@ -372,6 +375,7 @@ namespace hubzoo {
 
 HWY_EXPORT(Matmul);
 HWY_EXPORT(DispatchedTarget);
+HWY_EXPORT(HasVectorKernel);
 
 namespace {
 
@@ -602,6 +606,8 @@ void matmul(const MatmulArgs& a, ThreadPool& pool) {
 const char* matmul_target_name() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)());
 }
+
+bool matmul_has_vector_kernel() { return HWY_DYNAMIC_DISPATCH(HasVectorKernel)(); }
 
 }  // namespace hubzoo
 #endif  // HWY_ONCE

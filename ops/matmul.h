@@ -1,6 +1,6 @@
 // Batch-invariant matmul: y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]).
 //
-// Contract (shared/design.md, batch invariance): every output element is
+// Contract (docs/design.md, batch invariance): every output element is
 // reduced over K in one fixed order: K is cut into blocks of kKBlock; within a
 // block one FMA chain runs over k in order from 0.0f; the block sums are added
 // to a total (from 0.0f) in k order; bias is added last. The result of an
@@ -81,5 +81,10 @@ void matmul_reference(const MatmulArgs& a);
 
 // Name of the SIMD target the dispatcher picked, e.g. "AVX3" (for reports).
 const char* matmul_target_name();
+
+// Whether that target runs the register-tiled SIMD kernel. Targets without a
+// native FMA (SSE2, SSSE3, SSE4, EMU128) and scalable vectors run the scalar
+// std::fma chain instead: the reference's own arithmetic, tiled and threaded.
+bool matmul_has_vector_kernel();
 
 }  // namespace hubzoo

@@ -1,6 +1,8 @@
 #include "ops/matmul.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -34,13 +36,19 @@ float sentinel() {
 }
 
 // Runs each test body once per SIMD target this machine and build offer.
+// Targets without a native FMA run the scalar chain of matmul_reference()
+// (matmul_has_vector_kernel()), so the tests below compare every target with
+// contract_matmul(), written here from matmul.h's contract on unpacked
+// weights, rather than with matmul_reference(); VectorKernelIsCovered says
+// which targets run the SIMD kernel.
 class EveryTarget {
  public:
   template <typename Body>
   static void run(Body body) {
     for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
       hwy::SetSupportedTargetsForTest(target);
-      SCOPED_TRACE(hwy::TargetName(target));
+      SCOPED_TRACE(std::string(hwy::TargetName(target)) +
+                   (matmul_has_vector_kernel() ? " (SIMD kernel)" : " (scalar chain)"));
       EXPECT_STREQ(matmul_target_name(), hwy::TargetName(target));
       body();
       hwy::SetSupportedTargetsForTest(0);
@@ -86,6 +94,39 @@ std::vector<float> run(const Problem& p, const Data& d, ThreadPool* pool) {
   return run(p, d.x.data(), d.packed, d.bias.data(), pool);
 }
 
+// The contract of matmul.h, computed from row-major W [n, k] without packing:
+// per output element, one std::fma chain from 0 over each block of kKBlock
+// k's, the block sums added in k order from 0, then the bias.
+std::vector<float> contract_matmul(const Problem& p, const float* x, const std::vector<float>& w,
+                                   const float* bias) {
+  std::vector<float> y(p.m * p.ldy(), sentinel());
+  for (int64_t r = 0; r < p.m; ++r) {
+    for (int64_t n = 0; n < p.n; ++n) {
+      float total = 0.0f;
+      for (int64_t k0 = 0; k0 < p.k; k0 += kKBlock) {
+        float acc = 0.0f;
+        for (int64_t k = k0; k < std::min(p.k, k0 + kKBlock); ++k) {
+          acc = std::fma(x[r * p.ldx() + k], w[n * p.k + k], acc);
+        }
+        total += acc;
+      }
+      y[r * p.ldy() + n] = p.bias ? total + bias[n] : total;
+    }
+  }
+  return y;
+}
+
+std::vector<float> contract_matmul(const Problem& p, const Data& d) {
+  return contract_matmul(p, d.x.data(), d.w, d.bias.data());
+}
+
+// W as pack_weights_bf16 stores it: each weight rounded to bf16, widened exactly.
+std::vector<float> bf16_widened(const std::vector<float>& w) {
+  std::vector<float> out(w.size());
+  for (size_t i = 0; i < w.size(); ++i) out[i] = round_bf16(w[i]);
+  return out;
+}
+
 // Exact equality of every element, and the gaps of a strided y left untouched.
 void expect_same_bits(const Problem& p, const std::vector<float>& want,
                       const std::vector<float>& got) {
@@ -102,7 +143,49 @@ void expect_same_bits(const Problem& p, const std::vector<float>& want,
   }
 }
 
-TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
+// The targets whose comparison exercises the SIMD kernel, and the guarantee
+// that x86 CPUs with AVX2 (which implies FMA) run it.
+TEST(Matmul, VectorKernelIsCovered) {
+  std::string simd, scalar;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    (matmul_has_vector_kernel() ? simd : scalar) += std::string(" ") + hwy::TargetName(target);
+#if HWY_ARCH_X86
+    if (target == HWY_AVX2) {
+      EXPECT_TRUE(matmul_has_vector_kernel()) << "AVX2 has FMA";
+    }
+#endif
+    hwy::SetSupportedTargetsForTest(0);
+  }
+  RecordProperty("simd_kernel_targets", simd);
+  RecordProperty("scalar_chain_targets", scalar);
+  std::printf("matmul SIMD kernel on:%s; scalar chain on:%s\n",
+              simd.empty() ? " none" : simd.c_str(), scalar.empty() ? " none" : scalar.c_str());
+  if (simd.empty()) {
+    GTEST_SKIP() << "no target of this CPU and build has a native FMA: the SIMD kernel is "
+                    "not tested here (the scalar chain is, against contract_matmul)";
+  }
+}
+
+// matmul_reference() (packed panels, ops/matmul.cc's blocked_dot) against the
+// contract computed here on unpacked weights, float32 and bf16.
+TEST(MatmulReference, FollowsTheContract) {
+  for (int64_t m : {1, 3, 17}) {
+    for (int64_t n : {1, 33, 100}) {
+      for (int64_t k : {1, 63, 64, 65, 577}) {
+        const Problem p{m, n, k, n != 33, m == 3};
+        const Data d = make_data(p, static_cast<uint32_t>(m * 1000 + n * 10 + k));
+        expect_same_bits(p, contract_matmul(p, d), run(p, d, nullptr));
+        const std::vector<float> wide = bf16_widened(d.w);
+        const PackedMatrix bf = pack_weights_bf16(d.w.data(), p.n, p.k);
+        expect_same_bits(p, contract_matmul(p, d.x.data(), wide, d.bias.data()),
+                         run(p, d.x.data(), bf, d.bias.data(), nullptr));
+      }
+    }
+  }
+}
+
+TEST(Matmul, BitIdenticalToContractOnEveryTarget) {
   std::vector<Problem> problems;
   for (int64_t m : {1, 2, 3, 5, 13, 16, 17, 64, 100}) {
     for (int64_t n : {1, 31, 32, 33, 100}) {
@@ -120,7 +203,7 @@ TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
   std::vector<std::vector<float>> want;
   for (size_t i = 0; i < problems.size(); ++i) {
     data.push_back(make_data(problems[i], static_cast<uint32_t>(i)));
-    want.push_back(run(problems[i], data.back(), nullptr));
+    want.push_back(contract_matmul(problems[i], data.back()));
   }
   ThreadPool one(1), two(2);
   EveryTarget::run([&] {
@@ -139,7 +222,7 @@ TEST(Matmul, BitIdenticalToReferenceOnEveryTarget) {
 // + 8), odd N, the model's shapes (K = 576, N = 192 or 960), and row strides
 // of x that put the rows of a block in the same L1 sets (multiples of 4 KiB:
 // x is then copied to another stride), for 1 to 14 rows as well as many.
-TEST(Matmul, BlockingEdgesBitIdenticalToReference) {
+TEST(Matmul, BlockingEdgesBitIdenticalToContract) {
   const std::vector<Problem> problems = {
       {530, 17, 1600, true, true},       {45, 200, 1537, false, false},
       {100, 200, 576, true, false},      {512, 192, 576, true, true},
@@ -153,12 +236,13 @@ TEST(Matmul, BlockingEdgesBitIdenticalToReference) {
     const Problem& p = problems[i];
     SCOPED_TRACE("problem " + std::to_string(i));
     Data d = make_data(p, static_cast<uint32_t>(2000 + i));
-    const auto want = run(p, d, nullptr);
+    const auto want = contract_matmul(p, d);
     // bf16 weights through the same paths (a third of the problems, for time).
     const bool with_bf16 = i % 3 == 0;
     const PackedMatrix bf = pack_weights_bf16(d.w.data(), p.n, p.k);
-    const auto want_bf =
-        with_bf16 ? run(p, d.x.data(), bf, d.bias.data(), nullptr) : std::vector<float>();
+    const auto want_bf = with_bf16
+                             ? contract_matmul(p, d.x.data(), bf16_widened(d.w), d.bias.data())
+                             : std::vector<float>();
     EveryTarget::run([&] {
       for (ThreadPool* pool : {&one, &two}) {
         SCOPED_TRACE("threads=" + std::to_string(pool->num_threads()));
@@ -169,9 +253,7 @@ TEST(Matmul, BlockingEdgesBitIdenticalToReference) {
   }
 }
 
-// A row's output does not depend on the other rows in the batch, on its slot,
-// or on the thread count.
-// bf16 weights: bit-identical to the reference on every target and thread
+// bf16 weights: bit-identical to the contract on every target and thread
 // count, and equal to the float32 matmul of the same (widened) weights.
 TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
   std::vector<Problem> problems;
@@ -186,14 +268,14 @@ TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
     Data d = make_data(p, static_cast<uint32_t>(1000 + i));
     const PackedMatrix bf = pack_weights_bf16(d.w.data(), p.n, p.k);
     ASSERT_TRUE(bf.is_bf16());
-    std::vector<float> widened(d.w.size());
-    for (size_t j = 0; j < widened.size(); ++j) widened[j] = round_bf16(d.w[j]);
+    const std::vector<float> widened = bf16_widened(d.w);
     for (int64_t r = 0; r < p.n; ++r) {
       for (int64_t c = 0; c < p.k; c += 5) ASSERT_EQ(bf.at(r, c), widened[r * p.k + c]);
     }
     const PackedMatrix wide = pack_weights(widened.data(), p.n, p.k);
-    const auto want = run(p, d.x.data(), wide, d.bias.data(), nullptr);
+    const auto want = contract_matmul(p, d.x.data(), widened, d.bias.data());
     expect_same_bits(p, want, run(p, d.x.data(), bf, d.bias.data(), nullptr));
+    expect_same_bits(p, want, run(p, d.x.data(), wide, d.bias.data(), nullptr));
     EveryTarget::run([&] {
       for (ThreadPool* pool : {&one, &two}) {
         expect_same_bits(p, want, run(p, d.x.data(), bf, d.bias.data(), pool));
@@ -215,6 +297,8 @@ TEST(Bf16, RoundsToNearestEvenLikeTorch) {
   EXPECT_EQ(bf16_bits(1.0f), 0x3F80u);
 }
 
+// A row's output does not depend on the other rows in the batch, on its slot,
+// or on the thread count.
 TEST(Matmul, BatchInvariant) {
   const int64_t n = 100, k = 577, max_m = 45;
   const Problem all{max_m, n, k, true, false};

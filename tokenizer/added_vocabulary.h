@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tokenizer/components.h"
-#include "tokenizer/models.h"
+#include "tokenizer/token_models.h"
 
 namespace hubzoo::tok {
 

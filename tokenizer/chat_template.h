@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 namespace hubzoo {
 

@@ -14,7 +14,7 @@
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/components.h"
 #include "tokenizer/encoding.h"
-#include "tokenizer/models.h"
+#include "tokenizer/token_models.h"
 
 namespace hubzoo {
 

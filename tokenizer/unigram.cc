@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "base/error.h"
-#include "tokenizer/models.h"
+#include "tokenizer/token_models.h"
 
 namespace hubzoo::tok {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "tokenizer/models.h"
+#include "tokenizer/token_models.h"
 
 namespace hubzoo::tok {
 

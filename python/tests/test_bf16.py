@@ -1,4 +1,4 @@
-"""The bf16 rungs of the ladder (shared/design.md) on every tiny model and SmolLM2, in
+"""The bf16 rungs of the ladder (docs/design.md) on every tiny model and SmolLM2, in
 both modes, against transformers' eager fp32 and bf16 on the same inputs:
 
 - error ratio RMS(ours_bf16 - HF_fp32) / RMS(HF_bf16 - HF_fp32) <= 1.15 eager, <= 1.0 fused,

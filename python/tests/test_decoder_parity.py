@@ -1,4 +1,4 @@
-"""The fp32 verification ladder on every tiny random decoder (design.md), against transformers eager.
+"""The fp32 verification ladder on every tiny random decoder (docs/design.md), against transformers eager.
 
 Rungs: per-layer hidden states (rtol/atol 1e-4), logits (atol 1e-3, argmax equal),
 32-token greedy generation (identical, EOS stop included), cached decode vs full

@@ -2,7 +2,7 @@
 every tiny variant, Gemma included): inputs many sliding windows long, the ring-buffer KV
 cache's accounting, config spellings and bad configs.
 
-Long-input rules (design.md) on inputs 10+ windows long, fp32 against transformers eager:
+Long-input rules (docs/design.md) on inputs 10+ windows long, fp32 against transformers eager:
 full forward logits (atol 1e-3, argmax kept wherever fp32's top-1/top-2 margin > 8 sigma),
 cached token-by-token decoding from a 1-token prefill, and greedy generation that runs
 past the window on both sides' caches (transformers' sliding-window DynamicCache, ours the

@@ -135,7 +135,6 @@ def test_verify_passes(hz, tiny_paths):
 
     report = verify.run(str(tiny_paths[VARIANT]), long_tokens=512, progress=False)
     assert report["architecture"] == "Gemma4ForCausalLM"
-    assert report["summary"]["complete"], report["summary"]
     assert report["summary"]["passed"], report["summary"]["failed"]
 
 

@@ -197,7 +197,6 @@ def test_verify_passes(hz, tiny_paths):
 
     report = verify.run(str(tiny_paths[MOE_VARIANTS[0]]), long_tokens=512, progress=False)
     assert report["architecture"] == "Qwen3MoeForCausalLM"
-    assert report["summary"]["complete"], report["summary"]
     assert report["summary"]["passed"], report["summary"]["failed"]
 
 

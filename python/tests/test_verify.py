@@ -48,8 +48,7 @@ REFERENCE_KEYS = {"tokens", "sigma", "margin_threshold", "margin_positions", "de
                   "hf_fp32_greedy", "hf_bf16", "layers"}
 HF_BF16_KEYS = {"logits_rms", "logits_max_abs", "kl_mean", "kl_max", "top1_agreement", "top5_containment",
                 "margin_full", "greedy"}
-COLUMN_KEYS = {"name", "dtype", "mode", "input", "status", "reason", "tokens", "metrics", "layers", "checks",
-               "passed"}
+COLUMN_KEYS = {"name", "dtype", "mode", "input", "tokens", "metrics", "layers", "checks", "passed"}
 METRIC_KEYS = {"logits_rms", "logits_max_abs", "bf16_ratio", "kl_mean", "kl_max", "top1_agreement",
                "top5_containment", "greedy", "cached", "margin", "routing"}
 
@@ -64,12 +63,14 @@ def test_exit_status_and_stdout(cli_run):
 def test_report_structure(cli_run, tiny_path):
     _, report, _, _, _ = cli_run
     assert TOP_KEYS <= set(report), TOP_KEYS - set(report)
-    assert report["format"] == "hubzoo.verify/1"
+    assert report["format"] == "hubzoo.verify/2"
     assert report["model"] == report["name"] == str(tiny_path)
     assert report["architecture"] == "LlamaForCausalLM"
     assert METADATA_KEYS <= set(report["metadata"]), METADATA_KEYS - set(report["metadata"])
     meta = report["metadata"]
     assert meta["reference"]["attn_implementation"] == "eager"
+    # What reference.load() does (hubzoo.testing.tiny_models.load_hf), not model.to(bfloat16).
+    assert meta["reference"]["bf16"] == "from_pretrained(dtype=torch.bfloat16)"
     assert meta["threads"] == {"hubzoo": 2, "torch": 2}
     for dist in ("torch", "transformers", "tokenizers"):
         assert meta["versions"][dist], dist
@@ -92,7 +93,6 @@ def test_report_structure(cli_run, tiny_path):
     assert names == ["float32/eager/short", "float32/eager/long", "float32/fused/short", "float32/fused/long"]
     for col in report["columns"]:
         assert COLUMN_KEYS <= set(col), COLUMN_KEYS - set(col)
-        assert col["status"] == "ok"
         assert METRIC_KEYS <= set(col["metrics"]), METRIC_KEYS - set(col["metrics"])
         assert len(col["layers"]["rms"]) == len(col["layers"]["names"])
         assert all(v is not None and v >= 0 for v in col["layers"]["rms"])
@@ -109,7 +109,7 @@ def test_report_structure(cli_run, tiny_path):
 
 def test_fp32_checks_pass(cli_run):
     _, report, _, _, _ = cli_run
-    assert report["summary"]["passed"] and report["summary"]["complete"]
+    assert report["summary"]["passed"]
     assert report["summary"]["failed"] == []
     for col in report["columns"]:
         m = col["metrics"]
@@ -150,6 +150,7 @@ def test_markdown_has_matrix(cli_run):
         assert f"| {label} | {cells} |" in md or row["key"] == "verdict", row["label"]
     assert "| **VERDICT** | " + " | ".join(["**PASS**"] * len(report["matrix"]["columns"])) + " |" in md
     assert "hubzoo" in md and report["metadata"]["git_commit"] in md
+    assert "HF bf16 = from_pretrained(dtype=torch.bfloat16)" in md
     assert f"]({plot.name})" in md  # the plot linked relative to the markdown file
 
 
@@ -159,20 +160,47 @@ def test_plot_written(cli_run):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
-def test_bf16_column_runs_or_is_marked_unavailable(hz, tiny_path):
-    """bf16 either runs (once the C++ side has it) or is a 'not available' column, never a crash."""
+BF16_CHECKS = {"bf16_ratio", "top5", "cached_argmax", "routing_full", "routing_cached", "margin_full",
+               "margin_cached", "kl_mean"}
+
+
+def test_bf16_columns_run_every_check(hz, tiny_path):
+    """bf16 eager and fused: every bf16 rung runs and passes (the fp32-only bars do not apply)."""
     from hubzoo import verify
 
-    report = verify.run(str(tiny_path), dtypes=["bfloat16"], modes=["eager"], long_tokens=48, progress=False)
-    assert [c["name"] for c in report["columns"]] == ["bfloat16/eager/short", "bfloat16/eager/long"]
+    report = verify.run(str(tiny_path), dtypes=["bfloat16"], modes=["eager", "fused"], long_tokens=48,
+                        progress=False)
+    assert [c["name"] for c in report["columns"]] == [
+        "bfloat16/eager/short", "bfloat16/eager/long", "bfloat16/fused/short", "bfloat16/fused/long"]
     for col in report["columns"]:
-        if col["status"] == "not available":
-            assert "bfloat16" in col["reason"]
-            assert col["metrics"] is None and col["checks"] == []
-        else:
-            assert col["status"] == "ok"
-            assert {c["key"] for c in col["checks"]} >= {"bf16_ratio", "top5", "margin_full", "kl_mean"}
-    assert report["summary"]["complete"] == (report["summary"]["not_available"] == [])
+        checks = {c["key"]: c for c in col["checks"]}
+        assert BF16_CHECKS <= set(checks), BF16_CHECKS - set(checks)
+        assert not {"fp32_logits_atol", "fp32_argmax", "fp32_greedy", "cached_atol"} & set(checks)
+        assert checks["bf16_ratio"]["threshold"] == verify.harness.BF16_RATIO_MAX[col["mode"]]
+        assert checks["bf16_ratio"]["pass"] is True, (col["name"], checks["bf16_ratio"])
+        assert col["passed"] is True, (col["name"], [c["label"] for c in col["checks"] if c["pass"] is False])
+        assert 0 < col["metrics"]["bf16_ratio"] <= verify.harness.BF16_RATIO_MAX[col["mode"]]
+    assert report["summary"] == {"passed": True, "failed": []}
+    assert report["references"]["short"]["hf_bf16"]["greedy"] is not None  # a bf16 column ran
+
+
+def test_snapshot_hubzoo_refuses_is_a_clear_error(hz, tiny_path, tmp_path):
+    """A checkpoint transformers loads but hubzoo refuses (hidden_act relu in a Llama) stops the
+    run with VerifyError naming the snapshot, the dtype/mode and hubzoo's reason: no column is
+    skipped in silence."""
+    import shutil
+
+    from hubzoo import verify
+
+    path = tmp_path / "relu"
+    shutil.copytree(tiny_path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["hidden_act"] = "relu"
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(verify.VerifyError) as e:
+        verify.run(str(path), dtypes=["float32"], modes=["fused"], long_tokens=16, new_tokens=4, progress=False)
+    msg = str(e.value)
+    assert str(path) in msg and "float32/fused" in msg and "hidden_act 'relu'" in msg, msg
 
 
 def _module_env(hz) -> dict:

@@ -1,14 +1,13 @@
-"""hubzoo.verify: the verification ladder (shared/design.md) run against transformers on this machine.
+"""hubzoo.verify: the verification ladder (docs/design.md) run against transformers on this machine.
 
     python -m hubzoo.verify MODEL [--dtype float32|bfloat16|all] [--mode eager|fused|all]
         [--json FILE] [--markdown FILE] [--plot FILE.png] [--threads N] [--long-tokens 512]
         [--new-tokens 32] [--quiet]
 
 MODEL is a snapshot directory or a repo id in the HF cache. Progress goes to stderr;
-the matrix to stdout. Exit status: 0 every check of every available column passed,
-1 a check failed, 2 the run could not start or finish (bad MODEL, bad option).
-A dtype/mode that hubzoo refuses with InvalidArgument (bf16 before it exists) is
-a column marked "not available"; it neither passes nor fails.
+the matrix to stdout. Exit status: 0 every check of every column passed, 1 a check
+failed, 2 the run could not start or finish (bad MODEL, bad option, a snapshot that
+transformers or hubzoo cannot load in a requested dtype/mode).
 
 In Python:
 
@@ -19,15 +18,16 @@ In Python:
     verify.plot_layers(report, "r.png")
 
 The reference is transformers with attn_implementation="eager": HF fp32 (the
-truth every number is measured against) and HF bf16 (the same model
-.to(torch.bfloat16): what a bf16 engine can be expected to reach).
+truth every number is measured against) and HF bf16 (the same checkpoint loaded with
+from_pretrained(dtype=torch.bfloat16): what a bf16 engine can be expected to reach).
 
 Columns: dtype x mode x input. Inputs: "short" (the chat-template prompt when the
 snapshot has a chat template, else a fixed sentence) and "long" (>= long_tokens
 tokens of prose, past any enabled sliding window); without tokenizer.json both are
 deterministic random ids.
 
-Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
+Report (the dict run() returns; --json writes it), format "hubzoo.verify/2"
+(version 1 also had columns[].status / reason and summary.complete / not_available):
 
     format, model, name, snapshot, architecture, num_layers, vocab_size, elapsed_s, notes: [str]
     metadata: hubzoo_version, git_commit, source_tree {path, head, dirty}, compiler,
@@ -49,8 +49,7 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
                         top5_containment, margin_full, greedy (short input only,
                         and only when a bf16 column ran; else null)},
               layers: {names, hf_fp32_rms, hf_bf16_err_rms}}}
-    columns: [{name "dtype/mode/input", dtype, mode, input, status "ok"|"not available",
-              reason, tokens,
+    columns: [{name "dtype/mode/input", dtype, mode, input, tokens,
               metrics: {logits_rms, logits_max_abs, bf16_ratio, kl_mean, kl_max,
                         top1_agreement, top5_containment (over top5_positions),
                         top5_positions, top5_excluded, top5_excluded_missing,
@@ -61,8 +60,8 @@ Report (the dict run() returns; --json writes it), format "hubzoo.verify/1":
                                  cached_kept, cached_lost}},
               layers: {names, rms},
               checks: [{key, label, pass (true|false|null = not applicable), value, threshold}],
-              passed}]           (metrics/layers null and checks [] when not available)
-    summary: {passed, complete, failed: ["column: check"], not_available: [column]}
+              passed}]
+    summary: {passed, failed: ["column: check"]}
     matrix: {columns: [name], rows: [{key, label, cells: [str]}]}
 
 Numbers (fractions are over positions of the input; KL in nats, per token):

@@ -1,4 +1,4 @@
-"""What every report records (design.md, "Every report records")."""
+"""What every report records (docs/design.md, "Every report records")."""
 
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def collect(threads_hubzoo: int, threads_torch: int) -> dict:
         "reference": {
             "library": "transformers",
             "attn_implementation": "eager",
-            "fp32": "torch_dtype float32",
-            "bf16": "the fp32 model .to(torch.bfloat16)",
+            "fp32": "from_pretrained(dtype=torch.float32)",
+            "bf16": "from_pretrained(dtype=torch.bfloat16)",
         },
         "versions": {
             "torch": _version("torch"),

@@ -82,11 +82,9 @@ def _greedy(g) -> str:
 
 
 def _metric(fn: Callable[[dict, dict], str]):
-    """A row computed from an available column's metrics (m) and its input's reference (r)."""
+    """A row computed from a column's metrics (m) and its input's reference (r)."""
 
     def cell(col, ref):
-        if col["status"] != "ok":
-            return NA
         return fn(col["metrics"], ref)
 
     return cell
@@ -105,7 +103,7 @@ def _kl_ratio(m, r) -> str:
 
 
 def _worst_layer(col, ref) -> str:
-    if col["status"] != "ok" or not col["layers"]:
+    if not col["layers"]:
         return NA
     pairs = [(v, n) for v, n in zip(col["layers"]["rms"], col["layers"]["names"]) if v is not None and n != "logits"]
     if not pairs:
@@ -116,7 +114,6 @@ def _worst_layer(col, ref) -> str:
 
 # (key, label, cell(column, reference) -> str)
 ROWS: list[tuple[str, str, Callable]] = [
-    ("status", "status", lambda col, ref: col["status"]),
     ("tokens", "input tokens", lambda col, ref: str(col["tokens"])),
     ("logits_rms", "logits RMS err vs HF fp32", _metric(lambda m, r: _g(m["logits_rms"]))),
     ("logits_max_abs", "logits max abs err vs HF fp32", _metric(lambda m, r: _g(m["logits_max_abs"]))),
@@ -164,8 +161,6 @@ ROWS: list[tuple[str, str, Callable]] = [
 
 
 def _check_cell(col, key) -> str:
-    if col["status"] != "ok":
-        return NA
     for c in col["checks"]:
         if c["key"] == key:
             return "n/a" if c["pass"] is None else ("PASS" if c["pass"] else "FAIL")
@@ -173,8 +168,6 @@ def _check_cell(col, key) -> str:
 
 
 def _verdict(col) -> str:
-    if col["status"] != "ok":
-        return "not available"
     return "PASS" if col["passed"] else "FAIL"
 
 
@@ -215,7 +208,7 @@ def _meta_lines(report: dict) -> list[tuple[str, str]]:
         ("dtypes x modes", f"{', '.join(report['settings']['dtypes'])} x {', '.join(report['settings']['modes'])}"),
         ("reference", f"transformers {v['transformers']}, torch {v['torch']}, tokenizers {v['tokenizers']}, "
                       f"attn_implementation={meta['reference']['attn_implementation']}; "
-                      f"HF fp32 is the reference, HF bf16 = the fp32 model .to(torch.bfloat16)"),
+                      f"HF fp32 is the reference, HF bf16 = from_pretrained(dtype=torch.bfloat16)"),
         ("sentence-transformers", str(v.get("sentence-transformers"))),
         ("date", meta["date"]),
         ("elapsed", f"{report['elapsed_s']:.0f} s"),
@@ -227,11 +220,7 @@ def _inputs_lines(report: dict) -> list[tuple[str, str]]:
 
 
 def _summary_line(report: dict) -> str:
-    s = report["summary"]
-    text = "PASS" if s["passed"] else "FAIL"
-    if s["not_available"]:
-        text += f" ({len(s['not_available'])} column(s) not available)"
-    return text
+    return "PASS" if report["summary"]["passed"] else "FAIL"
 
 
 def render_text(report: dict) -> str:
@@ -250,9 +239,6 @@ def render_text(report: dict) -> str:
             lines.append("")
         lines.append("  ".join([f"{r['label']:<{first}}", *(f"{c:>{w}}" for c, w in zip(r["cells"], widths))]))
     lines.append("")
-    for c in report["columns"]:
-        if c["status"] != "ok":
-            lines.append(f"{c['name']}: not available: {c['reason']}")
     for f in report["summary"]["failed"]:
         lines.append(f"FAILED {f}")
     for n in report["notes"]:
@@ -278,7 +264,7 @@ def render_matrix_markdown(report: dict) -> str:
 
 
 def render_markdown(report: dict, title: str | None = None, plot: str | None = None, heading: str = "#") -> str:
-    """The report as markdown: metadata, inputs, the matrix, unavailable/failed notes, plot link."""
+    """The report as markdown: metadata, inputs, the matrix, failed checks and notes, plot link."""
     out = [f"{heading} {title or 'hubzoo verify: ' + report['name']}", ""]
     out.append(f"Result: **{_summary_line(report)}**")
     out.append("")
@@ -289,9 +275,6 @@ def render_markdown(report: dict, title: str | None = None, plot: str | None = N
     out.append("")
     out.append(render_matrix_markdown(report))
     extra = []
-    for c in report["columns"]:
-        if c["status"] != "ok":
-            extra.append(f"- `{c['name']}` not available: {_md_escape(c['reason'])}")
     for f in report["summary"]["failed"]:
         extra.append(f"- FAILED `{f.split(': ', 1)[0]}`: {f.split(': ', 1)[1]}")
     for n in report["notes"]:
@@ -324,7 +307,7 @@ def plot_layers(report: dict, path: str) -> str:
             return np.array([np.nan if v is None else max(v, floor) for v in values], dtype=float)
 
         for c in report["columns"]:
-            if c["input"] != name or c["status"] != "ok":
+            if c["input"] != name:
                 continue
             ax.plot(x, y(c["layers"]["rms"]), marker="o", markersize=3, linewidth=1.3,
                     label=f"hubzoo {c['dtype']}/{c['mode']}")

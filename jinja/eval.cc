@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 #include <algorithm>
 #include <optional>
 
 #include "base/error.h"
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

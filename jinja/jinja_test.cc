@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 namespace hubzoo::jinja {
 namespace {

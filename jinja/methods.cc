@@ -3,7 +3,7 @@
 // list/dict methods unsafe; dict and list methods; slicing and `in`.
 #include <algorithm>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/models.h"
+#include "tokenizer/token_models.h"
 
 #include <cstdio>
 

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/lexer.h"
 
 #include <cctype>
 #include <cstdlib>
 
 #include "base/error.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace hubzoo::jinja {
 namespace {

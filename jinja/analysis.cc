@@ -5,7 +5,7 @@
 #include <set>
 
 #include "base/error.h"
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 namespace hubzoo::jinja {
 namespace {

@@ -2,7 +2,7 @@
 // transformers adds or overrides (namespace, dict, raise_exception, strftime_now).
 #include <ctime>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

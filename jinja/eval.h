@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_parser.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
+#include "jinja/value.h"
 
 namespace hubzoo::jinja {
 

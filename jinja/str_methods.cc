@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

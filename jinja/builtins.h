@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/eval.h"
+#include "jinja/value.h"
 
 namespace hubzoo::jinja {
 
@@ -39,7 +39,7 @@ struct Builtin {
 // Raises TypeError, as Python would, when `args` don't fit `signature`.
 void check_signature(const char* kind, const std::string& name, const char* signature,
                      const CallArgs& args);
-// The collection filters of jinja_filters_seq.cc (sort, groupby, map, ...).
+// The collection filters of filters_seq.cc (sort, groupby, map, ...).
 const std::vector<Builtin<FilterFn>>& sequence_filters();
 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args,

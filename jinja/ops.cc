@@ -1,7 +1,7 @@
 // Arithmetic and comparison operators with Python semantics.
 #include <cmath>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_parser.h"
+#include "jinja/parser.h"
 
 #include <algorithm>
 

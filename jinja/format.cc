@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

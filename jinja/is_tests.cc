@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
 namespace {
