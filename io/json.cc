@@ -125,38 +125,48 @@ constexpr const char* type_word() {
 
 }  // namespace
 
+namespace {
+
+// What a file that is not a regular file is, for the error message.
+const char* special_file_kind(const std::filesystem::file_status& st) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(st)) return "a directory";
+  if (fs::is_fifo(st)) return "a FIFO";
+  if (fs::is_character_file(st) || fs::is_block_file(st)) return "a device";
+  if (fs::is_socket(st)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
 std::string read_text_file(const std::filesystem::path& path, uint64_t max_bytes) {
   namespace fs = std::filesystem;
   const std::string name = path.string();
+  const std::string limit = " the limit of " + std::to_string(max_bytes) + " bytes";
+  // status() follows links: a link to /dev/zero is a device, refused before open()
+  // (which would block on a FIFO).
   std::error_code ec;
-  const fs::file_status st =
-      fs::status(path, ec);  // follows links: a link to /dev/zero is a device
-  if (st.type() == fs::file_type::not_found)
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) {
     throw FileError(name + ": cannot open file: no such file");
+  }
   if (ec) throw FileError(name + ": cannot open file: " + ec.message());
   if (!fs::is_regular_file(st)) {
-    const char* what = fs::is_directory(st)                                 ? "a directory"
-                       : fs::is_fifo(st)                                    ? "a FIFO"
-                       : fs::is_character_file(st) || fs::is_block_file(st) ? "a device"
-                       : fs::is_socket(st)                                  ? "a socket"
-                                                                            : "a special file";
-    throw FileError(name + ": not a regular file (" + what + ")");
+    throw FileError(name + ": not a regular file (" + special_file_kind(st) + ")");
   }
-  const auto too_big = [&](uint64_t bytes) {
-    return FileError(name + ": " + std::to_string(bytes) + " bytes, over the limit of " +
-                     std::to_string(max_bytes) + " bytes for a JSON or template file");
-  };
   const uintmax_t size = fs::file_size(path, ec);
-  if (!ec && size > max_bytes) throw too_big(size);
+  if (!ec && size > max_bytes) {
+    throw FileError(name + ": " + std::to_string(size) + " bytes, over" + limit);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(name + ": cannot open file");
-  // Read in chunks up to the bound: the size above may be stale or 0 (procfs).
+  // Read in chunks up to the bound: the size above may be stale, or 0 (procfs).
   std::string text;
   char buf[1 << 16];
   while (in) {
     in.read(buf, sizeof buf);
     text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > max_bytes) throw too_big(text.size());
+    if (text.size() > max_bytes) throw FileError(name + ": grew over" + limit + " while read");
   }
   if (in.bad()) throw FileError(name + ": read failed");
   return text;
