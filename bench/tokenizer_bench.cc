@@ -24,13 +24,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
+#include "io/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -45,15 +46,14 @@ double cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+// Through io's one JSON reader; a bad file ends the bench with its message.
 Json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "cannot open %s\n", path.c_str());
+  try {
+    return hubzoo::read_json_file(path);
+  } catch (const hubzoo::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     std::exit(2);
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return Json::parse(ss.str());
 }
 
 double median(std::vector<double> v) {

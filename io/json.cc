@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "base/error.h"
@@ -126,19 +125,76 @@ constexpr const char* type_word() {
 
 }  // namespace
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
+namespace {
+
+// What a file that is not a regular file is, for the error message.
+const char* special_file_kind(const std::filesystem::file_status& st) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(st)) return "a directory";
+  if (fs::is_fifo(st)) return "a FIFO";
+  if (fs::is_character_file(st) || fs::is_block_file(st)) return "a device";
+  if (fs::is_socket(st)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
+std::string read_text_file(const std::filesystem::path& path, uint64_t max_bytes) {
+  namespace fs = std::filesystem;
+  const std::string name = path.string();
+  const std::string limit = " the limit of " + std::to_string(max_bytes) + " bytes";
+  // status() follows links: a link to /dev/zero is a device, refused before open()
+  // (which would block on a FIFO).
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) {
+    throw FileError(name + ": cannot open file: no such file");
+  }
+  if (ec) throw FileError(name + ": cannot open file: " + ec.message());
+  if (!fs::is_regular_file(st)) {
+    throw FileError(name + ": not a regular file (" + special_file_kind(st) + ")");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    throw FileError(name + ": " + std::to_string(size) + " bytes, over" + limit);
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError(path.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw FileError(path.string() + ": read failed");
-  const std::string text = ss.str();
+  if (!in) throw FileError(name + ": cannot open file");
+  // Read in chunks up to the bound: the size above may be stale, or 0 (procfs).
+  std::string text;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes) throw FileError(name + ": grew over" + limit + " while read");
+  }
+  if (in.bad()) throw FileError(name + ": read failed");
+  return text;
+}
+
+namespace {
+
+template <typename Json>
+Json parse_json_file(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
   try {
-    return nlohmann::json::parse(text);
+    return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw FormatError(path.string() + ": malformed JSON at " + position_of(text, e.byte) + ": " +
                       e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path.string() + ": malformed JSON: " + e.what());
   }
+}
+
+}  // namespace
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  return parse_json_file<nlohmann::json>(path);
+}
+
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path) {
+  return parse_json_file<nlohmann::ordered_json>(path);
 }
 
 JsonObject::JsonObject(nlohmann::json j, std::string where)

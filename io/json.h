@@ -1,7 +1,9 @@
-// JSON files of a snapshot (config.json, generation_config.json, ...), with
-// errors that name the file and the field.
+// JSON files of a snapshot (config.json, tokenizer.json, ...), with errors
+// that name the file and the field. Every JSON or template file hubzoo reads
+// goes through read_text_file, so each one gets the same checks.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -10,9 +12,22 @@
 
 namespace hubzoo {
 
-// Parses a JSON file. FileError if it cannot be read; FormatError naming the
-// file, line/byte position and parser message if it is malformed.
+// A snapshot's JSON and template files are small (the largest tokenizer.json
+// files are tens of MB): anything bigger is refused before it is read.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{512} << 20;
+
+// The bytes of a small file (JSON, chat_template.jinja). FileError naming the
+// file when it is missing, not a regular file (a FIFO would block, a link to
+// /dev/zero would never end), larger than `max_bytes` (checked before reading
+// and again while reading), or unreadable.
+std::string read_text_file(const std::filesystem::path& path,
+                           uint64_t max_bytes = kMaxTextFileBytes);
+
+// Parses a JSON file read by read_text_file. FormatError naming the file,
+// line/column and parser message if it is malformed.
 nlohmann::json read_json_file(const std::filesystem::path& path);
+// The same, keeping objects' keys in file order (chat templates iterate them).
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path);
 
 // Typed access to one JSON object, for configs. `where` names the source in
 // messages, e.g. "/snap/config.json".

@@ -1,12 +1,14 @@
 #include "io/json.h"
 
 #include <gtest/gtest.h>
-
+#include <sys/stat.h>
 #include <unistd.h>
-#include "base/test_util.h"
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
+
+#include "base/test_util.h"
 
 #include "base/error.h"
 
@@ -60,6 +62,42 @@ TEST(Json, MalformedFileNamesFileAndLine) {
   TempFile f("{\n  \"a\": 1,\n  \"b\": ]\n}\n");
   expect_error<FormatError>([&] { read_json_file(f.path()); },
                             {f.path().string(), "line 3", "malformed JSON"});
+}
+
+TEST(Json, ReadsOrderedFileInFileOrder) {
+  TempFile f(R"({"z": 1, "a": 2})");
+  const auto j = read_ordered_json_file(f.path());
+  EXPECT_EQ(j.begin().key(), "z");
+}
+
+// Special files named like a config fail at once with a FileError naming the
+// file, instead of blocking on a FIFO or reading /dev/zero until memory runs out.
+TEST(Json, SpecialFilesAreRefusedQuickly) {
+  test_util::TempDir dir("hubzoo_json_special");
+  const fs::path fifo = dir / "config.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<FileError>([&] { read_json_file(fifo); }, {fifo.string(), "not a regular file"});
+  const fs::path zero = dir / "sub" / "config.json";
+  fs::create_directories(zero.parent_path());
+  fs::create_symlink("/dev/zero", zero);
+  expect_error<FileError>([&] { read_json_file(zero); }, {zero.string(), "a device"});
+  expect_error<FileError>([&] { read_ordered_json_file(dir.path()); }, {"a directory"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// An oversized file is refused from its size, before a byte is read: the
+// sparse file of zeros would otherwise be read and fail as malformed JSON.
+TEST(Json, OversizedFileIsRefusedBeforeReading) {
+  test_util::TempDir dir("hubzoo_json_big");
+  const fs::path big = dir / "config.json";
+  std::ofstream(big) << "{}";
+  fs::resize_file(big, kMaxTextFileBytes + 1);  // sparse: no disk used
+  expect_error<FileError>([&] { read_json_file(big); },
+                          {big.string(), std::to_string(kMaxTextFileBytes + 1), "over the limit"});
+  TempFile small(R"({"a": 1})");
+  expect_error<FileError>([&] { read_text_file(small.path(), 4); }, {"over the limit of 4 bytes"});
+  EXPECT_EQ(read_text_file(small.path(), 8), R"({"a": 1})");
 }
 
 TEST(JsonObject, TypedGetters) {

@@ -70,8 +70,9 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends);
 // str.split(sep, maxsplit); sep None/Undefined splits on whitespace runs.
 std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_t maxsplit);
 int64_t py_len(const Value& v);
-// Names of the str methods templates may call, and the call itself.
-const std::vector<std::string>& str_method_names();
+// The str methods templates may call (a table, name -> handler, in
+// str_methods.cc), and the call itself.
+bool has_str_method(const std::string& name);
 Value call_str_method(const std::string& s, const std::string& name, const CallArgs& args);
 // Python's `fmt % arg` (arg a tuple of values, a mapping, or one value).
 std::string percent_format(const std::string& fmt, const Value& arg);

@@ -53,6 +53,30 @@ enum class Flow { Normal, Break, Continue };
   throw TemplateError(msg);
 }
 
+// `-v`, `+v`, `not v`.
+Value unary_op(const std::string& op, const Value& v) {
+  if (op == "not") return Value::boolean(!truthy(v));
+  if (v.is_undefined()) v.raise_undefined();
+  if (v.kind == Kind::Int || v.kind == Kind::Bool) {
+    int64_t x = v.kind == Kind::Bool ? v.b : v.i;
+    return Value::integer(op == "-" ? -x : x);
+  }
+  if (v.kind == Kind::Float) return Value::number(op == "-" ? -v.f : v.f);
+  throw TemplateError("TypeError: bad operand type for unary " + op + ": '" + type_name(v) + "'");
+}
+
+// One comparison of a chain: == != < > <= >= in, or `not in`.
+bool compare(const std::string& op, const Value& left, const Value& right) {
+  if (op == "==") return equals(left, right);
+  if (op == "!=") return !equals(left, right);
+  if (op == "<") return less(left, right);
+  if (op == ">") return less(right, left);
+  if (op == "<=") return less(left, right) || equals(left, right);
+  if (op == ">=") return less(right, left) || equals(left, right);
+  if (op == "in") return contains(right, left);
+  return !contains(right, left);
+}
+
 class Renderer {
  public:
   Renderer(std::shared_ptr<const Body> body, const RenderLimits& limits)
@@ -409,6 +433,18 @@ class Renderer {
     return args;
   }
 
+  // obj[key] or obj[start:stop:step].
+  Value eval_item(const Node& n, const FramePtr& frame) {
+    Value obj = eval(*n.kids[0], frame);
+    if (obj.is_undefined()) obj.raise_undefined();
+    const Node& key = *n.kids[1];
+    if (key.type == N::Slice) {
+      auto part = [&](const NodePtr& p) { return p ? eval(*p, frame) : Value::none(); };
+      return get_slice(obj, part(key.kids[0]), part(key.kids[1]), part(key.kids[2]));
+    }
+    return get_item(obj, eval(key, frame));
+  }
+
   Value eval(const Node& n, const FramePtr& frame) {
     switch (n.type) {
       case N::Literal:
@@ -431,18 +467,8 @@ class Renderer {
         }
         return d;
       }
-      case N::Unary: {
-        Value v = eval(*n.kids[0], frame);
-        if (n.name == "not") return Value::boolean(!truthy(v));
-        if (v.is_undefined()) v.raise_undefined();
-        if (v.kind == Kind::Int || v.kind == Kind::Bool) {
-          int64_t x = v.kind == Kind::Bool ? v.b : v.i;
-          return Value::integer(n.name == "-" ? -x : x);
-        }
-        if (v.kind == Kind::Float) return Value::number(n.name == "-" ? -v.f : v.f);
-        throw TemplateError("TypeError: bad operand type for unary " + n.name + ": '" +
-                            type_name(v) + "'");
-      }
+      case N::Unary:
+        return unary_op(n.name, eval(*n.kids[0], frame));
       case N::Binary: {
         Value a = eval(*n.kids[0], frame);
         if (n.name == "and") return truthy(a) ? eval(*n.kids[1], frame) : a;
@@ -451,27 +477,9 @@ class Renderer {
       }
       case N::Compare: {
         Value left = eval(*n.kids[0], frame);
-        for (size_t k = 0; k < n.names.size(); ++k) {
+        for (size_t k = 0; k < n.names.size(); ++k) {  // a < b < c: each pair, lazily
           Value right = eval(*n.kids[k + 1], frame);
-          const std::string& op = n.names[k];
-          bool ok;
-          if (op == "==")
-            ok = equals(left, right);
-          else if (op == "!=")
-            ok = !equals(left, right);
-          else if (op == "<")
-            ok = less(left, right);
-          else if (op == ">")
-            ok = less(right, left);
-          else if (op == "<=")
-            ok = less(left, right) || equals(left, right);
-          else if (op == ">=")
-            ok = less(right, left) || equals(left, right);
-          else if (op == "in")
-            ok = contains(right, left);
-          else
-            ok = !contains(right, left);
-          if (!ok) return Value::boolean(false);
+          if (!compare(n.names[k], left, right)) return Value::boolean(false);
           left = std::move(right);
         }
         return Value::boolean(true);
@@ -487,16 +495,8 @@ class Renderer {
         if (obj.is_undefined()) obj.raise_undefined();
         return get_attr(obj, n.name);
       }
-      case N::GetItem: {
-        Value obj = eval(*n.kids[0], frame);
-        if (obj.is_undefined()) obj.raise_undefined();
-        const Node& key = *n.kids[1];
-        if (key.type == N::Slice) {
-          auto part = [&](const NodePtr& p) { return p ? eval(*p, frame) : Value::none(); };
-          return get_slice(obj, part(key.kids[0]), part(key.kids[1]), part(key.kids[2]));
-        }
-        return get_item(obj, eval(key, frame));
-      }
+      case N::GetItem:
+        return eval_item(n, frame);
       case N::Call: {
         Value fn = eval(*n.kids[0], frame);
         if (fn.is_undefined()) fn.raise_undefined();

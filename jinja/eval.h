@@ -1,3 +1,15 @@
+// jinja/: a Jinja2-compatible template engine, its own component. It
+// renders Hugging Face chat templates as transformers does (jinja2's
+// ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks), and knows
+// nothing of tokenizers: tokenizer/chat_template.* sits on top of it.
+// It depends on base/ only (plus utf8proc and nlohmann/json); keep it so.
+//   lexer.h    source -> tokens, whitespace control
+//   parser.h   tokens -> syntax tree (Body)
+//   eval.h     Template: compile once, render many (this header is the entry)
+//   value.h    Values with Python semantics; from_json/to_json
+//   builtins.h internal: operators, attribute access, str/dict/list methods,
+//              %-formatting and str.format, filters, tests, globals
+//
 // A compiled Jinja2 template and its sandboxed renderer. Rendering follows
 // jinja2's ImmutableSandboxedEnvironment as transformers configures it: no
 // mutating methods, no template loading, default Undefined semantics, and

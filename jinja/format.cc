@@ -342,6 +342,185 @@ std::string format_fields(const std::string& fmt, const CallArgs& a, int depth, 
   return out;
 }
 
+// ---- printf-style `fmt % arg` ----
+
+// The values a `%` format consumes: `arg` itself, the items of a tuple, or a
+// mapping's entries by `%(key)s`.
+class PercentArgs {
+ public:
+  explicit PercentArgs(const Value& arg)
+      : arg_(arg), is_tuple_(arg.kind == Kind::Tuple), values_(is_tuple_ ? *arg.list : List{arg}) {}
+
+  // The next positional value (a `*` width or precision, or a conversion's).
+  Value take() {
+    if (next_ >= values_.size() || (!is_tuple_ && next_ > 0)) {
+      throw TemplateError("TypeError: not enough arguments for format string");
+    }
+    return values_[next_++];
+  }
+
+  // The mapping's value for `%(key)s`.
+  const Value& keyed(const std::string& key) {
+    if (arg_.kind != Kind::Dict) throw TemplateError("TypeError: format requires a mapping");
+    const Value* found = arg_.dict->find(key);
+    if (!found) throw TemplateError("KeyError: '" + key + "'");
+    used_mapping_ = true;
+    return *found;
+  }
+
+  // Python's error for positional values left over. A dict or list argument
+  // may go unused (Python treats both as mappings).
+  void check_all_used() const {
+    const bool mapping_like = arg_.kind == Kind::Dict || arg_.kind == Kind::List;
+    if (!used_mapping_ && !mapping_like && next_ < values_.size() && (is_tuple_ || next_ == 0)) {
+      throw TemplateError("TypeError: not all arguments converted during string formatting");
+    }
+  }
+
+ private:
+  const Value& arg_;
+  const bool is_tuple_;
+  const List values_;
+  size_t next_ = 0;
+  bool used_mapping_ = false;
+};
+
+// One conversion spec `%(key)-#0*.*lx`, parsed.
+struct PercentSpec {
+  Spec sp;                       // flags, width and precision (align '<' or '>')
+  bool left = false;             // the '-' flag or a negative `*` width
+  char conv = 0;                 // the conversion character
+  const Value* keyed = nullptr;  // the mapping's value for `(key)`, if given
+  size_t start = 0, end = 0;     // fmt offsets: after the '%', at the conversion
+};
+
+// A width or precision: digits, or `*` taking the next argument.
+int64_t percent_number(const std::string& fmt, size_t& j, PercentArgs& args) {
+  if (j < fmt.size() && fmt[j] == '*') {
+    ++j;
+    Value w = args.take();
+    if (!is_int(w)) throw TemplateError("TypeError: * wants int");
+    return int_of(w);
+  }
+  int64_t n = 0;
+  while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') {
+    n = n * 10 + (fmt[j++] - '0');
+    if (n > (1 << 20)) throw LimitError("format width too large");
+  }
+  return n;
+}
+
+// Parses the spec that starts at fmt[start], just after a '%'.
+PercentSpec parse_percent_spec(const std::string& fmt, size_t start, PercentArgs& args) {
+  PercentSpec ps;
+  ps.start = start;
+  size_t j = start;
+  if (j < fmt.size() && fmt[j] == '(') {
+    size_t e = fmt.find(')', j);
+    if (e == std::string::npos) throw TemplateError("ValueError: incomplete format key");
+    ps.keyed = &args.keyed(fmt.substr(j + 1, e - j - 1));
+    j = e + 1;
+  }
+  Spec& sp = ps.sp;
+  for (; j < fmt.size() && std::string("-+ #0").find(fmt[j]) != std::string::npos; ++j) {
+    if (fmt[j] == '-') ps.left = true;
+    if (fmt[j] == '+' || (fmt[j] == ' ' && sp.sign != '+')) sp.sign = fmt[j];
+    if (fmt[j] == '#') sp.alt = true;
+    if (fmt[j] == '0') sp.zero = true;
+  }
+  sp.width = percent_number(fmt, j, args);
+  if (sp.width < 0) {
+    ps.left = true;
+    sp.width = -sp.width;
+  }
+  if (j < fmt.size() && fmt[j] == '.') {
+    ++j;
+    sp.precision = percent_number(fmt, j, args);
+  }
+  while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L')) ++j;
+  if (j >= fmt.size()) throw TemplateError("ValueError: incomplete format");
+  ps.conv = fmt[j];
+  ps.end = j;
+  sp.align = ps.left ? '<' : '>';
+  return ps;
+}
+
+// %s %r %a: the text, cut to the precision, padded with spaces.
+std::string percent_text(const Spec& sp, char conv, const Value& v) {
+  std::string text = conv == 's' ? to_str(v) : conv == 'r' ? repr(v) : ascii_of(repr(v));
+  if (sp.precision >= 0) {
+    auto cps = utf8_decode(text);
+    if (static_cast<int64_t>(cps.size()) > sp.precision) cps.resize(sp.precision);
+    text = utf8_encode(cps);
+  }
+  return pad(text, sp.width, sp.align, " ");
+}
+
+// %c: a code point given as an int or a one-character string.
+std::string percent_char(const Spec& sp, const Value& v) {
+  std::string text;
+  if (is_int(v)) {
+    utf8_append(text, static_cast<char32_t>(int_of(v)));
+  } else if (v.is_string() && cp_len(v.str()) == 1) {
+    text = v.str();
+  } else {
+    throw TemplateError("TypeError: %c requires an int or a unicode character");
+  }
+  return pad(text, sp.width, sp.align, " ");
+}
+
+// %d %i %u %o %x %X: the precision is a minimum digit count; floats truncate for d/i/u.
+std::string percent_int(const Spec& sp, char conv, const Value& v) {
+  const bool decimal = conv == 'd' || conv == 'i' || conv == 'u';
+  if (!v.is_numeric() || (v.kind == Kind::Float && !decimal)) {
+    throw TemplateError(std::string("TypeError: %") + conv +
+                        " format: " + (decimal ? "a real number" : "an integer") +
+                        " is required, not " + type_name(v));
+  }
+  if (v.kind == Kind::Float && !std::isfinite(v.f)) {
+    throw TemplateError("OverflowError: cannot convert float infinity or NaN to integer");
+  }
+  int64_t x = v.kind == Kind::Float ? static_cast<int64_t>(v.f) : int_of(v);
+  uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+  int base = conv == 'o' ? 8 : (conv == 'x' || conv == 'X') ? 16 : 10;
+  std::string body = digits_in_base(mag, base, conv == 'X');
+  if (sp.precision > static_cast<int64_t>(body.size())) {
+    body = std::string(sp.precision - body.size(), '0') + body;
+  }
+  std::string prefix;
+  if (sp.alt && base == 8) prefix = "0o";
+  if (sp.alt && base == 16) prefix = conv == 'X' ? "0X" : "0x";
+  return place_number(x < 0, prefix, body, sp);
+}
+
+// %e %E %f %F %g %G: precision 6 unless given.
+std::string percent_float(const Spec& sp, char conv, const Value& v) {
+  if (!v.is_numeric()) throw TemplateError("TypeError: must be real number, not " + type_name(v));
+  double d = v.as_double();
+  return place_number(std::signbit(d) && !std::isnan(d), "",
+                      float_text(d, conv, sp.precision < 0 ? 6 : sp.precision, sp.alt), sp);
+}
+
+// One conversion of `v` per its spec.
+std::string percent_convert(const PercentSpec& ps, const Value& v) {
+  const char conv = ps.conv;
+  if (conv == 's' || conv == 'r' || conv == 'a') return percent_text(ps.sp, conv, v);
+  if (conv == 'c') return percent_char(ps.sp, v);
+  Spec sp = ps.sp;
+  if (sp.zero && !ps.left) {  // `0` pads numbers after the sign
+    sp.fill = "0";
+    sp.align = '=';
+  }
+  if (std::string("diuoxX").find(conv) != std::string::npos) return percent_int(sp, conv, v);
+  if (std::string("eEfFgG").find(conv) == std::string::npos) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "ValueError: unsupported format character '%c' (0x%x)", conv,
+                  static_cast<unsigned>(static_cast<unsigned char>(conv)));
+    throw TemplateError(buf);
+  }
+  return percent_float(sp, conv, v);
+}
+
 }  // namespace
 
 std::string str_format(const std::string& fmt, const CallArgs& a, int depth) {
@@ -351,147 +530,23 @@ std::string str_format(const std::string& fmt, const CallArgs& a, int depth) {
 }
 
 std::string percent_format(const std::string& fmt, const Value& arg) {
-  const bool is_tuple = arg.kind == Kind::Tuple;
-  const bool is_mapping = arg.kind == Kind::Dict;
-  const List args = is_tuple ? *arg.list : List{arg};
-  size_t next = 0;
-  bool used_mapping = false;
-  auto take = [&]() -> Value {
-    if (next >= args.size() || (!is_tuple && next > 0)) {
-      throw TemplateError("TypeError: not enough arguments for format string");
-    }
-    return args[next++];
-  };
+  PercentArgs args(arg);
   std::string out;
   for (size_t k = 0; k < fmt.size(); ++k) {
     if (fmt[k] != '%') {
       out += fmt[k];
       continue;
     }
-    size_t j = k + 1;
-    Value v;
-    bool have_value = false;
-    if (j < fmt.size() && fmt[j] == '(') {
-      size_t e = fmt.find(')', j);
-      if (e == std::string::npos) throw TemplateError("ValueError: incomplete format key");
-      if (!is_mapping) throw TemplateError("TypeError: format requires a mapping");
-      const Value* found = arg.dict->find(fmt.substr(j + 1, e - j - 1));
-      if (!found) throw TemplateError("KeyError: '" + fmt.substr(j + 1, e - j - 1) + "'");
-      v = *found;
-      have_value = used_mapping = true;
-      j = e + 1;
-    }
-    Spec sp;
-    bool left = false;
-    for (; j < fmt.size() && std::string("-+ #0").find(fmt[j]) != std::string::npos; ++j) {
-      if (fmt[j] == '-') left = true;
-      if (fmt[j] == '+' || (fmt[j] == ' ' && sp.sign != '+')) sp.sign = fmt[j];
-      if (fmt[j] == '#') sp.alt = true;
-      if (fmt[j] == '0') sp.zero = true;
-    }
-    auto number = [&]() {
-      if (j < fmt.size() && fmt[j] == '*') {
-        ++j;
-        Value w = take();
-        if (!is_int(w)) throw TemplateError("TypeError: * wants int");
-        return int_of(w);
-      }
-      int64_t n = 0;
-      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') {
-        n = n * 10 + (fmt[j++] - '0');
-        if (n > (1 << 20)) throw LimitError("format width too large");
-      }
-      return n;
-    };
-    sp.width = number();
-    if (sp.width < 0) {
-      left = true;
-      sp.width = -sp.width;
-    }
-    if (j < fmt.size() && fmt[j] == '.') {
-      ++j;
-      sp.precision = number();
-    }
-    while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L')) ++j;
-    if (j >= fmt.size()) throw TemplateError("ValueError: incomplete format");
-    const char conv = fmt[j];
-    if (conv == '%' && j == k + 1) {
+    const PercentSpec ps = parse_percent_spec(fmt, k + 1, args);
+    k = ps.end;
+    if (ps.conv == '%' && ps.end == ps.start) {  // `%%`, nothing between
       out += '%';
-      k = j;
       continue;
     }
-    if (conv == '%') throw TemplateError("ValueError: unsupported format character '%' (0x25)");
-    k = j;
-    if (!have_value) v = take();
-    sp.align = left ? '<' : '>';
-    std::string text;
-    if (conv == 's' || conv == 'r' || conv == 'a') {
-      text = conv == 's' ? to_str(v) : conv == 'r' ? repr(v) : ascii_of(repr(v));
-      if (sp.precision >= 0) {
-        auto cps = utf8_decode(text);
-        if (static_cast<int64_t>(cps.size()) > sp.precision) cps.resize(sp.precision);
-        text = utf8_encode(cps);
-      }
-      out += pad(text, sp.width, sp.align, " ");
-      continue;
-    }
-    if (conv == 'c') {
-      if (is_int(v)) {
-        utf8_append(text, static_cast<char32_t>(int_of(v)));
-      } else if (v.is_string() && cp_len(v.str()) == 1) {
-        text = v.str();
-      } else {
-        throw TemplateError("TypeError: %c requires an int or a unicode character");
-      }
-      out += pad(text, sp.width, sp.align, " ");
-      continue;
-    }
-    const bool zero_pad = sp.zero && !left;
-    if (zero_pad) {
-      sp.fill = "0";
-      sp.align = '=';
-    }
-    if (std::string("diuoxX").find(conv) != std::string::npos) {
-      if (!v.is_numeric() || (v.kind == Kind::Float && conv != 'd' && conv != 'i' && conv != 'u')) {
-        throw TemplateError(
-            std::string("TypeError: %") + conv + " format: " +
-            (conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer") +
-            " is required, not " + type_name(v));
-      }
-      if (v.kind == Kind::Float && !std::isfinite(v.f)) {
-        throw TemplateError("OverflowError: cannot convert float infinity or NaN to integer");
-      }
-      int64_t x = v.kind == Kind::Float ? static_cast<int64_t>(v.f) : int_of(v);
-      uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
-      int base = conv == 'o' ? 8 : (conv == 'x' || conv == 'X') ? 16 : 10;
-      std::string body = digits_in_base(mag, base, conv == 'X');
-      if (sp.precision > static_cast<int64_t>(body.size())) {
-        body = std::string(sp.precision - body.size(), '0') + body;
-      }
-      std::string prefix;
-      if (sp.alt && base == 8) prefix = "0o";
-      if (sp.alt && base == 16) prefix = conv == 'X' ? "0X" : "0x";
-      out += place_number(x < 0, prefix, body, sp);
-      continue;
-    }
-    if (std::string("eEfFgG").find(conv) == std::string::npos) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "ValueError: unsupported format character '%c' (0x%x)", conv,
-                    static_cast<unsigned>(static_cast<unsigned char>(conv)));
-      throw TemplateError(buf);
-    }
-    if (!v.is_numeric()) {
-      throw TemplateError("TypeError: must be real number, not " + type_name(v));
-    }
-    double d = v.as_double();
-    out += place_number(std::signbit(d) && !std::isnan(d), "",
-                        float_text(d, conv, sp.precision < 0 ? 6 : sp.precision, sp.alt), sp);
+    if (ps.conv == '%') throw TemplateError("ValueError: unsupported format character '%' (0x25)");
+    out += percent_convert(ps, ps.keyed ? *ps.keyed : args.take());
   }
-  // A dict or list argument may go unused (Python treats both as mappings).
-  const bool mapping_like = is_mapping || arg.kind == Kind::List;
-  if (!used_mapping && !mapping_like && next < args.size() && (is_tuple || next == 0)) {
-    throw TemplateError("TypeError: not all arguments converted during string formatting");
-  }
+  args.check_all_used();
   return out;
 }
 

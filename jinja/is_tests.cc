@@ -165,7 +165,8 @@ void check_signature(const char* kind, const std::string& name, const char* sign
     throw TemplateError(what + " takes " + std::to_string(params.size()) + " argument(s) but " +
                         std::to_string(args.pos.size()) + " were given");
   }
-  for (const auto& [key, v] : args.kw) {
+  for (const auto& kw : args.kw) {
+    const std::string& key = kw.first;  // not a structured binding: lambdas capture it (C++17)
     auto it =
         std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == key; });
     if (it == params.end()) {

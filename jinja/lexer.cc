@@ -1,7 +1,10 @@
 #include "jinja/lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iterator>
+#include <utility>
 
 #include "base/error.h"
 #include "jinja/value.h"
@@ -68,60 +71,28 @@ std::string unescape(const std::string& body, int line) {
       // A lone surrogate cannot be UTF-8; it becomes U+FFFD (Python would keep it).
       utf8_append(out, (cp >= 0xD800 && cp <= 0xDFFF) ? 0xFFFD : static_cast<char32_t>(cp));
     };
-    switch (e) {
-      case '\n':
-        break;
-      case '\\':
-        out += '\\';
-        break;
-      case '\'':
-        out += '\'';
-        break;
-      case '"':
-        out += '"';
-        break;
-      case 'a':
-        out += '\a';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'v':
-        out += '\v';
-        break;
-      case 'x':
-        hex(2);
-        break;
-      case 'u':
-        hex(4);
-        break;
-      case 'U':
-        hex(8);
-        break;
-      default:
-        if (e >= '0' && e <= '7') {
-          unsigned v = e - '0';
-          for (int n = 0; n < 2 && k + 1 < body.size() && body[k + 1] >= '0' && body[k + 1] <= '7';
-               ++n) {
-            v = v * 8 + (body[++k] - '0');
-          }
-          utf8_append(out, static_cast<char32_t>(v));
-        } else {
-          out += '\\';
-          out += e;
-        }
+    // Single-character escapes: \<key> -> value; \<newline> is a line continuation.
+    static const std::pair<char, const char*> kSimple[] = {
+        {'\n', ""},  {'\\', "\\"}, {'\'', "'"}, {'"', "\""}, {'a', "\a"}, {'b', "\b"},
+        {'f', "\f"}, {'n', "\n"},  {'r', "\r"}, {'t', "\t"}, {'v', "\v"}};
+    const auto simple = std::find_if(std::begin(kSimple), std::end(kSimple),
+                                     [e](const auto& kv) { return kv.first == e; });
+    if (simple != std::end(kSimple)) {
+      out += simple->second;
+      continue;
+    }
+    if (e == 'x' || e == 'u' || e == 'U') {
+      hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
+    } else if (e >= '0' && e <= '7') {
+      unsigned v = e - '0';
+      for (int n = 0; n < 2 && k + 1 < body.size() && body[k + 1] >= '0' && body[k + 1] <= '7';
+           ++n) {
+        v = v * 8 + (body[++k] - '0');
+      }
+      utf8_append(out, static_cast<char32_t>(v));
+    } else {
+      out += '\\';
+      out += e;
     }
   }
   return out;

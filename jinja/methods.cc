@@ -1,8 +1,6 @@
 // Attribute and item access under ImmutableSandboxedEnvironment's rules:
 // methods before items for `.`, items before methods for `[]`, mutating
 // list/dict methods unsafe; dict and list methods; slicing and `in`.
-#include <algorithm>
-
 #include "jinja/builtins.h"
 
 namespace hubzoo::jinja {
@@ -39,10 +37,7 @@ bool is_mutating(const Value& obj, const std::string& name) {
 }
 
 bool has_method(const Value& obj, const std::string& name) {
-  if (obj.kind == Kind::String) {
-    const auto& names = str_method_names();
-    return std::find(names.begin(), names.end(), name) != names.end();
-  }
+  if (obj.kind == Kind::String) return has_str_method(name);
   if (obj.kind == Kind::Dict) {
     return name == "items" || name == "keys" || name == "values" || name == "get" || name == "copy";
   }

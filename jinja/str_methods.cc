@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <map>
 
 #include "jinja/builtins.h"
 
@@ -171,6 +172,188 @@ bool is_identifier(const CPs& cps) {
   return true;
 }
 
+// ---- the methods: each (s, name, args) -> result; `name` tells apart the
+// methods that share a handler (strip/lstrip/rstrip, find/rfind, ...) ----
+using StrMethod = Value (*)(const std::string& s, const std::string& name, const CallArgs& a);
+
+Value strip_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  Value chars = a.get_or(0, "chars", Value::none());
+  return Value::string(py_strip(s, chars, name != "rstrip", name != "lstrip"));
+}
+
+Value split_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  Value sep = a.get_or(0, "sep", Value::none());
+  int64_t maxsplit = int_arg(a, 1, "maxsplit", -1);
+  return list_of(name == "split" ? py_split(s, sep, maxsplit) : py_rsplit(s, sep, maxsplit));
+}
+
+Value splitlines_method(const std::string& s, const std::string&, const CallArgs& a) {
+  return list_of(py_splitlines(s, truthy(a.get_or(0, "keepends", Value::boolean(false)))));
+}
+
+std::string py_casefold(const std::string& s) {
+  return py_replace(py_lower(s), "\u00df", "ss", -1);
+}
+
+// upper, lower, casefold, title, capitalize, swapcase: no arguments.
+template <std::string (*Convert)(const std::string&)>
+Value case_method(const std::string& s, const std::string&, const CallArgs&) {
+  return Value::string(Convert(s));
+}
+
+Value replace_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  return Value::string(py_replace(s, str_arg(a, 0, "old", name), str_arg(a, 1, "new", name),
+                                  int_arg(a, 2, "count", -1)));
+}
+
+Value format_method(const std::string& s, const std::string&, const CallArgs& a) {
+  return Value::string(str_format(s, a));
+}
+
+Value format_map_method(const std::string& s, const std::string&, const CallArgs& a) {
+  const Value* m = a.get(0, "mapping");
+  if (!m || m->kind != Kind::Dict) throw TemplateError("TypeError: format_map() needs a mapping");
+  CallArgs kw;
+  for (const auto& [k, v] : m->dict->items) {
+    if (k.is_string()) kw.kw.emplace_back(k.str(), v);
+  }
+  return Value::string(str_format(s, kw));
+}
+
+Value join_method(const std::string& s, const std::string&, const CallArgs& a) {
+  const Value* items = a.get(0, "iterable");
+  if (!items) throw TemplateError("TypeError: join() takes exactly one argument");
+  std::string out;
+  bool first = true;
+  for (const Value& v : iterate(*items)) {
+    if (v.kind != Kind::String) {
+      throw TemplateError("TypeError: sequence item: expected str instance, " + type_name(v) +
+                          " found");
+    }
+    if (!first) out += s;
+    first = false;
+    out += v.str();
+  }
+  return Value::string(out);
+}
+
+// startswith, endswith: a str or a tuple of str, within an optional [start:end].
+Value affix_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  const Value* p = a.get(0, "prefix");
+  if (!p) throw TemplateError("TypeError: " + name + "() takes at least 1 argument");
+  List options = p->kind == Kind::Tuple ? *p->list : List{*p};
+  CPs cps = utf8_decode(s);
+  const int64_t n = static_cast<int64_t>(cps.size());
+  auto [b, e] = window(a, 1, n);
+  std::string part = sub(cps, b, e);
+  if (b > n) return Value::boolean(false);
+  for (const Value& o : options) {
+    if (o.kind != Kind::String) {
+      throw TemplateError("TypeError: " + name + " first arg must be str or a tuple of str, not " +
+                          type_name(o));
+    }
+    const std::string& x = o.str();
+    bool hit = x.size() <= part.size() &&
+               (name == "startswith" ? part.compare(0, x.size(), x) == 0
+                                     : part.compare(part.size() - x.size(), x.size(), x) == 0);
+    if (hit) return Value::boolean(true);
+  }
+  return Value::boolean(false);
+}
+
+// find, rfind, index, rindex: the code-point index of `sub` within [start:end].
+Value find_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  const std::string& needle = str_arg(a, 0, "sub", name);
+  CPs cps = utf8_decode(s);
+  auto [b, e] = window(a, 1, static_cast<int64_t>(cps.size()));
+  std::string part = sub(cps, b, e);
+  size_t p = b > e ? std::string::npos : name[0] == 'r' ? part.rfind(needle) : part.find(needle);
+  if (p == std::string::npos) {
+    if (name == "index" || name == "rindex") throw TemplateError("ValueError: substring not found");
+    return Value::integer(-1);
+  }
+  return Value::integer(b + cp_index(part, p));
+}
+
+// count: non-overlapping occurrences of `sub` within [start:end].
+Value count_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  const std::string& needle = str_arg(a, 0, "sub", name);
+  CPs cps = utf8_decode(s);
+  auto [b, e] = window(a, 1, static_cast<int64_t>(cps.size()));
+  std::string part = sub(cps, b, e);
+  if (b > e) return Value::integer(0);
+  if (needle.empty()) return Value::integer(e - b + 1);
+  int64_t c = 0;
+  for (size_t p = part.find(needle); p != std::string::npos;
+       p = part.find(needle, p + needle.size()))
+    ++c;
+  return Value::integer(c);
+}
+
+// removeprefix, removesuffix.
+Value remove_affix_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  const std::string& x = str_arg(a, 0, name == "removeprefix" ? "prefix" : "suffix", name);
+  if (name == "removeprefix" && s.compare(0, x.size(), x) == 0)
+    return Value::string(s.substr(x.size()));
+  if (name == "removesuffix" && x.size() <= s.size() && !x.empty() &&
+      s.compare(s.size() - x.size(), x.size(), x) == 0) {
+    return Value::string(s.substr(0, s.size() - x.size()));
+  }
+  return Value::string(s);
+}
+
+// partition, rpartition: a 3-tuple (head, sep, tail).
+Value partition_method(const std::string& s, const std::string& name, const CallArgs& a) {
+  const std::string& sep = str_arg(a, 0, "sep", name);
+  if (sep.empty()) throw TemplateError("ValueError: empty separator");
+  size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+  if (p == std::string::npos) {
+    return name == "partition"
+               ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
+               : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
+  }
+  return Value::tuple(
+      {Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))});
+}
+
+Value expandtabs_method(const std::string& s, const std::string&, const CallArgs& a) {
+  return Value::string(expand_tabs(utf8_decode(s), int_arg(a, 0, "tabsize", 8)));
+}
+
+bool is_alnum(char32_t c) { return is_alpha(c) || is_numeric(c); }
+bool is_ascii(char32_t c) { return c < 0x80; }
+
+// isdigit, isdecimal, isnumeric, isalpha, isalnum, isspace: every code point
+// passes, and there is at least one.
+template <bool (*Pred)(char32_t)>
+Value nonempty_all_method(const std::string& s, const std::string&, const CallArgs&) {
+  return Value::boolean(all_of(utf8_decode(s), Pred));
+}
+
+// isascii, isprintable: every code point passes (true for "").
+template <bool (*Pred)(char32_t)>
+Value all_method(const std::string& s, const std::string&, const CallArgs&) {
+  CPs cps = utf8_decode(s);
+  return Value::boolean(std::all_of(cps.begin(), cps.end(), Pred));
+}
+
+// istitle, isidentifier: a property of the whole string.
+template <bool (*Pred)(const CPs&)>
+Value whole_method(const std::string& s, const std::string&, const CallArgs&) {
+  return Value::boolean(Pred(utf8_decode(s)));
+}
+
+// isupper, islower: some cased code point, none of the other case.
+Value case_test_method(const std::string& s, const std::string& name, const CallArgs&) {
+  bool any = false;
+  for (char32_t c : utf8_decode(s)) {
+    if (!is_cased(c)) continue;
+    any = true;
+    if (name == "isupper" ? utf8proc_islower(c) : utf8proc_isupper(c)) return Value::boolean(false);
+  }
+  return Value::boolean(any);
+}
+
 // zfill, center, ljust, rjust.
 Value pad_method(const std::string& s, const std::string& name, const CallArgs& a) {
   const Value* w = a.get(0, "width");
@@ -203,161 +386,67 @@ Value pad_method(const std::string& s, const std::string& name, const CallArgs& 
   return Value::string(rep(left) + s + rep(pad - left));
 }
 
-}  // namespace
-
-const std::vector<std::string>& str_method_names() {
-  static const std::vector<std::string> m = {
-      "strip",        "lstrip",       "rstrip",     "split",      "rsplit",    "splitlines",
-      "startswith",   "endswith",     "upper",      "lower",      "title",     "capitalize",
-      "replace",      "find",         "rfind",      "index",      "rindex",    "count",
-      "join",         "format",       "format_map", "isdigit",    "isalpha",   "isalnum",
-      "isspace",      "isupper",      "islower",    "isnumeric",  "isdecimal", "istitle",
-      "isidentifier", "isprintable",  "isascii",    "zfill",      "swapcase",  "casefold",
-      "removeprefix", "removesuffix", "partition",  "rpartition", "center",    "ljust",
-      "rjust",        "expandtabs"};
-  return m;
+// Every str method a template may call, by name.
+const std::map<std::string, StrMethod>& str_methods() {
+  static const std::map<std::string, StrMethod> table = {
+      {"strip", strip_method},
+      {"lstrip", strip_method},
+      {"rstrip", strip_method},
+      {"split", split_method},
+      {"rsplit", split_method},
+      {"splitlines", splitlines_method},
+      {"upper", case_method<py_upper>},
+      {"lower", case_method<py_lower>},
+      {"casefold", case_method<py_casefold>},
+      {"title", case_method<py_title>},
+      {"capitalize", case_method<py_capitalize>},
+      {"swapcase", case_method<py_swapcase>},
+      {"replace", replace_method},
+      {"format", format_method},
+      {"format_map", format_map_method},
+      {"join", join_method},
+      {"startswith", affix_method},
+      {"endswith", affix_method},
+      {"find", find_method},
+      {"rfind", find_method},
+      {"index", find_method},
+      {"rindex", find_method},
+      {"count", count_method},
+      {"removeprefix", remove_affix_method},
+      {"removesuffix", remove_affix_method},
+      {"partition", partition_method},
+      {"rpartition", partition_method},
+      {"expandtabs", expandtabs_method},
+      {"isdigit", nonempty_all_method<is_digit>},
+      {"isdecimal", nonempty_all_method<is_decimal>},
+      {"isnumeric", nonempty_all_method<is_numeric>},
+      {"isalpha", nonempty_all_method<is_alpha>},
+      {"isalnum", nonempty_all_method<is_alnum>},
+      {"isspace", nonempty_all_method<is_py_space>},
+      {"isascii", all_method<is_ascii>},
+      {"isprintable", all_method<is_printable>},
+      {"istitle", whole_method<is_title>},
+      {"isidentifier", whole_method<is_identifier>},
+      {"isupper", case_test_method},
+      {"islower", case_test_method},
+      {"zfill", pad_method},
+      {"center", pad_method},
+      {"ljust", pad_method},
+      {"rjust", pad_method},
+  };
+  return table;
 }
 
+}  // namespace
+
+bool has_str_method(const std::string& name) { return str_methods().count(name) > 0; }
+
 Value call_str_method(const std::string& s, const std::string& name, const CallArgs& a) {
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    Value chars = a.get_or(0, "chars", Value::none());
-    return Value::string(py_strip(s, chars, name != "rstrip", name != "lstrip"));
+  auto it = str_methods().find(name);
+  if (it == str_methods().end()) {
+    throw TemplateError("AttributeError: 'str' object has no attribute '" + name + "'");
   }
-  if (name == "split" || name == "rsplit") {
-    Value sep = a.get_or(0, "sep", Value::none());
-    int64_t maxsplit = int_arg(a, 1, "maxsplit", -1);
-    return list_of(name == "split" ? py_split(s, sep, maxsplit) : py_rsplit(s, sep, maxsplit));
-  }
-  if (name == "splitlines")
-    return list_of(py_splitlines(s, truthy(a.get_or(0, "keepends", Value::boolean(false)))));
-  if (name == "upper") return Value::string(py_upper(s));
-  if (name == "lower") return Value::string(py_lower(s));
-  if (name == "casefold") return Value::string(py_replace(py_lower(s), "\u00df", "ss", -1));
-  if (name == "title") return Value::string(py_title(s));
-  if (name == "capitalize") return Value::string(py_capitalize(s));
-  if (name == "swapcase") return Value::string(py_swapcase(s));
-  if (name == "replace") {
-    return Value::string(py_replace(s, str_arg(a, 0, "old", name), str_arg(a, 1, "new", name),
-                                    int_arg(a, 2, "count", -1)));
-  }
-  if (name == "format") return Value::string(str_format(s, a));
-  if (name == "format_map") {
-    const Value* m = a.get(0, "mapping");
-    if (!m || m->kind != Kind::Dict) throw TemplateError("TypeError: format_map() needs a mapping");
-    CallArgs kw;
-    for (const auto& [k, v] : m->dict->items) {
-      if (k.is_string()) kw.kw.emplace_back(k.str(), v);
-    }
-    return Value::string(str_format(s, kw));
-  }
-  if (name == "join") {
-    const Value* items = a.get(0, "iterable");
-    if (!items) throw TemplateError("TypeError: join() takes exactly one argument");
-    std::string out;
-    bool first = true;
-    for (const Value& v : iterate(*items)) {
-      if (v.kind != Kind::String) {
-        throw TemplateError("TypeError: sequence item: expected str instance, " + type_name(v) +
-                            " found");
-      }
-      if (!first) out += s;
-      first = false;
-      out += v.str();
-    }
-    return Value::string(out);
-  }
-  CPs cps = utf8_decode(s);
-  const int64_t n = static_cast<int64_t>(cps.size());
-  if (name == "startswith" || name == "endswith") {
-    const Value* p = a.get(0, "prefix");
-    if (!p) throw TemplateError("TypeError: " + name + "() takes at least 1 argument");
-    List options = p->kind == Kind::Tuple ? *p->list : List{*p};
-    auto [b, e] = window(a, 1, n);
-    std::string part = sub(cps, b, e);
-    if (b > n) return Value::boolean(false);
-    for (const Value& o : options) {
-      if (o.kind != Kind::String) {
-        throw TemplateError("TypeError: " + name +
-                            " first arg must be str or a tuple of str, not " + type_name(o));
-      }
-      const std::string& x = o.str();
-      bool hit = x.size() <= part.size() &&
-                 (name == "startswith" ? part.compare(0, x.size(), x) == 0
-                                       : part.compare(part.size() - x.size(), x.size(), x) == 0);
-      if (hit) return Value::boolean(true);
-    }
-    return Value::boolean(false);
-  }
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    const std::string& needle = str_arg(a, 0, "sub", name);
-    auto [b, e] = window(a, 1, n);
-    std::string part = sub(cps, b, e);
-    if (name == "count") {
-      if (b > e) return Value::integer(0);
-      if (needle.empty()) return Value::integer(e - b + 1);
-      int64_t c = 0;
-      for (size_t p = part.find(needle); p != std::string::npos;
-           p = part.find(needle, p + needle.size()))
-        ++c;
-      return Value::integer(c);
-    }
-    size_t p = b > e ? std::string::npos : name[0] == 'r' ? part.rfind(needle) : part.find(needle);
-    if (p == std::string::npos) {
-      if (name == "index" || name == "rindex")
-        throw TemplateError("ValueError: substring not found");
-      return Value::integer(-1);
-    }
-    return Value::integer(b + cp_index(part, p));
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string& x = str_arg(a, 0, name == "removeprefix" ? "prefix" : "suffix", name);
-    if (name == "removeprefix" && s.compare(0, x.size(), x) == 0)
-      return Value::string(s.substr(x.size()));
-    if (name == "removesuffix" && x.size() <= s.size() && !x.empty() &&
-        s.compare(s.size() - x.size(), x.size(), x) == 0) {
-      return Value::string(s.substr(0, s.size() - x.size()));
-    }
-    return Value::string(s);
-  }
-  if (name == "partition" || name == "rpartition") {
-    const std::string& sep = str_arg(a, 0, "sep", name);
-    if (sep.empty()) throw TemplateError("ValueError: empty separator");
-    size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
-    if (p == std::string::npos) {
-      return name == "partition"
-                 ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
-                 : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
-    }
-    return Value::tuple({Value::string(s.substr(0, p)), Value::string(sep),
-                         Value::string(s.substr(p + sep.size()))});
-  }
-  if (name == "expandtabs") return Value::string(expand_tabs(cps, int_arg(a, 0, "tabsize", 8)));
-  if (name == "isdigit") return Value::boolean(all_of(cps, is_digit));
-  if (name == "isdecimal") return Value::boolean(all_of(cps, is_decimal));
-  if (name == "isnumeric") return Value::boolean(all_of(cps, is_numeric));
-  if (name == "isalpha") return Value::boolean(all_of(cps, is_alpha));
-  if (name == "isalnum") {
-    return Value::boolean(all_of(cps, [](char32_t c) { return is_alpha(c) || is_numeric(c); }));
-  }
-  if (name == "isspace") return Value::boolean(all_of(cps, is_py_space));
-  if (name == "isascii") {
-    return Value::boolean(std::all_of(cps.begin(), cps.end(), [](char32_t c) { return c < 0x80; }));
-  }
-  if (name == "isprintable")
-    return Value::boolean(std::all_of(cps.begin(), cps.end(), is_printable));
-  if (name == "istitle") return Value::boolean(is_title(cps));
-  if (name == "isidentifier") return Value::boolean(is_identifier(cps));
-  if (name == "isupper" || name == "islower") {
-    bool any = false;
-    for (char32_t c : cps) {
-      if (!is_cased(c)) continue;
-      any = true;
-      if (name == "isupper" ? utf8proc_islower(c) : utf8proc_isupper(c))
-        return Value::boolean(false);
-    }
-    return Value::boolean(any);
-  }
-  return pad_method(s, name, a);
+  return it->second(s, name, a);
 }
 
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {

@@ -538,6 +538,25 @@ static std::string json_float(double d) {
   return float_repr(d);
 }
 
+// A dict key as json.dumps writes it: str, int, float, bool and None keys become strings.
+static std::string json_key(const Value& k) {
+  switch (k.kind) {
+    case Kind::String:
+      return *k.s;
+    case Kind::Int:
+      return std::to_string(k.i);
+    case Kind::Float:
+      return json_float(k.f);
+    case Kind::Bool:
+      return k.b ? "true" : "false";
+    case Kind::None:
+      return "null";
+    default:
+      throw TemplateError("TypeError: keys must be str, int, float, bool or None, not " +
+                          type_name(k));
+  }
+}
+
 static void json_value(std::string& out, const Value& v, const JsonStyle& st, int depth) {
   if (depth > 500) throw LimitError("tojson: value nested too deeply");
   auto newline = [&](int level) {
@@ -583,30 +602,7 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& st, in
         return;
       }
       std::vector<std::pair<std::string, const Value*>> items;
-      for (const auto& [k, x] : v.dict->items) {
-        std::string key;
-        switch (k.kind) {
-          case Kind::String:
-            key = *k.s;
-            break;
-          case Kind::Int:
-            key = std::to_string(k.i);
-            break;
-          case Kind::Float:
-            key = json_float(k.f);
-            break;
-          case Kind::Bool:
-            key = k.b ? "true" : "false";
-            break;
-          case Kind::None:
-            key = "null";
-            break;
-          default:
-            throw TemplateError("TypeError: keys must be str, int, float, bool or None, not " +
-                                type_name(k));
-        }
-        items.emplace_back(std::move(key), &x);
-      }
+      for (const auto& [k, x] : v.dict->items) items.emplace_back(json_key(k), &x);
       if (st.sort_keys) {
         std::stable_sort(items.begin(), items.end(),
                          [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -1,31 +1,13 @@
 #include "tokenizer/chat_template.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "base/error.h"
+#include "io/json.h"
 
 namespace hubzoo {
 namespace {
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw FileError("cannot read " + p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-ojson read_json(const fs::path& p) {
-  try {
-    return ojson::parse(read_file(p));
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(p.string() + ": invalid JSON: " + e.what());
-  }
-}
 
 // A special token in tokenizer_config.json: a string or an AddedToken dict.
 bool token_content(const ojson& v, std::string& out) {
@@ -80,10 +62,11 @@ ChatTemplate ChatTemplate::from_string(const std::string& source,
 ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   ChatTemplate t;
   ojson config = ojson::object();
-  if (fs::exists(dir / "tokenizer_config.json")) config = read_json(dir / "tokenizer_config.json");
+  if (fs::exists(dir / "tokenizer_config.json"))
+    config = read_ordered_json_file(dir / "tokenizer_config.json");
   // Legacy special_tokens_map.json first; tokenizer_config.json's entries win.
   if (fs::exists(dir / "special_tokens_map.json")) {
-    ojson legacy = read_json(dir / "special_tokens_map.json");
+    ojson legacy = read_ordered_json_file(dir / "special_tokens_map.json");
     for (const char* key : kSpecialTokens) {
       std::string v;
       if (legacy.contains(key) && token_content(legacy[key], v)) t.special_tokens_[key] = v;
@@ -95,13 +78,13 @@ ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   }
   // Separate template files take priority over tokenizer_config.json entries.
   if (fs::exists(dir / "chat_template.jinja")) {
-    t.sources_["default"] = read_file(dir / "chat_template.jinja");
+    t.sources_["default"] = read_text_file(dir / "chat_template.jinja");
   }
   const fs::path extra = dir / "additional_chat_templates";
   if (fs::is_directory(extra)) {
     for (const auto& e : fs::directory_iterator(extra)) {
       if (e.path().extension() == ".jinja")
-        t.sources_[e.path().stem().string()] = read_file(e.path());
+        t.sources_[e.path().stem().string()] = read_text_file(e.path());
     }
   }
   if (t.sources_.empty() && config.contains("chat_template")) {

@@ -1,9 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "base/error.h"
+#include "io/json.h"
 
 namespace hubzoo {
 
@@ -11,18 +9,6 @@ using tok::Json;
 using tok::Source;
 
 namespace {
-
-Json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError("cannot open " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return Json::parse(ss.str());
-  } catch (const Json::exception& e) {
-    throw FormatError(path.string() + ": invalid JSON: " + e.what());
-  }
-}
 
 // Byte offsets in `text` -> character offsets (HF BytesToCharOffsetConverter).
 class CharOffsets {
@@ -51,7 +37,7 @@ class CharOffsets {
 }  // namespace
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
-  return from_json(read_json(path), path.string());
+  return from_json(read_json_file(path), path.string());
 }
 
 Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
@@ -59,8 +45,8 @@ Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
   Tokenizer t = from_file(file);
   const std::filesystem::path config = dir / "tokenizer_config.json";
-  t.apply_tokenizer_config(std::filesystem::exists(config) ? read_json(config) : Json::object(),
-                           config.string());
+  t.apply_tokenizer_config(
+      std::filesystem::exists(config) ? read_json_file(config) : Json::object(), config.string());
   return t;
 }
 
