@@ -279,7 +279,7 @@ void Embedder::load_modules(const fs::path& snapshot, const EmbedderOptions& opt
     info_.modules.push_back(kind);
   }
   info_.dimension = dim;
-  pool_ = std::make_shared<ThreadPool>(1);  // Dense layers are [batch, dim]: small
+  pool_ = ThreadPool::shared(1);  // Dense layers are [batch, dim]: small (no threads)
 }
 
 std::optional<std::string> Embedder::resolve_prompt(const EmbedOptions& o) const {
