@@ -125,7 +125,8 @@ class Scheduler {
   uint64_t submit(GenerationRequest request);
   // Queues every request or none (the first invalid one throws, as submit()
   // would; QueueFull when they do not all fit). Returns their ids in order.
-  // Requests queued together are admitted in one step, as one batch.
+  // Requests queued together are admitted together (as one batch) when
+  // enough slots are free.
   std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests);
   // Ends a request between steps (reason kCancelled) and frees its slot.
   // Unknown or finished ids are ignored.
