@@ -69,6 +69,23 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return out;
 }
 
+// Decode tok/s of `batch` sequences of 16-token prompts: B * steps / seconds
+// from the first token of every sequence (the one prefill step) to the last.
+double decode_rate(CausalLM& model, int64_t batch, int64_t new_tokens) {
+  std::vector<GenerationRequest> requests(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    requests[s].prompt = synthetic_prompt(16, model.info().vocab_size, 1000 + s);
+    requests[s].max_tokens = new_tokens;
+    requests[s].ignore_eos = true;
+  }
+  double first = 0, last = 0;
+  for (const Completion& c : run_to_completion(model, nullptr, std::move(requests))) {
+    first = std::max(first, c.first_token_seconds);
+    last = std::max(last, c.total_seconds);
+  }
+  return static_cast<double>(batch * (new_tokens - 1)) / std::max(last - first, 1e-9);
+}
+
 }  // namespace
 
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
@@ -134,23 +151,8 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
   nlohmann::json decode = nlohmann::json::array();
   for (int64_t batch : parse_list(a.decode_batch)) {
     std::vector<double> rates;
-    for (int r = 0; r < a.repeats; ++r) {
-      std::vector<GenerationRequest> requests(batch);
-      for (int64_t s = 0; s < batch; ++s) {
-        requests[s].prompt = synthetic_prompt(16, vocab, 1000 + s);
-        requests[s].max_tokens = a.decode_tokens;
-        requests[s].ignore_eos = true;
-      }
-      // Every sequence's first token comes from the one prefill step; then each
-      // step decodes one token of every sequence.
-      double first = 0, last = 0;
-      for (const Completion& c : run_to_completion(*model, nullptr, std::move(requests))) {
-        first = std::max(first, c.first_token_seconds);
-        last = std::max(last, c.total_seconds);
-      }
-      rates.push_back(static_cast<double>(batch * (a.decode_tokens - 1)) /
-                      std::max(last - first, 1e-9));
-    }
+    for (int r = 0; r < a.repeats; ++r)
+      rates.push_back(decode_rate(*model, batch, a.decode_tokens));
     const double rate = median(rates);
     // The cache's own accounting (per-layer rows, sliding windows, shared layers).
     max_cache_bytes =
