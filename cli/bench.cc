@@ -7,8 +7,9 @@
 //                    is known (bench/run.py subtracts the time it spawned the process);
 //                    also the time since main() began
 //   prefill tok/s    one sequence of P tokens, one forward, logits of the last row
-//   decode tok/s     B sequences (16-token prompts), generate() with ignore_eos:
-//                    B * steps / decode seconds (prefill excluded)
+//   decode tok/s     B sequences (16-token prompts) through the Scheduler with ignore_eos,
+//                    as `hubzoo generate` and the server run them: B * steps / decode
+//                    seconds (from the first token, after the one prefill step, to the last)
 //   peak RSS         getrusage at the end, beside weight and KV cache bytes
 #include <sys/resource.h>
 
@@ -21,7 +22,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "engine/generate.h"
+#include "engine/scheduler.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
@@ -66,6 +67,23 @@ std::vector<int64_t> parse_list(const std::string& s) {
     if (!item.empty()) out.push_back(std::stoll(item));
   }
   return out;
+}
+
+// Decode tok/s of `batch` sequences of 16-token prompts: B * steps / seconds
+// from the first token of every sequence (the one prefill step) to the last.
+double decode_rate(CausalLM& model, int64_t batch, int64_t new_tokens) {
+  std::vector<GenerationRequest> requests(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    requests[s].prompt = synthetic_prompt(16, model.info().vocab_size, 1000 + s);
+    requests[s].max_tokens = new_tokens;
+    requests[s].ignore_eos = true;
+  }
+  double first = 0, last = 0;
+  for (const Completion& c : run_to_completion(model, nullptr, std::move(requests))) {
+    first = std::max(first, c.first_token_seconds);
+    last = std::max(last, c.total_seconds);
+  }
+  return static_cast<double>(batch * (new_tokens - 1)) / std::max(last - first, 1e-9);
 }
 
 }  // namespace
@@ -132,16 +150,9 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
 
   nlohmann::json decode = nlohmann::json::array();
   for (int64_t batch : parse_list(a.decode_batch)) {
-    std::vector<std::vector<int64_t>> prompts;
-    for (int64_t s = 0; s < batch; ++s) prompts.push_back(synthetic_prompt(16, vocab, 1000 + s));
-    GenerateOptions opt;
-    opt.max_new_tokens = a.decode_tokens;
-    opt.stop_at_eos = false;
     std::vector<double> rates;
-    for (int r = 0; r < a.repeats; ++r) {
-      const GenerateResult g = generate(*model, prompts, opt);
-      rates.push_back(static_cast<double>(batch * g.decode_steps) / g.decode_seconds);
-    }
+    for (int r = 0; r < a.repeats; ++r)
+      rates.push_back(decode_rate(*model, batch, a.decode_tokens));
     const double rate = median(rates);
     // The cache's own accounting (per-layer rows, sliding windows, shared layers).
     max_cache_bytes =

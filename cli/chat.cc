@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "engine/generate.h"
+#include "engine/scheduler.h"
 #include "models/causal_lm.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -51,37 +51,33 @@ class ChatSession {
                             " tokens, the model's limit is " + std::to_string(limit) +
                             "; /reset to start over");
     }
-    GenerateOptions opt;
-    opt.max_new_tokens = args_.max_new_tokens;
-    if (limit > 0) {
-      opt.max_new_tokens = std::min<int64_t>(opt.max_new_tokens, limit - ids.size());
-    }
-    opt.sampling = {args_.temperature, args_.top_k, args_.top_p, args_.seed + turns_};
-    DecodeStream stream(tokenizer_, /*skip_special_tokens=*/true);
-    opt.on_token = [&](int64_t, int64_t id) {
-      if (auto piece = stream.step(id)) {
-        std::fputs(piece->c_str(), stdout);
-        std::fflush(stdout);
-      }
-      return true;
+    GenerationRequest request;
+    request.prompt = ids;
+    request.max_tokens = args_.max_new_tokens;  // the Scheduler caps it at the model's limit
+    request.sampling = {args_.temperature, args_.top_k, args_.top_p, args_.seed + turns_};
+    request.on_token = [](const TokenEvent& e) {
+      std::fputs(e.text.c_str(), stdout);
+      std::fflush(stdout);
     };
-    const GenerateResult r = generate(*model_, {ids}, opt);
+    std::vector<GenerationRequest> one;
+    one.push_back(std::move(request));
+    const Completion c = run_to_completion(*model_, &tokenizer_, std::move(one))[0];
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    // The stop token is not part of the answer; rows are padded only in batches.
-    std::vector<int64_t> answer = r.tokens[0];
-    const auto& eos = model_->info().eos_token_ids;
-    if (!answer.empty() && std::find(eos.begin(), eos.end(), answer.back()) != eos.end()) {
-      answer.pop_back();
-    }
+    // The answer without its stop token, decoded as transformers' decode(...,
+    // skip_special_tokens=True) does: the streamed text, except that a character
+    // cut off by max_new_tokens decodes (as U+FFFD) where the stream holds it back.
+    std::vector<int64_t> answer = c.tokens;
+    if (c.reason == FinishReason::kStop && !answer.empty()) answer.pop_back();
     turn.push_back({{"role", "assistant"}, {"content", tokenizer_.decode(answer, true)}});
     messages_ = std::move(turn);
     ++turns_;
     if (args_.stats) {
+      const int64_t decode_steps = std::max<int64_t>(c.completion_tokens - 1, 0);
       std::fprintf(stderr, "[prompt %lld tokens, prefill %.3f s; %lld new tokens at %.2f tok/s]\n",
-                   static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
-                   static_cast<long long>(r.tokens[0].size()),
-                   r.decode_steps / std::max(r.decode_seconds, 1e-9));
+                   static_cast<long long>(c.prompt_tokens), c.first_token_seconds,
+                   static_cast<long long>(c.completion_tokens),
+                   decode_steps / std::max(c.total_seconds - c.first_token_seconds, 1e-9));
     }
   }
 

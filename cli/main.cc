@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "engine/generate.h"
+#include "engine/scheduler.h"
 #include "hub/snapshot.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
@@ -48,6 +48,15 @@ struct GenerateArgs {
   bool ignore_eos = false;
 };
 
+// Prefill time and decode rate of one completion, on stderr.
+void print_speed(const Completion& c) {
+  const int64_t decode_steps = std::max<int64_t>(c.completion_tokens - 1, 0);
+  const double decode_seconds = c.total_seconds - c.first_token_seconds;
+  std::fprintf(stderr, "prefill %lld tokens in %.3f s; decode %lld steps at %.2f tok/s\n",
+               static_cast<long long>(c.prompt_tokens), c.first_token_seconds,
+               static_cast<long long>(decode_steps), decode_steps / std::max(decode_seconds, 1e-9));
+}
+
 int run_generate(const GenerateArgs& a) {
   auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
   // With --ids a checkpoint without tokenizer.json still runs (text is then null).
@@ -55,41 +64,40 @@ int run_generate(const GenerateArgs& a) {
   if (!a.prompt.empty() || std::filesystem::exists(model->info().snapshot / "tokenizer.json")) {
     tokenizer = Tokenizer::from_pretrained(model->info().snapshot);
   }
+  GenerationRequest request;
   // A text prompt is encoded as transformers' tokenizer(text) does (special tokens added).
-  const std::vector<int64_t> prompt =
-      a.prompt.empty() ? parse_ids(a.ids) : tokenizer->encode(a.prompt).ids;
-  if (prompt.empty()) throw InvalidArgument("--prompt encodes to no tokens");
-  GenerateOptions opt;
-  opt.max_new_tokens = a.max_new_tokens;
-  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
-  opt.stop_at_eos = !a.ignore_eos;
+  request.prompt = a.prompt.empty() ? parse_ids(a.ids) : tokenizer->encode(a.prompt).ids;
+  if (request.prompt.empty()) throw InvalidArgument("--prompt encodes to no tokens");
+  request.max_tokens = a.max_new_tokens;
+  request.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  request.ignore_eos = a.ignore_eos;
   const bool json = a.format == "json";
-  std::optional<DecodeStream> stream;
-  if (tokenizer) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
   if (!json) {
-    opt.on_token = [&](int64_t, int64_t id) {
-      if (!stream) {
-        std::printf("%lld ", static_cast<long long>(id));
-      } else if (auto piece = stream->step(id)) {
-        std::fputs(piece->c_str(), stdout);
+    // Text as it decodes (without special tokens); token ids without a tokenizer.
+    request.on_token = [&](const TokenEvent& e) {
+      if (tokenizer) {
+        std::fputs(e.text.c_str(), stdout);
+      } else {
+        std::printf("%lld ", static_cast<long long>(e.token));
       }
       std::fflush(stdout);
-      return true;
     };
   }
-  GenerateResult r = generate(*model, {prompt}, opt);
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  const Completion c =
+      run_to_completion(*model, tokenizer ? &*tokenizer : nullptr, std::move(one))[0];
   if (json) {
-    // New tokens only; text decoded without special tokens.
+    // New tokens only; text decoded without special tokens, as transformers'
+    // decode(ids, skip_special_tokens=True) (the streamed text holds back a
+    // character cut off by --max-new-tokens).
     nlohmann::json text = nullptr;
-    if (tokenizer) text = tokenizer->decode(r.tokens[0], true);
-    nlohmann::json out = {{"ids", r.tokens[0]}, {"text", text}};
+    if (tokenizer) text = tokenizer->decode(c.tokens, true);
+    nlohmann::json out = {{"ids", c.tokens}, {"text", text}};
     std::cout << out.dump() << "\n";
   } else {
     std::printf("\n");
-    std::fprintf(stderr, "prefill %lld tokens in %.3f s; decode %lld steps at %.2f tok/s\n",
-                 static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
-                 static_cast<long long>(r.decode_steps),
-                 r.decode_steps / std::max(r.decode_seconds, 1e-9));
+    print_speed(c);
   }
   return 0;
 }

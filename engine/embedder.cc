@@ -265,7 +265,7 @@ void Embedder::load_modules(const fs::path& snapshot, const EmbedderOptions& opt
   load_transformer(modules.entries[0].dir, options);
   read_prompts(snapshot / "config_sentence_transformers.json", info_);
   load_tail(modules, options.numerics);
-  pool_ = std::make_shared<ThreadPool>(1);  // Dense layers are [batch, dim]: small
+  pool_ = ThreadPool::shared(1);  // Dense layers are [batch, dim]: small (no threads)
 }
 
 void Embedder::load_transformer(const fs::path& dir, const EmbedderOptions& options) {

@@ -27,6 +27,16 @@ using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+// The message of a caught exception (every one the engine catches is a std::exception).
+std::string what(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -74,7 +84,7 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
 
 Scheduler::~Scheduler() { shutdown(); }
 
-uint64_t Scheduler::submit(GenerationRequest request) {
+void Scheduler::validate_request(const GenerationRequest& request) const {
   const ModelInfo& info = model_.info();
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len == 0) throw InvalidArgument("the prompt is empty");
@@ -97,31 +107,49 @@ uint64_t Scheduler::submit(GenerationRequest request) {
         "the prompt is " + std::to_string(prompt_len) + " tokens; the maximum context is " +
         std::to_string(options_.max_context) + " tokens, which leaves no room for a new token");
   }
+}
+
+uint64_t Scheduler::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one))[0];
+}
+
+std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> requests) {
+  for (const auto& r : requests) validate_request(r);
+  const ModelInfo& info = model_.info();
+  const int64_t n = static_cast<int64_t>(requests.size());
+  std::vector<uint64_t> ids;
   std::unique_lock lock(mu_);
   if (stopping_) throw ShuttingDown("the server is shutting down");
+  // Requests that would wait for a slot once these are queued.
   const int64_t would_wait =
-      static_cast<int64_t>(waiting_.size()) - static_cast<int64_t>(free_slots_.size());
-  if (would_wait >= options_.max_queue) {
-    ++stats_.rejected;
+      static_cast<int64_t>(waiting_.size()) + n - static_cast<int64_t>(free_slots_.size());
+  if (would_wait > options_.max_queue) {
+    stats_.rejected += static_cast<uint64_t>(n);
     throw QueueFull("all " + std::to_string(options_.max_slots) + " slots are busy and " +
                     std::to_string(options_.max_queue) + " requests are queued");
   }
-  const uint64_t id = next_id_++;
-  auto s = std::make_shared<Sequence>(id, std::move(request));
-  s->max_new = std::min(s->req.max_tokens, options_.max_context - prompt_len);
-  s->stop_ids = s->req.stop_token_ids;
-  if (!s->req.ignore_eos) {
-    s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
+  for (auto& request : requests) {
+    const uint64_t id = next_id_++;
+    const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+    auto s = std::make_shared<Sequence>(id, std::move(request));
+    s->max_new = std::min(s->req.max_tokens, options_.max_context - prompt_len);
+    s->stop_ids = s->req.stop_token_ids;
+    if (!s->req.ignore_eos) {
+      s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
+    }
+    s->sampler.set_prompt(s->req.prompt);
+    if (tokenizer_) s->decode.emplace(*tokenizer_, s->req.skip_special_tokens);
+    s->done.prompt_tokens = prompt_len;
+    waiting_.push_back(s);
+    live_[id] = s;
+    ++stats_.submitted;
+    ids.push_back(id);
   }
-  s->sampler.set_prompt(s->req.prompt);
-  if (tokenizer_) s->decode.emplace(*tokenizer_, s->req.skip_special_tokens);
-  s->done.prompt_tokens = prompt_len;
-  waiting_.push_back(s);
-  live_[id] = s;
-  ++stats_.submitted;
   lock.unlock();
   cv_.notify_all();
-  return id;
+  return ids;
 }
 
 void Scheduler::cancel(uint64_t id) {
@@ -170,7 +198,7 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) 
 void Scheduler::loop() {
   while (true) {
     for (const auto& s : std::vector(running_)) {
-      if (s->cancelled) finish(s, FinishReason::kCancelled, "");
+      if (s->cancelled) finish(s, FinishReason::kCancelled);
     }
     std::vector<std::shared_ptr<Sequence>> dropped;
     bool stop = false;
@@ -185,16 +213,17 @@ void Scheduler::loop() {
         admit_locked(dropped);
       }
     }
-    for (const auto& s : dropped) finish(s, FinishReason::kCancelled, "");
+    for (const auto& s : dropped) finish(s, FinishReason::kCancelled);
     if (stop) {
-      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kCancelled, "");
+      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kCancelled);
       return;
     }
     if (running_.empty()) continue;
     try {
       step();
-    } catch (const std::exception& e) {  // e.g. out of memory: fail what runs, keep serving
-      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kError, e.what());
+    } catch (const std::exception&) {  // e.g. out of memory: fail what runs, keep serving
+      const std::exception_ptr error = std::current_exception();
+      for (const auto& s : std::vector(running_)) finish(s, FinishReason::kError, error);
     }
   }
 }
@@ -241,22 +270,23 @@ void Scheduler::step() {
   if (dummy_row) fwd.logits_rows.push_back(0);
   try {
     model_.forward(batch, cache_, fwd, out_);
-  } catch (const std::exception& e) {
-    for (const auto& s : in_batch) finish(s, FinishReason::kError, e.what());
+  } catch (const std::exception&) {
+    const std::exception_ptr error = std::current_exception();
+    for (const auto& s : in_batch) finish(s, FinishReason::kError, error);
     return;
   }
   for (size_t r = 0; r < owners.size(); ++r) {
     const auto& s = owners[r];
     if (s->finished) continue;
     std::optional<FinishReason> reason;
-    std::string error;
+    std::exception_ptr error;
     try {
       float* logits = &out_.logits[r * vocab];
       if (!advance(*s, logits)) continue;
       reason = s->done.reason;
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       reason = FinishReason::kError;
-      error = e.what();
+      error = std::current_exception();
     }
     finish(s, *reason, error);
   }
@@ -306,7 +336,7 @@ bool Scheduler::advance(Sequence& s, float* logits) {
 }
 
 void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
-                       const std::string& error) {
+                       std::exception_ptr error) {
   if (s->finished) return;
   s->finished = true;
   if (s->slot >= 0) cache_.clear(s->slot);
@@ -314,7 +344,8 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
   const auto now = Clock::now();
   Completion& c = s->done;
   c.reason = reason;
-  c.error = error;
+  c.exception = error;
+  c.error = error ? what(error) : "";
   c.completion_tokens = static_cast<int64_t>(c.tokens.size());
   const auto admitted = s->slot >= 0 ? s->admitted : now;
   c.queue_seconds = seconds_between(s->submitted, admitted);
@@ -331,6 +362,61 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
   }
   s->slot = -1;
   if (s->req.on_finish) s->req.on_finish(c);
+}
+
+}  // namespace hubzoo
+
+namespace hubzoo {
+
+std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
+                                          std::vector<GenerationRequest> requests) {
+  std::vector<Completion> done(requests.size());
+  std::vector<GenerationRequest> to_run;
+  std::vector<size_t> index;  // of each request in to_run, in `requests`
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest& r = requests[i];
+    done[i].prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    if (r.max_tokens == 0) {
+      done[i].reason = FinishReason::kLength;
+      continue;
+    }
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    index.push_back(i);
+    to_run.push_back(std::move(r));
+  }
+  if (to_run.empty()) return done;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t finished = 0;
+  for (size_t k = 0; k < to_run.size(); ++k) {
+    to_run[k].on_finish = [&, i = index[k],
+                           user = std::move(to_run[k].on_finish)](const Completion& c) {
+      if (user) user(c);
+      std::lock_guard lock(mu);
+      done[i] = c;
+      ++finished;
+      cv.notify_all();
+    };
+  }
+  SchedulerOptions options;
+  options.max_slots = static_cast<int64_t>(to_run.size());
+  options.max_queue = 0;
+  options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
+  {
+    // Destroyed before mu, cv and done: its shutdown() may still finish requests.
+    Scheduler scheduler(model, tokenizer, options);
+    scheduler.submit_all(std::move(to_run));
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return finished == index.size(); });
+  }
+  for (const Completion& c : done) {
+    if (c.reason != FinishReason::kError) continue;
+    if (c.exception) std::rethrow_exception(c.exception);
+    throw Error(c.error);
+  }
+  return done;
 }
 
 }  // namespace hubzoo

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,7 +77,8 @@ struct Completion {
   std::string stop_string;      // the stop string that ended it, if one did
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  std::string error;  // kError: what went wrong
+  std::string error;             // kError: what went wrong
+  std::exception_ptr exception;  // kError: the exception itself, for a caller that rethrows it
   double queue_seconds = 0, first_token_seconds = 0, total_seconds = 0;
 };
 
@@ -110,8 +112,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // `tokenizer` may be null: no text, and stop strings are refused.
-  // Starts the engine thread.
+  // `tokenizer` may be null (token ids only): events and completions then
+  // carry no text, and stop strings are refused. Starts the engine thread.
   Scheduler(CausalLM& model, const Tokenizer* tokenizer, const SchedulerOptions& options);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -121,6 +123,11 @@ class Scheduler {
   // parameters, ContextOverflow when the prompt leaves no room, QueueFull,
   // ShuttingDown. Callbacks run only for accepted requests.
   uint64_t submit(GenerationRequest request);
+  // Queues every request or none (the first invalid one throws, as submit()
+  // would; QueueFull when they do not all fit). Returns their ids in order.
+  // Requests queued together are admitted together (as one batch) when
+  // enough slots are free.
+  std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests);
   // Ends a request between steps (reason kCancelled) and frees its slot.
   // Unknown or finished ids are ignored.
   void cancel(uint64_t id);
@@ -137,10 +144,13 @@ class Scheduler {
   void loop();
   // Under mu_: moves waiting requests into free slots, drops cancelled ones.
   void admit_locked(std::vector<std::shared_ptr<Sequence>>& finished);
+  // Throws what submit() throws for a request that is not valid.
+  void validate_request(const GenerationRequest& r) const;
   void step();
   // Samples a token for `s` from its logits; true if it finished.
   bool advance(Sequence& s, float* logits);
-  void finish(const std::shared_ptr<Sequence>& s, FinishReason reason, const std::string& error);
+  void finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
+              std::exception_ptr error = nullptr);
 
   CausalLM& model_;
   const Tokenizer* tokenizer_;
@@ -161,5 +171,13 @@ class Scheduler {
   ForwardResult out_;
   std::thread thread_;
 };
+
+// The synchronous path of the CLI and the Python bindings: runs `requests`
+// to completion on a Scheduler of their own and returns their completions in
+// order. Every request gets a slot and every prompt is prefilled in the first
+// step, as one batch. A request with max_tokens 0 completes at once with no
+// tokens. A request that fails rethrows its exception here.
+std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
+                                          std::vector<GenerationRequest> requests);
 
 }  // namespace hubzoo

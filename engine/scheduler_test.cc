@@ -8,8 +8,6 @@
 #include <mutex>
 #include <random>
 
-#include "engine/generate.h"
-
 namespace hubzoo {
 namespace {
 
@@ -236,6 +234,75 @@ TEST(Scheduler, ShutdownCancelsEverythingAndRefusesNewRequests) {
   EXPECT_THROW(s.submit(endless), ShuttingDown);
 }
 
+TEST(Scheduler, SubmitAllQueuesEveryRequestOrNone) {
+  FakeLM model(64);
+  Scheduler s(model, nullptr, {.max_slots = 1, .max_queue = 1});
+  GenerationRequest ok;
+  ok.prompt = {5, 6};
+  ok.max_tokens = 3;
+  GenerationRequest bad = ok;
+  bad.prompt = {5, 64};  // past the vocabulary
+  std::vector<GenerationRequest> two = {ok, bad};
+  EXPECT_THROW(s.submit_all(two), InvalidArgument);
+  std::vector<GenerationRequest> three = {ok, ok, ok};  // one slot + one queued: no room
+  EXPECT_THROW(s.submit_all(three), QueueFull);
+  EXPECT_EQ(s.stats().submitted, 0u);
+  EXPECT_EQ(s.stats().rejected, 3u);
+}
+
+// Fails every forward pass with a typed error.
+class FailingLM : public FakeLM {
+ public:
+  FailingLM() : FakeLM(32) {}
+  void forward(const TokenBatch&, KvCache&, const ForwardOptions&, ForwardResult&) override {
+    throw FormatError("weights went missing");
+  }
+};
+
+TEST(Scheduler, RunToCompletionMatchesRequestsAloneInOrder) {
+  FakeLM model(97);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt_of(2 + 3 * i, 7 + i, 97);
+    r.max_tokens = 3 + i;
+    r.sampling = {.temperature = 0.9f, .seed = 5};  // one seed for every row, as generate()
+    requests.push_back(r);
+  }
+  requests[2].max_tokens = 0;  // completes at once, no tokens
+  std::vector<Completion> alone;
+  for (const auto& r : requests) {
+    alone.push_back(r.max_tokens ? run_alone(model, nullptr, r) : Completion{});
+  }
+  int64_t events = 0;
+  for (auto& r : requests) r.on_token = [&](const TokenEvent&) { ++events; };
+  model.max_rows = 0;
+  const auto done = run_to_completion(model, nullptr, requests);
+  ASSERT_EQ(done.size(), requests.size());
+  int64_t tokens = 0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(done[i].prompt_tokens, static_cast<int64_t>(requests[i].prompt.size()));
+    tokens += static_cast<int64_t>(done[i].tokens.size());
+  }
+  EXPECT_TRUE(done[2].tokens.empty());
+  EXPECT_EQ(done[2].reason, FinishReason::kLength);
+  EXPECT_EQ(events, tokens);  // every token streamed through its request's callback
+  // Every prompt entered the first step together.
+  EXPECT_EQ(model.max_rows, 2 + 5 + 11 + 14);
+}
+
+TEST(Scheduler, RunToCompletionRethrowsTheTypedError) {
+  FailingLM model;
+  GenerationRequest r;
+  r.prompt = {3, 4};
+  std::vector<GenerationRequest> one = {r};
+  EXPECT_THROW(run_to_completion(model, nullptr, one), FormatError);
+  one[0].prompt = {3, 40};  // past the vocabulary: refused before anything runs
+  EXPECT_THROW(run_to_completion(model, nullptr, one), InvalidArgument);
+  EXPECT_TRUE(run_to_completion(model, nullptr, {}).empty());
+}
+
 class SchedulerSmolLM2 : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -298,18 +365,38 @@ TEST_F(SchedulerSmolLM2, StreamedTextAndStopStringsAcrossTokens) {
   EXPECT_EQ(streamed_stopped, d.text);
 }
 
-TEST_F(SchedulerSmolLM2, BitIdenticalToGenerateAloneWithChunkedPrefill) {
+// Greedy tokens of one sequence alone, from the model directly: the whole
+// prompt in one forward, then one decode step per token.
+std::vector<int64_t> greedy_alone(CausalLM& model, const std::vector<int64_t>& prompt, int64_t n) {
+  const int64_t vocab = model.info().vocab_size;
+  KvCache cache = model.new_cache(1);
+  TokenBatch step;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    step.add(static_cast<int32_t>(prompt[i]), 0, static_cast<int32_t>(i));
+  }
+  ForwardOptions fwd;
+  fwd.logits_rows = {step.size() - 1};
+  ForwardResult out;
+  std::vector<int64_t> tokens;
+  for (int64_t k = 0; k < n; ++k) {
+    model.forward(step, cache, fwd, out);
+    tokens.push_back(std::max_element(out.logits.begin(), out.logits.begin() + vocab) -
+                     out.logits.begin());
+    step = TokenBatch();
+    step.add(static_cast<int32_t>(tokens.back()), 0,
+             static_cast<int32_t>(prompt.size() + tokens.size() - 1));
+    fwd.logits_rows = {0};
+  }
+  return tokens;
+}
+
+TEST_F(SchedulerSmolLM2, BitIdenticalToTheModelAloneWithChunkedPrefill) {
   auto model = load_causal_lm(kSmolLM2.string());
   const int64_t vocab = model->info().vocab_size;
   std::vector<std::vector<int64_t>> prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(prompt_of(5 + 9 * i, 40 + i, vocab));
   std::vector<std::vector<int64_t>> expected;
-  for (const auto& p : prompts) {
-    GenerateOptions g;
-    g.max_new_tokens = 6;
-    g.stop_at_eos = false;
-    expected.push_back(generate(*model, {p}, g).tokens[0]);
-  }
+  for (const auto& p : prompts) expected.push_back(greedy_alone(*model, p, 6));
   Scheduler s(*model, nullptr, {.max_slots = 4, .max_queue = 8, .max_batch_tokens = 13});
   std::vector<Collector> c(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -322,6 +409,17 @@ TEST_F(SchedulerSmolLM2, BitIdenticalToGenerateAloneWithChunkedPrefill) {
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(c[i].wait().tokens, expected[i]) << "prompt " << i;
+  }
+  // The synchronous path: every prompt in one prefill step, one slot each.
+  std::vector<GenerationRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].max_tokens = 6;
+    requests[i].ignore_eos = true;
+  }
+  const auto done = run_to_completion(*model, nullptr, std::move(requests));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(done[i].tokens, expected[i]) << "prompt " << i;
   }
 }
 

@@ -78,8 +78,9 @@ struct LoadContext {
 std::vector<std::string> supported_causal_lms();
 
 struct LoadOptions {
-  int num_threads = 0;  // 0: all cores
-  Numerics numerics;    // float32 unless asked (Numerics::parse)
+  // 0: all cores. Models asking for the same count share one pool (ThreadPool::shared).
+  int num_threads = 0;
+  Numerics numerics;  // float32 unless asked (Numerics::parse)
 };
 
 // Loads the snapshot at `model` (a directory or a repo id in the HF cache).

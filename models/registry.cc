@@ -81,7 +81,7 @@ std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOption
     }
     arch = type->second;
   }
-  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics,
+  LoadContext ctx{dir, config, ThreadPool::shared(options.num_threads), options.numerics,
                   /*needs_lm_head=*/false};
   const auto base = base_decoders().find(arch);
   const auto decoder = registry().find(base == base_decoders().end() ? arch : base->second);
@@ -126,7 +126,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
     throw ConfigError(config.where() + ": architecture '" + archs[0] +
                       "' is not supported (supported: " + supported + ")");
   }
-  LoadContext ctx{dir, config, std::make_shared<ThreadPool>(options.num_threads), options.numerics};
+  LoadContext ctx{dir, config, ThreadPool::shared(options.num_threads), options.numerics};
   return it->second(ctx);
 }
 

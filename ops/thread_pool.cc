@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace hubzoo {
 namespace {
@@ -58,10 +59,16 @@ int ticket_next(uint64_t t) { return static_cast<int>(t & kChunkMask); }
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
+namespace {
+// Chunks are counted in 16 bits of the ticket.
+int resolve_threads(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
-  // Chunks are counted in 16 bits of the ticket.
-  num_threads_ = std::clamp(num_threads, 1, static_cast<int>(kChunkMask));
+  return std::clamp(num_threads, 1, static_cast<int>(kChunkMask));
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  num_threads_ = resolve_threads(num_threads);
   threads_.reserve(num_threads_ - 1);
   for (int i = 0; i + 1 < num_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
@@ -73,6 +80,19 @@ ThreadPool::~ThreadPool() {
   }
   cv_start_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+std::shared_ptr<ThreadPool> ThreadPool::shared(int num_threads) {
+  static std::mutex mu;
+  static std::map<int, std::weak_ptr<ThreadPool>> pools;  // by resolved size
+  const int n = resolve_threads(num_threads);
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<ThreadPool> pool = pools[n].lock();
+  if (!pool) {
+    pool = std::make_shared<ThreadPool>(n);
+    pools[n] = pool;
+  }
+  return pool;
 }
 
 void ThreadPool::run_chunks(uint64_t gen) {

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -39,12 +40,23 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
+  // The process's pool of `num_threads` threads (<= 0: hardware_concurrency()),
+  // created on first use and shared by every model that asks for that many:
+  // a server's generation and embedding models then run on one set of threads
+  // rather than two sets spinning on the same cores. A caller asking for a
+  // different count gets the (equally shared) pool of that size, so --threads
+  // and num_threads= keep meaning what they say. A pool lives while someone
+  // holds it.
+  static std::shared_ptr<ThreadPool> shared(int num_threads = 0);
+
   // Calls fn(begin, end) over disjoint chunks covering [0, n), each chunk a
   // multiple of `grain` (except the last). The calling thread takes part.
   // Blocks until all chunks are done. Chunking never affects results: callers
   // only split independent work (rows, columns), never a reduction.
   // The first exception thrown by fn is rethrown here once every chunk is done.
   // A parallel_for issued from inside fn runs inline on the calling thread.
+  // Safe to call from several threads at once (two models sharing the pool):
+  // their jobs run one after the other, each on every thread of the pool.
   //
   // By default there are as many chunks as threads (each thread takes one
   // contiguous share). With max_chunks > num_threads() the work is cut into

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <numeric>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -139,6 +141,70 @@ TEST(ThreadPool, NestedParallelForRunsInline) {
     }
   });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, SharedPoolIsOnePerSize) {
+  auto a = ThreadPool::shared(3);
+  auto b = ThreadPool::shared(3);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(a->num_threads(), 3);
+  auto c = ThreadPool::shared(2);
+  EXPECT_NE(a.get(), c.get());
+  EXPECT_EQ(c->num_threads(), 2);
+  // 0 means all cores: the same pool as asking for that many.
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(ThreadPool::shared(0).get(), ThreadPool::shared(all).get());
+}
+
+// Two threads (a server's generation loop and an embeddings handler) issue
+// jobs on one pool at once: each job still covers its own range exactly once
+// and computes what it computes alone.
+TEST(ThreadPool, TwoCallersAtOnceOnOneSharedPool) {
+  auto pool = ThreadPool::shared(3);
+  constexpr int kJobs = 2000;
+  auto caller = [&](int64_t n, int64_t scale, std::vector<int64_t>& sums) {
+    std::vector<int64_t> out(n);
+    for (int job = 0; job < kJobs; ++job) {
+      pool->parallel_for(
+          n, 1,
+          [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) out[i] = scale * i + job;
+          },
+          job % 2 ? 8 : 0);
+      sums[job] = std::accumulate(out.begin(), out.end(), int64_t{0});
+    }
+  };
+  std::vector<int64_t> sums_a(kJobs), sums_b(kJobs);
+  std::thread a([&] { caller(37, 3, sums_a); });
+  std::thread b([&] { caller(101, 5, sums_b); });
+  a.join();
+  b.join();
+  for (int job = 0; job < kJobs; ++job) {
+    ASSERT_EQ(sums_a[job], 3 * (36 * 37 / 2) + 37 * job) << "job " << job;
+    ASSERT_EQ(sums_b[job], 5 * (100 * 101 / 2) + 101 * job) << "job " << job;
+  }
+}
+
+TEST(ThreadPool, TwoCallersAtOnceWithExceptions) {
+  ThreadPool pool(2);
+  std::atomic<int> thrown{0};
+  auto caller = [&](bool fail) {
+    for (int job = 0; job < 500; ++job) {
+      try {
+        pool.parallel_for(16, 1, [&](int64_t begin, int64_t) {
+          if (fail && begin == 8) throw std::runtime_error("bad chunk");
+        });
+      } catch (const std::runtime_error&) {
+        thrown.fetch_add(1);
+      }
+    }
+  };
+  std::thread a([&] { caller(true); });
+  std::thread b([&] { caller(false); });
+  a.join();
+  b.join();
+  // Only the failing caller's jobs throw, every one of them.
+  EXPECT_EQ(thrown.load(), 500);
 }
 
 }  // namespace

@@ -8,10 +8,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
-#include "engine/generate.h"
+#include "engine/scheduler.h"
 #include "hub/snapshot.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
@@ -128,29 +129,43 @@ class PyCausalLM {
     return nb::make_tuple(arr, caps);
   }
 
+  // New tokens [batch, steps] as transformers' generate() returns them: each
+  // row is one request to the Scheduler (left padding stripped via the mask),
+  // every row samples from the same seed, and rows that finished early are
+  // padded with pad_id up to the longest.
   nb::ndarray<nb::numpy, int64_t> generate(IdArray ids, std::optional<IdArray> mask,
                                            int64_t max_new_tokens, float temperature, int64_t top_k,
                                            float top_p, uint64_t seed, bool stop_at_eos) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
-    std::vector<std::vector<int64_t>> prompts(batch);
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t c = 0; c < seq; ++c) {
-        if (!mask || (*mask)(b, c) != 0) prompts[b].push_back(ids(b, c));
-      }
+    if (mask && (mask->shape(0) != static_cast<size_t>(batch) ||
+                 mask->shape(1) != static_cast<size_t>(seq))) {
+      throw InvalidArgument("attention_mask shape differs from input_ids shape");
     }
-    GenerateOptions opt;
-    opt.max_new_tokens = max_new_tokens;
-    opt.sampling = {temperature, top_k, top_p, seed};
-    opt.stop_at_eos = stop_at_eos;
-    GenerateResult r;
+    if (max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
+    std::vector<GenerationRequest> requests(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      GenerationRequest& r = requests[b];
+      for (int64_t c = 0; c < seq; ++c) {
+        if (!mask || (*mask)(b, c) != 0) r.prompt.push_back(ids(b, c));
+      }
+      r.max_tokens = max_new_tokens;
+      r.sampling = {temperature, top_k, top_p, seed};
+      r.ignore_eos = !stop_at_eos;
+    }
+    std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      r = hubzoo::generate(*model_, prompts, opt);
+      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests));
     }
-    const size_t steps = r.tokens.empty() ? 0 : r.tokens[0].size();
-    auto* data = new std::vector<int64_t>(batch * steps);
+    const ModelInfo& info = model_->info();
+    const int64_t pad_id = info.pad_token_id >= 0        ? info.pad_token_id
+                           : !info.eos_token_ids.empty() ? info.eos_token_ids[0]
+                                                         : 0;
+    size_t steps = 0;
+    for (const Completion& c : done) steps = std::max(steps, c.tokens.size());
+    auto* data = new std::vector<int64_t>(batch * steps, pad_id);
     for (int64_t b = 0; b < batch; ++b) {
-      std::copy(r.tokens[b].begin(), r.tokens[b].end(), data->begin() + b * steps);
+      std::copy(done[b].tokens.begin(), done[b].tokens.end(), data->begin() + b * steps);
     }
     nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
     size_t shape[2] = {static_cast<size_t>(batch), steps};

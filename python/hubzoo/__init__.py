@@ -98,6 +98,10 @@ class CausalLM:
                  seed: int | None = None, ignore_eos: bool = False) -> np.ndarray:
         """New tokens int64 [batch, steps] (left padding allowed via attention_mask).
 
+        Each row is one request to the engine's Scheduler (as the server runs them), every
+        row sampling from the same seed. Rows that stop early are padded, as transformers'
+        generate() pads them, with pad_token_id (else the first EOS id). Generation stops
+        at the model's max_position_embeddings.
         ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks)."""
         ids, mask = self._inputs(input_ids, attention_mask)
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
