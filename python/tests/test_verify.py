@@ -177,7 +177,7 @@ def test_bf16_column_runs_or_is_marked_unavailable(hz, tiny_path):
 
 def _module_env(hz) -> dict:
     env = dict(os.environ)
-    pkg_root = str(Path(hz.__file__).resolve().parents[1])  # .../build/python
+    pkg_root = str(Path(hz.__file__).resolve().parents[1])  # site-packages (or build/python)
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
