@@ -26,11 +26,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def hz():
-    """The compiled hubzoo package (build/python on the venv path via hubzoo.pth)."""
+    """The installed hubzoo package (scripts/setup.sh: pip install . into this checkout's .venv)."""
     try:
         import hubzoo
     except ImportError as e:
-        pytest.fail(f"import hubzoo failed (is build/python on the path?): {e}", pytrace=False)
+        pytest.fail(f"import hubzoo failed (scripts/setup.sh installs it into .venv): {e}", pytrace=False)
     return hubzoo
 
 

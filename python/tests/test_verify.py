@@ -205,7 +205,7 @@ def test_snapshot_hubzoo_refuses_is_a_clear_error(hz, tiny_path, tmp_path):
 
 def _module_env(hz) -> dict:
     env = dict(os.environ)
-    pkg_root = str(Path(hz.__file__).resolve().parents[1])  # .../build/python
+    pkg_root = str(Path(hz.__file__).resolve().parents[1])  # site-packages (or build/python)
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import glob
+import importlib
 import os
 import platform
 import re
@@ -47,9 +48,16 @@ def cpu_flags() -> list[str]:
 
 
 def _build_dir(hubzoo_module) -> Path | None:
-    """build/ of the compiled package (build/python/hubzoo/__init__.py -> build/)."""
+    """build/ of the compiled package: the tree recorded in hubzoo._build_info by a
+    pip install ., or the one holding build/python/hubzoo/__init__.py."""
     here = Path(hubzoo_module.__file__).resolve().parent
-    for candidate in (here.parents[1], here.parents[2] / "build"):
+    candidates = [here.parents[1], here.parents[2] / "build"]
+    try:
+        info = importlib.import_module(hubzoo_module.__name__ + "._build_info")
+        candidates.insert(0, Path(info.BUILD_DIR))
+    except ImportError:
+        pass
+    for candidate in candidates:
         if (candidate / "CMakeCache.txt").is_file():
             return candidate
     return None
