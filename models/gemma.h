@@ -1,5 +1,5 @@
-// Gemma 2 and Gemma 3 (text): what their config.json declares, as the
-// decoder in models/gemma.cc needs it, and helpers Gemma 4 shares.
+// Gemma 2, Gemma 3 and Gemma 4 (text): what their config.json declares, as
+// models/gemma.cc and models/gemma4.cc map it onto the decoder.
 #pragma once
 
 #include <string>
@@ -10,10 +10,9 @@
 #include "layers/moe.h"
 #include "layers/numerics.h"
 #include "layers/rope.h"
+#include "models/config_fields.h"
 
 namespace hubzoo {
-
-enum class LayerType { kSliding, kFull };
 
 struct GemmaConfig {
   int generation = 2;  // 2 or 3
@@ -33,21 +32,6 @@ struct GemmaConfig {
 // spelling). Options that would change the math and are not implemented are
 // a ConfigError naming the field.
 GemmaConfig parse_gemma_config(const JsonObject& c, int generation);
-
-// Per layer: "sliding_attention" | "full_attention" from `layer_types`, each
-// entry checked; ConfigError naming the field otherwise.
-std::vector<LayerType> parse_layer_types(const JsonObject& c, int64_t num_layers);
-
-// A positive sliding_window, or ConfigError naming it.
-int64_t parse_sliding_window(const JsonObject& c, int64_t fallback);
-
-// sqrt(hidden_size) as transformers multiplies the embedding by it: a float32
-// tensor cast to the weights' dtype (bf16 in both bf16 modes: 55.4256 -> 55.5).
-float gemma_embed_scale(int64_t hidden_size, const Numerics& numerics);
-
-// logits -> tanh(logits / cap) * cap in place (cap > 0), rounding each op as
-// transformers' bf16 eager code does.
-void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numerics);
 
 }  // namespace hubzoo
 

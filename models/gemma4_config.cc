@@ -9,12 +9,6 @@
 namespace hubzoo {
 namespace {
 
-int64_t positive(const JsonObject& c, const char* key, int64_t fallback) {
-  const int64_t x = c.get_or<int64_t>(key, fallback);
-  if (x <= 0) throw ConfigError(c.where() + ": field '" + key + "' must be positive");
-  return x;
-}
-
 const char* type_name(LayerType t) {
   return t == LayerType::kSliding ? "sliding_attention" : "full_attention";
 }

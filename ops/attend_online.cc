@@ -267,14 +267,21 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
   }
 }
 
-void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
-                  const float* HWY_RESTRICT kt, int64_t kt_stride, const float* HWY_RESTRICT values,
-                  int64_t v_stride, int64_t lane0, int64_t len, int64_t d, float scale,
-                  float* HWY_RESTRICT out, int64_t out_stride) {
+void AttendOnline(const OnlineAttention& a) {
+  const float* HWY_RESTRICT q = a.q;
+  const float* HWY_RESTRICT kt = a.kt;
+  const float* HWY_RESTRICT values = a.values;
+  float* HWY_RESTRICT out = a.out;
+  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
+  const float scale = a.scale;
   const DF df;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   const int64_t blocks = key_blocks(lane0, len);
-  thread_local std::vector<float> acc_buf;  // kept: no allocation per call
+  // Per thread and kept between calls (no allocation per call): nq * d floats
+  // and nq states, bounded by the model's query heads per KV head times
+  // head_dim (a few KiB), not by the batch or the sequence length.
+  thread_local std::vector<float> acc_buf;
   thread_local std::vector<RowState> state;
   acc_buf.assign(nq * dv * kN, 0.0f);
   state.resize(nq);
@@ -320,12 +327,7 @@ void TransposeKeyBlocks(const float* keys, int64_t stride, int64_t lane0, int64_
   transpose_key_blocks_reference(keys, stride, lane0, len, d, kt);
 }
 
-void AttendOnline(const float* q, int64_t q_stride, int64_t nq, const float* kt, int64_t kt_stride,
-                  const float* values, int64_t v_stride, int64_t lane0, int64_t len, int64_t d,
-                  float scale, float* out, int64_t out_stride) {
-  attend_online_f32_reference(q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d,
-                              scale, out, out_stride);
-}
+void AttendOnline(const OnlineAttention& a) { attend_online_f32_reference(a); }
 
 #endif
 
@@ -371,10 +373,12 @@ void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t l
   }
 }
 
-void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                                 int64_t kt_stride, const float* values, int64_t v_stride,
-                                 int64_t lane0, int64_t len, int64_t d, float scale, float* out,
-                                 int64_t out_stride) {
+void attend_online_f32_reference(const OnlineAttention& a) {
+  const float *q = a.q, *kt = a.kt, *values = a.values;
+  float* out = a.out;
+  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
+  const float scale = a.scale;
   if (len <= 0) {
     for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
     return;
@@ -430,15 +434,12 @@ void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int6
   if (len > 0) HWY_DYNAMIC_DISPATCH(TransposeKeyBlocks)(keys, stride, lane0, len, d, kt);
 }
 
-void attend_online_f32(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                       int64_t kt_stride, const float* values, int64_t v_stride, int64_t lane0,
-                       int64_t len, int64_t d, float scale, float* out, int64_t out_stride) {
-  if (len <= 0) {
-    for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
+void attend_online_f32(const OnlineAttention& a) {
+  if (a.len <= 0) {
+    for (int64_t g = 0; g < a.nq; ++g) std::fill_n(a.out + g * a.out_stride, a.d, 0.0f);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(AttendOnline)
-  (q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d, scale, out, out_stride);
+  HWY_DYNAMIC_DISPATCH(AttendOnline)(a);
 }
 
 const char* attend_online_target_name() {
