@@ -391,7 +391,9 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   };
   if (q_norm_) norm_heads(*q_norm_, q, m * nh);
 
-  KvChunk own;  // [M, kv_heads*D] keys and values, as stored
+  // [M, kv_heads*D] keys and values, as stored: a producer's straight into the
+  // chunk its consumers read.
+  KvChunk& own = sharing.keep && !opt_.kv_shared ? *sharing.keep : ws.kv;
   if (opt_.kv_shared) {
     if (!sharing.reuse)
       throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
@@ -431,7 +433,6 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   float* const attn = q + m * q_size;
   const bool store = !opt_.kv_shared && !sharing.defer_store;
   attend_chunk(batch, q, kv.k.data(), kv.v.data(), cache, layer, chunk, attn, pool, ws, store);
-  if (sharing.keep && !opt_.kv_shared) *sharing.keep = std::move(own);
   o_proj_.forward(attn, m, out, pool);
   num.round_eager(out, m * opt_.hidden_size);
 }

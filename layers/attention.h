@@ -83,16 +83,11 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
 void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCache& cache,
                  int64_t layer);
 
-// The keys and values one layer computed for a batch, as stored: [M, kv_heads * D].
-struct KvChunk {
-  std::vector<float> k, v;
-};
-
 // KV sharing (Gemma 4): a producer keeps its chunk for the layers that reuse
 // it (and may defer storing it); a consumer attends to the producer's cache
 // layer and chunk instead of computing keys and values.
 struct KvSharing {
-  KvChunk* keep = nullptr;         // producer: its chunk, moved here
+  KvChunk* keep = nullptr;         // producer: its chunk, computed here
   bool defer_store = false;        // producer: caller runs store_chunk after the consumers
   const KvChunk* reuse = nullptr;  // consumer: the producer's chunk
 };

@@ -7,9 +7,17 @@
 // prepared in it, or write disjoint parts of it.
 #pragma once
 
+#include <vector>
+
 #include "ops/scratch.h"
 
 namespace hubzoo {
+
+// The keys and values one attention layer computed for a batch, as stored:
+// [M, kv_heads * D] each.
+struct KvChunk {
+  std::vector<float> k, v;
+};
 
 struct LayerWorkspace {
   // The buffers of the sublayers that run one after another within a decoder
@@ -21,6 +29,9 @@ struct LayerWorkspace {
   // Attention over a full cache without blocked keys: each slot's keys
   // transposed into blocks (ops/attend_online.h) for the batch's rows.
   ScratchBuffer key_blocks;
+  // Attention: the layer's keys and values (unless a KV-sharing producer
+  // keeps them elsewhere for its consumers).
+  KvChunk kv;
   // SparseMoe: the gathered rows of an expert, its output, and the weighted
   // (token, rank) cells (layers/moe.h).
   ScratchBuffer expert_rows, expert_out, moe_cells;
