@@ -10,6 +10,18 @@ int64_t positive(const JsonObject& c, const char* key, int64_t fallback) {
   return x;
 }
 
+int64_t required_positive(const JsonObject& c, const char* key, const std::string& what) {
+  if (!c.has(key) || c.json()[key].is_null()) {
+    throw ConfigError(c.where() + ": " + what + " needs field '" + key + "'");
+  }
+  const int64_t x = c.get<int64_t>(key);
+  if (x <= 0) {
+    throw ConfigError(c.where() + ": field '" + key + "' must be positive, got " +
+                      std::to_string(x));
+  }
+  return x;
+}
+
 void check_head_geometry(const JsonObject& c, int64_t num_heads, int64_t num_kv_heads,
                          int64_t head_dim) {
   if (num_heads % num_kv_heads != 0) {
@@ -35,6 +47,10 @@ float softcap_field(const JsonObject& c, const char* key) {
   const double x = c.get_or<double>(key, 0.0);
   if (c.has(key) && !(x > 0)) throw ConfigError(c.where() + ": field '" + key + "' must be > 0");
   return static_cast<float>(x);
+}
+
+const char* layer_type_name(LayerType t) {
+  return t == LayerType::kSliding ? "sliding_attention" : "full_attention";
 }
 
 std::vector<LayerType> parse_layer_types(const JsonObject& c, int64_t num_layers) {

@@ -13,6 +13,9 @@ namespace hubzoo {
 // An integer field that must be positive; `fallback` when absent.
 int64_t positive(const JsonObject& c, const char* key, int64_t fallback);
 
+// An integer field that `what` needs: present, not null, and positive.
+int64_t required_positive(const JsonObject& c, const char* key, const std::string& what);
+
 // num_attention_heads a multiple of num_key_value_heads; head_dim even and <= 1024.
 void check_head_geometry(const JsonObject& c, int64_t num_heads, int64_t num_kv_heads,
                          int64_t head_dim);
@@ -24,6 +27,9 @@ void require_activation(const JsonObject& c, const char* key, const std::string&
 float softcap_field(const JsonObject& c, const char* key);
 
 enum class LayerType { kSliding, kFull };
+
+// "sliding_attention" or "full_attention", as config.json spells it.
+const char* layer_type_name(LayerType t);
 
 // Per layer: "sliding_attention" | "full_attention" from `layer_types`, each
 // entry checked; ConfigError naming the field otherwise.

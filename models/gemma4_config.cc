@@ -1,6 +1,6 @@
 // Gemma 4 text config mapping (transformers 5.23 configuration_gemma4.py,
 // Gemma4TextConfig; modeling_gemma4.py for what each field changes).
-#include <map>
+#include <string>
 
 #include "base/error.h"
 #include "models/config_fields.h"
@@ -9,10 +9,6 @@
 
 namespace hubzoo {
 namespace {
-
-const char* type_name(LayerType t) {
-  return t == LayerType::kSliding ? "sliding_attention" : "full_attention";
-}
 
 RopeParams rope_of(const JsonObject& c, LayerType t) {
   nlohmann::json rope;
@@ -30,34 +26,25 @@ RopeParams rope_of(const JsonObject& c, LayerType t) {
                           "' is not a layer type (full_attention, sliding_attention)");
       }
     }
-    if (!r.has(type_name(t))) {
-      throw ConfigError(c.where() + ": rope_parameters has no entry for " + type_name(t));
+    if (!r.has(layer_type_name(t))) {
+      throw ConfigError(c.where() + ": rope_parameters has no entry for " + layer_type_name(t));
     }
-    rope = r.json()[type_name(t)];
+    rope = r.json()[layer_type_name(t)];
   }
   nlohmann::json j = c.json();
   j.erase("rope_scaling");
   j.erase("rope_theta");
   j.erase("partial_rotary_factor");
   j["rope_parameters"] = std::move(rope);
-  return parse_rope_params(JsonObject(j, c.where() + " (rope_parameters." + type_name(t) + ")"));
+  return parse_rope_params(
+      JsonObject(j, c.where() + " (rope_parameters." + layer_type_name(t) + ")"));
 }
 
 // enable_moe_block: num_experts, top_k_experts and moe_intermediate_size
 // (Gemma4TextConfig has no defaults for them: every field must be set).
 void parse_moe_block(const JsonObject& c, Gemma4Config& cfg) {
   if (!c.get_or<bool>("enable_moe_block", false)) return;
-  auto moe_field = [&](const char* key) {
-    if (!c.has(key) || c.json()[key].is_null()) {
-      throw ConfigError(c.where() + ": enable_moe_block needs field '" + key + "'");
-    }
-    const int64_t x = c.get<int64_t>(key);
-    if (x <= 0) {
-      throw ConfigError(c.where() + ": field '" + key + "' must be positive, got " +
-                        std::to_string(x));
-    }
-    return x;
-  };
+  auto moe_field = [&](const char* key) { return required_positive(c, key, "enable_moe_block"); };
   cfg.moe = true;
   MoeOptions& o = cfg.moe_options;
   o.hidden_size = cfg.hidden_size;
@@ -193,8 +180,9 @@ void parse_kv_sharing(const JsonObject& c, Gemma4Config& cfg) {
       }
     }
     if (l.kv_producer < 0) {
-      throw ConfigError(c.where() + ": num_kv_shared_layers: no earlier " + type_name(l.type) +
-                        " layer produces the keys/values layer " + std::to_string(i) + " reuses");
+      throw ConfigError(c.where() + ": num_kv_shared_layers: no earlier " +
+                        layer_type_name(l.type) + " layer produces the keys/values layer " +
+                        std::to_string(i) + " reuses");
     }
     const auto& p = cfg.layers[l.kv_producer];
     l.head_dim = p.head_dim;
