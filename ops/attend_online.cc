@@ -278,17 +278,24 @@ void AttendOnline(const OnlineAttention& a) {
   const DF df;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   const int64_t blocks = key_blocks(lane0, len);
-  // Per thread and kept between calls (no allocation per call): nq * d floats
-  // and nq states, bounded by the model's query heads per KV head times
-  // head_dim (a few KiB), not by the batch or the sequence length.
-  thread_local std::vector<float> acc_buf;
-  thread_local std::vector<RowState> state;
-  acc_buf.assign(nq * dv * kN, 0.0f);
-  state.resize(nq);
+  // The rows' accumulators (nq * d floats) and states: on the stack for the
+  // group sizes models have (query heads per KV head times head_dim up to
+  // 4096 floats, 16 KiB), on the heap for larger ones; no allocation per call
+  // in practice, and nothing kept between calls.
+  constexpr int64_t kStackFloats = 4096, kStackRows = 64;
+  alignas(64) float acc_stack[kStackFloats];
+  RowState state_stack[kStackRows];
+  std::vector<float> acc_heap;
+  std::vector<RowState> state_heap;
+  float* const acc_buf =
+      nq * dv * kN <= kStackFloats ? acc_stack : (acc_heap.resize(nq * dv * kN), acc_heap.data());
+  RowState* const state =
+      nq <= kStackRows ? state_stack : (state_heap.resize(nq), state_heap.data());
+  std::fill_n(acc_buf, nq * dv * kN, 0.0f);
   for (int64_t g = 0; g < nq; ++g) {
     state[g].m = -std::numeric_limits<float>::infinity();
     std::fill_n(state[g].l, kKeyBlock, 0.0f);
-    state[g].acc = acc_buf.data() + g * dv * kN;
+    state[g].acc = acc_buf + g * dv * kN;
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const float* block = kt + b * kt_stride;
@@ -296,7 +303,7 @@ void AttendOnline(const OnlineAttention& a) {
     const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
     for (int64_t g = 0; g < nq; g += kMaxRows) {
       const float* qg = q + g * q_stride;
-      RowState* st = state.data() + g;
+      RowState* st = state + g;
       switch (std::min<int64_t>(kMaxRows, nq - g)) {
         case 1:
           BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
