@@ -60,7 +60,7 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
 
 void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m) {
   const int64_t h = spec_.hidden_size, v = spec_.vocab_size;
-  if (spec_.scale_embeddings) embed_scale_ = gemma_embed_scale(h, numerics_);
+  if (spec_.scale_embeddings) embed_scale_ = embedding_scale(h, numerics_);
   // (V, H): embed_tokens; lm_head shares it when tied.
   if (spec_.tie_word_embeddings) {
     lm_head_.weight = w.take_packed(m + "embed_tokens.weight", v, h);
@@ -76,7 +76,7 @@ void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std
   const int64_t width = static_cast<int64_t>(spec_.layers.size()) * ple;
   embed_tokens_per_layer_ =
       w.take(m + "embed_tokens_per_layer.weight", {spec_.vocab_size_per_layer_input, width});
-  ple_embed_scale_ = gemma_embed_scale(ple, numerics_);
+  ple_embed_scale_ = embedding_scale(ple, numerics_);
   per_layer_model_projection_ =
       Linear::load(w, m + "per_layer_model_projection", h, width, /*has_bias=*/false);
   per_layer_projection_norm_ = RMSNorm::load_kind(

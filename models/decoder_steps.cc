@@ -76,7 +76,7 @@ void check_capture_names(const std::set<std::string>& asked, const std::set<std:
   }
 }
 
-float gemma_embed_scale(int64_t hidden_size, const Numerics& numerics) {
+float embedding_scale(int64_t hidden_size, const Numerics& numerics) {
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));
   return numerics.round_stored(scale);
 }

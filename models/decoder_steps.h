@@ -43,7 +43,7 @@ void check_capture_names(const std::set<std::string>& asked, const std::set<std:
 
 // sqrt(hidden_size) as transformers multiplies the embedding by it: a float32
 // tensor cast to the weights' dtype (bf16 in both bf16 modes: 55.4256 -> 55.5).
-float gemma_embed_scale(int64_t hidden_size, const Numerics& numerics);
+float embedding_scale(int64_t hidden_size, const Numerics& numerics);
 
 // logits -> tanh(logits / cap) * cap in place (cap > 0), rounding each op as
 // transformers' bf16 eager code does.
