@@ -370,18 +370,17 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   const Numerics& num = numerics_;
   // One matmul for q, k and v: [M, q_size | kv_size | kv_size], split below.
   const int64_t fused = qkv_proj_.out_features();
-  // qkv, q and the attention output in the layer workspace.
-  float* const qkv = ws.step.get(m * (fused + 2 * q_size));
+  // In the layer workspace: qkv, q, the attention output, and (unless a
+  // KV-sharing producer keeps them for its consumers) the keys and values.
+  float* const qkv = ws.step.get(m * (fused + 2 * q_size + 2 * kv_size));
+  float* const q = qkv + m * fused;    // [M, heads*D]
+  float* const attn = q + m * q_size;  // [M, heads*D]
   qkv_proj_.forward(x, m, qkv, pool);
   num.round_eager(qkv, m * fused);
-  const auto take = [&](int64_t offset, int64_t size, std::vector<float>& dst) {
-    dst.resize(m * size);
-    for (int64_t t = 0; t < m; ++t) {
-      std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
-    }
+  const auto take = [&](int64_t offset, int64_t size, float* dst) {
+    for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
   };
-  float* const q = qkv + m * fused;  // [M, heads*D]
-  for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused], q_size, &q[t * q_size]);
+  take(0, q_size, q);
   auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
     if (num.eager_bf16()) {
       norm.forward(data, rows, data);
@@ -392,35 +391,40 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   if (q_norm_) norm_heads(*q_norm_, q, m * nh);
 
   // [M, kv_heads*D] keys and values, as stored: a producer's straight into the
-  // chunk its consumers read.
-  KvChunk& own = sharing.keep && !opt_.kv_shared ? *sharing.keep : ws.kv;
+  // chunk its consumers read, a consumer's its producer's.
+  const float *keys = nullptr, *values = nullptr;
   if (opt_.kv_shared) {
     if (!sharing.reuse)
       throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
     for (int64_t t = 0; t < m && rope_; ++t) {
       rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, num.eager_bf16());
     }
+    keys = sharing.reuse->k.data();
+    values = sharing.reuse->v.data();
   } else {
-    auto& k = own.k;
-    auto& v = own.v;
-    take(q_size, kv_size, k);
-    if (opt_.k_eq_v) {
-      v = k;  // transformers: value_states = the k_proj output, before k_norm
-    } else {
-      take(q_size + kv_size, kv_size, v);
+    float *k = attn + m * q_size, *v = k + m * kv_size;
+    if (sharing.keep) {
+      sharing.keep->k.resize(m * kv_size);
+      sharing.keep->v.resize(m * kv_size);
+      k = sharing.keep->k.data();
+      v = sharing.keep->v.data();
     }
-    if (k_norm_) norm_heads(*k_norm_, k.data(), m * nkv);
-    if (v_norm_) v_norm_->forward(v.data(), m * nkv, v.data());
+    take(q_size, kv_size, k);
+    // k_eq_v: transformers' value_states = the k_proj output, before k_norm.
+    take(opt_.k_eq_v ? q_size : q_size + kv_size, kv_size, v);
+    if (k_norm_) norm_heads(*k_norm_, k, m * nkv);
+    if (v_norm_) v_norm_->forward(v, m * nkv, v);
     // Keys and values are stored: bf16 in both bf16 modes.
-    num.round_stored(v.data(), m * kv_size);
+    num.round_stored(v, m * kv_size);
     for (int64_t t = 0; t < m; ++t) {
       if (rope_) {
         rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
       }
       num.round_stored(&k[t * kv_size], kv_size);
     }
+    keys = k;
+    values = v;
   }
-  const KvChunk& kv = opt_.kv_shared ? *sharing.reuse : own;
   ChunkOptions chunk;
   chunk.num_heads = nh;
   chunk.num_kv_heads = nkv;
@@ -430,9 +434,8 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   chunk.score.softcap = opt_.softcap;
   chunk.score.eager_bf16 = num.eager_bf16();
-  float* const attn = q + m * q_size;
   const bool store = !opt_.kv_shared && !sharing.defer_store;
-  attend_chunk(batch, q, kv.k.data(), kv.v.data(), cache, layer, chunk, attn, pool, ws, store);
+  attend_chunk(batch, q, keys, values, cache, layer, chunk, attn, pool, ws, store);
   o_proj_.forward(attn, m, out, pool);
   num.round_eager(out, m * opt_.hidden_size);
 }

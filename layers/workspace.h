@@ -23,15 +23,12 @@ struct LayerWorkspace {
   // The buffers of the sublayers that run one after another within a decoder
   // layer, sized by the largest of them, so they never coexist (a 2048-token
   // prefill would otherwise hold q/k/v, attention and gate/up outputs at
-  // once): Attention's [M, q | k | v], q and attention output; GatedMlp's
-  // [M, gate | up].
+  // once): Attention's [M, q | k | v], q, attention output, keys and values;
+  // GatedMlp's [M, gate | up].
   ScratchBuffer step;
   // Attention over a full cache without blocked keys: each slot's keys
   // transposed into blocks (ops/attend_online.h) for the batch's rows.
   ScratchBuffer key_blocks;
-  // Attention: the layer's keys and values (unless a KV-sharing producer
-  // keeps them elsewhere for its consumers).
-  KvChunk kv;
   // SparseMoe: the gathered rows of an expert, its output, and the weighted
   // (token, rank) cells (layers/moe.h).
   ScratchBuffer expert_rows, expert_out, moe_cells;

@@ -13,18 +13,7 @@ namespace hubzoo {
 namespace {
 
 DecoderSpec gemma_spec(const GemmaConfig& cfg) {
-  DecoderSpec s;
-  s.vocab_size = cfg.vocab_size;
-  s.hidden_size = cfg.hidden_size;
-  s.max_position_embeddings = cfg.max_position_embeddings;
-  s.norm_kind = NormKind::kUnitOffset;
-  s.rms_norm_eps = cfg.rms_norm_eps;
-  s.sandwich_norms = true;
-  s.tie_word_embeddings = cfg.tie_word_embeddings;
-  s.scale_embeddings = true;
-  s.final_logit_softcapping = cfg.final_logit_softcapping;
-  s.rope_full = cfg.rope_full;
-  s.rope_sliding = cfg.rope_sliding;
+  DecoderSpec s = gemma_common_spec(cfg, NormKind::kUnitOffset);  // (1 + w) in fp32
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const bool sliding = cfg.layer_types[i] == LayerType::kSliding;
     LayerSpec l;
@@ -39,6 +28,22 @@ DecoderSpec gemma_spec(const GemmaConfig& cfg) {
 }
 
 }  // namespace
+
+DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind) {
+  DecoderSpec s;
+  s.vocab_size = cfg.vocab_size;
+  s.hidden_size = cfg.hidden_size;
+  s.max_position_embeddings = cfg.max_position_embeddings;
+  s.norm_kind = norm_kind;
+  s.rms_norm_eps = cfg.rms_norm_eps;
+  s.sandwich_norms = true;
+  s.tie_word_embeddings = cfg.tie_word_embeddings;
+  s.scale_embeddings = true;
+  s.final_logit_softcapping = cfg.final_logit_softcapping;
+  s.rope_full = cfg.rope_full;
+  s.rope_sliding = cfg.rope_sliding;
+  return s;
+}
 
 std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx) {
   return load_decoder(ctx, gemma_spec(parse_gemma_config(ctx.config, 2)));

@@ -11,20 +11,30 @@
 #include "layers/numerics.h"
 #include "layers/rope.h"
 #include "models/config_fields.h"
+#include "models/decoder.h"
 
 namespace hubzoo {
 
-struct GemmaConfig {
-  int generation = 2;  // 2 or 3
-  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
-  int64_t max_position_embeddings = 0;
+// What Gemma 2, 3 and 4 configs share.
+struct GemmaCommonConfig {
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
   bool tie_word_embeddings = true;
   float final_logit_softcapping = 0.0f;  // 0: none
   int64_t sliding_window = 0;
+  RopeParams rope_full, rope_sliding;
+};
+
+// The decoder spec every Gemma shares: sandwich norms of `norm_kind`,
+// embeddings scaled by sqrt(hidden_size), final softcap, RoPE per layer type
+// (models/gemma.cc). The family adds its layers.
+DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind);
+
+struct GemmaConfig : GemmaCommonConfig {
+  int generation = 2;  // 2 or 3
+  int64_t intermediate_size = 0;
   std::vector<LayerType> layer_types;  // one per layer
   AttentionOptions attn;               // window is set per layer from layer_types
-  RopeParams rope_full, rope_sliding;
 };
 
 // Gemma2Config / Gemma3TextConfig as transformers 5.23 reads them (defaults,
@@ -46,18 +56,12 @@ struct Gemma4Layer {
   int64_t kv_producer = -1;       // >= 0: a KV-shared layer reusing that layer's keys/values
 };
 
-struct Gemma4Config {
-  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, max_position_embeddings = 0;
+struct Gemma4Config : GemmaCommonConfig {
   int64_t num_heads = 0;
-  float rms_norm_eps = 1e-6f;
-  bool tie_word_embeddings = true;
   bool attention_bias = false;
-  float final_logit_softcapping = 0.0f;
-  int64_t sliding_window = 0;
   std::vector<Gemma4Layer> layers;
   // Per-layer embeddings (PLE); hidden_size_per_layer_input 0: none.
   int64_t hidden_size_per_layer_input = 0, vocab_size_per_layer_input = 0;
-  RopeParams rope_full, rope_sliding;
   int64_t head_dim_full = 0, head_dim_sliding = 0;
   // enable_moe_block: every layer adds a sparse MoE branch to its dense MLP.
   bool moe = false;

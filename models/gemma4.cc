@@ -34,18 +34,7 @@ AttentionOptions gemma4_attention(const Gemma4Config& cfg, const Gemma4Layer& la
 }
 
 DecoderSpec gemma4_spec(const Gemma4Config& cfg) {
-  DecoderSpec s;
-  s.vocab_size = cfg.vocab_size;
-  s.hidden_size = cfg.hidden_size;
-  s.max_position_embeddings = cfg.max_position_embeddings;
-  s.norm_kind = NormKind::kScaleInFp32;
-  s.rms_norm_eps = cfg.rms_norm_eps;
-  s.sandwich_norms = true;
-  s.tie_word_embeddings = cfg.tie_word_embeddings;
-  s.scale_embeddings = true;
-  s.final_logit_softcapping = cfg.final_logit_softcapping;
-  s.rope_full = cfg.rope_full;
-  s.rope_sliding = cfg.rope_sliding;
+  DecoderSpec s = gemma_common_spec(cfg, NormKind::kScaleInFp32);  // w in fp32
   s.moe = cfg.moe_options;
   s.hidden_size_per_layer_input = cfg.hidden_size_per_layer_input;
   s.vocab_size_per_layer_input = cfg.vocab_size_per_layer_input;

@@ -101,14 +101,18 @@ std::unique_ptr<CausalLM> load_qwen2(const LoadContext& ctx) {
   return load_decoder(ctx, llama_spec(ctx.config, v));
 }
 
-std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx) {
+LlamaVariant qwen3_variant() {
   LlamaVariant v;
   v.attention_bias_key = true;
   v.qk_norm = true;
   v.default_head_dim = 128;
   v.default_vocab_size = 151936;
   v.default_max_position_embeddings = 32768;
-  return load_decoder(ctx, llama_spec(ctx.config, v));
+  return v;
+}
+
+std::unique_ptr<CausalLM> load_qwen3(const LoadContext& ctx) {
+  return load_decoder(ctx, llama_spec(ctx.config, qwen3_variant()));
 }
 
 }  // namespace hubzoo

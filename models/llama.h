@@ -33,6 +33,9 @@ struct SparseLayers {
 SparseLayers parse_qwen3_moe_layers(const JsonObject& config, int64_t hidden_size,
                                     int64_t num_layers);
 
+// Qwen3's variant (models/llama.cc), which Qwen3-MoE starts from.
+LlamaVariant qwen3_variant();
+
 // LlamaConfig (and the variant's) fields as the decoder's spec.
 DecoderSpec llama_spec(const JsonObject& config, const LlamaVariant& variant);
 

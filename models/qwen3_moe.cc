@@ -60,11 +60,8 @@ SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, in
 }
 
 std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx) {
-  LlamaVariant v;
-  v.attention_bias_key = true;
-  v.qk_norm = true;
-  v.default_vocab_size = 151936;
-  v.default_max_position_embeddings = 32768;
+  LlamaVariant v = qwen3_variant();
+  v.default_head_dim = 0;  // Qwen3MoeConfig: hidden_size / num_attention_heads
   v.sparse_moe = true;
   return load_decoder(ctx, llama_spec(ctx.config, v));
 }
