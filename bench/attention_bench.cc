@@ -88,9 +88,19 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       hubzoo::transpose_key_blocks(k.data(), stride, 0, p, d, blocks.data());
       for (int64_t t = 0; t < p; ++t) {
-        hubzoo::attend_online_f32(&q[t * kGroup * d], d, kGroup, blocks.data(),
-                                  d * hubzoo::kKeyBlock, v.data(), stride, 0, t + 1, d, scale,
-                                  &out[t * kGroup * d], d);
+        hubzoo::attend_online_f32({.q = &q[t * kGroup * d],
+                                   .q_stride = d,
+                                   .nq = kGroup,
+                                   .kt = blocks.data(),
+                                   .kt_stride = d * hubzoo::kKeyBlock,
+                                   .values = v.data(),
+                                   .v_stride = stride,
+                                   .lane0 = 0,
+                                   .len = t + 1,
+                                   .d = d,
+                                   .scale = scale,
+                                   .out = &out[t * kGroup * d],
+                                   .out_stride = d});
       }
       best_online = std::min(best_online, seconds(t0));
     }

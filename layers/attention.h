@@ -10,12 +10,13 @@
 #include "layers/kv_cache.h"
 #include "layers/linear.h"
 #include "layers/rope.h"
+#include "layers/workspace.h"
 
 namespace hubzoo {
 
-// How q/k norms scale: by w after casting the normalised x (Qwen3, Llama's
-// RMSNorm), by (1 + w) in fp32 (Gemma 2/3), by w in fp32 (Gemma 4).
-enum class QkNormKind { kWeight, kUnitOffset, kScaleInFp32 };
+// How q/k norms scale (layers/linear.h): by w after casting the normalised x
+// (Qwen3, Llama's RMSNorm), by (1 + w) in fp32 (Gemma 2/3), by w in fp32 (Gemma 4).
+using QkNormKind = NormKind;
 
 struct AttentionOptions {
   int64_t hidden_size = 0;
@@ -71,25 +72,22 @@ struct ChunkOptions {
 // store=false leaves the cache as it is (KV sharing: a layer reading another
 // layer's keys, or a producer whose ring must keep its old rows until the
 // layers sharing them have read them; store_chunk stores later).
+// `ws.key_blocks` holds the keys transposed into blocks where the cache does
+// not keep them so.
 void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
                   KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
-                  ThreadPool& pool, bool store = true);
+                  ThreadPool& pool, LayerWorkspace& ws, bool store = true);
 
 // Stores a batch's keys/values [M, row_size(layer)] into cache layer `layer`
 // (a windowed layer: each slot's last `window` of them).
 void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCache& cache,
                  int64_t layer);
 
-// The keys and values one layer computed for a batch, as stored: [M, kv_heads * D].
-struct KvChunk {
-  std::vector<float> k, v;
-};
-
 // KV sharing (Gemma 4): a producer keeps its chunk for the layers that reuse
 // it (and may defer storing it); a consumer attends to the producer's cache
 // layer and chunk instead of computing keys and values.
 struct KvSharing {
-  KvChunk* keep = nullptr;         // producer: its chunk, moved here
+  KvChunk* keep = nullptr;         // producer: its chunk, computed here
   bool defer_store = false;        // producer: caller runs store_chunk after the consumers
   const KvChunk* reuse = nullptr;  // consumer: the producer's chunk
 };
@@ -97,7 +95,8 @@ struct KvSharing {
 class Attention {
  public:
   // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight
-  // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj).
+  // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj). rope null:
+  // no rotary embedding (positions enter only through the cache order).
   Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
             const Rope* rope);
 
@@ -106,8 +105,9 @@ class Attention {
   // keys/values for every row into `cache` (slot, pos), so a row sees its own
   // sequence's positions 0..pos (or its window of them) and nothing else.
   // With `sharing`, `layer` is the cache layer read (a consumer: its producer's).
+  // q/k/v and the attention output live in `ws` (layers/workspace.h).
   void forward(const TokenBatch& batch, const float* x, float* out, KvCache& cache, int64_t layer,
-               ThreadPool& pool, const KvSharing& sharing = {}) const;
+               ThreadPool& pool, LayerWorkspace& ws, const KvSharing& sharing = {}) const;
 
  private:
   AttentionOptions opt_;

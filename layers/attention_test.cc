@@ -61,12 +61,13 @@ std::vector<std::vector<float>> run(KvCache& cache, const std::vector<Rows>& seq
                                     const ChunkOptions& opt, ThreadPool& pool) {
   std::vector<std::vector<float>> outs(2);
   std::vector<int64_t> done(2, 0);
+  LayerWorkspace ws;
   for (size_t step = 0; step < chunks[0].size(); ++step) {
     const Step st = step_rows(seqs, chunks, step, done);
     const TokenBatch& batch = st.batch;
     for (int s = 0; s < 2; ++s) cache.reserve(s, done[s] + chunks[s][step]);
     std::vector<float> out(batch.size() * kQ);
-    attend_chunk(batch, st.q.data(), st.k.data(), st.v.data(), cache, 0, opt, out.data(), pool);
+    attend_chunk(batch, st.q.data(), st.k.data(), st.v.data(), cache, 0, opt, out.data(), pool, ws);
     for (int64_t t = 0; t < batch.size(); ++t) {
       auto& o = outs[batch.slot[t]];
       o.insert(o.end(), &out[t * kQ], &out[(t + 1) * kQ]);
@@ -165,9 +166,19 @@ TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
       blocks.assign(key_blocks(lane0, len) * kDim * kKeyBlock, 0.0f);
       transpose_key_blocks_reference(&seqs[0].k[lo * kKv + kvh * kDim], kKv, lane0, len, kDim,
                                      blocks.data());
-      attend_online_f32_reference(&seqs[0].q[p * kQ + h * kDim], kDim, 1, blocks.data(),
-                                  kDim * kKeyBlock, &seqs[0].v[lo * kKv + kvh * kDim], kKv, lane0,
-                                  len, kDim, 0.3f, expect.data(), kDim);
+      attend_online_f32_reference({.q = &seqs[0].q[p * kQ + h * kDim],
+                                   .q_stride = kDim,
+                                   .nq = 1,
+                                   .kt = blocks.data(),
+                                   .kt_stride = kDim * kKeyBlock,
+                                   .values = &seqs[0].v[lo * kKv + kvh * kDim],
+                                   .v_stride = kKv,
+                                   .lane0 = lane0,
+                                   .len = len,
+                                   .d = kDim,
+                                   .scale = 0.3f,
+                                   .out = expect.data(),
+                                   .out_stride = kDim});
       for (int64_t i = 0; i < kDim; ++i) EXPECT_EQ(out[0][p * kQ + h * kDim + i], expect[i]);
     }
   }
@@ -206,14 +217,15 @@ TEST(RingKvCache, DeferredStoreServesALayerReadingAnotherLayersKeys) {
   KvCache shared({KvLayerSpec{kKv, kWindow}}, 2);
   std::vector<std::vector<float>> producer(2), consumer(2);
   std::vector<int64_t> done(2, 0);
+  LayerWorkspace ws;
   for (size_t step = 0; step < chunks[0].size(); ++step) {
     const Step st = step_rows(seqs, chunks, step, done);
     const TokenBatch& batch = st.batch;
     for (int s = 0; s < 2; ++s) shared.reserve(s, done[s] + chunks[s][step]);
     std::vector<float> a(batch.size() * kQ), b(batch.size() * kQ);
     const float *q = st.q.data(), *k = st.k.data(), *v = st.v.data();
-    attend_chunk(batch, q, k, v, shared, 0, opt, a.data(), pool, false);
-    attend_chunk(batch, q, k, v, shared, 0, opt, b.data(), pool, false);
+    attend_chunk(batch, q, k, v, shared, 0, opt, a.data(), pool, ws, false);
+    attend_chunk(batch, q, k, v, shared, 0, opt, b.data(), pool, ws, false);
     store_chunk(batch, k, v, shared, 0);
     for (int64_t t = 0; t < batch.size(); ++t) {
       auto& pa = producer[batch.slot[t]];

@@ -74,6 +74,18 @@ RMSNorm RMSNorm::load(WeightLoader& w, const std::string& name, int64_t n, float
   return norm;
 }
 
+RMSNorm RMSNorm::load_kind(NormKind kind, WeightLoader& w, const std::string& name, int64_t n,
+                           float eps) {
+  switch (kind) {
+    case NormKind::kUnitOffset:
+      return load_unit_offset(w, name, n, eps);
+    case NormKind::kScaleInFp32:
+      return load_scale_in_fp32(w, name, n, eps);
+    default:
+      return load(w, name, n, eps);
+  }
+}
+
 RMSNorm RMSNorm::load_unit_offset(WeightLoader& w, const std::string& name, int64_t n, float eps) {
   RMSNorm norm = load_scale_in_fp32(w, name, n, eps);  // bf16 values in bf16 modes
   std::vector<float> one_plus(norm.weight.data(), norm.weight.data() + n);

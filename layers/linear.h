@@ -33,6 +33,10 @@ struct Linear {
   void forward(const float* x, int64_t m, float* y, ThreadPool& pool, int64_t ldx = 0) const;
 };
 
+// How an RMSNorm scales the normalised x: by w after casting it (Llama,
+// Qwen), by (1 + w) in fp32 (Gemma 2/3), by w in fp32 (Gemma 4).
+enum class NormKind { kWeight, kUnitOffset, kScaleInFp32 };
+
 struct RMSNorm {
   FloatWeights weight;  // [n]
   float eps = 1e-6f;
@@ -46,6 +50,9 @@ struct RMSNorm {
   static RMSNorm load(WeightLoader& w, const std::string& name, int64_t n, float eps);
   static RMSNorm load_unit_offset(WeightLoader& w, const std::string& name, int64_t n, float eps);
   static RMSNorm load_scale_in_fp32(WeightLoader& w, const std::string& name, int64_t n, float eps);
+  // load, load_unit_offset or load_scale_in_fp32, as `kind` says.
+  static RMSNorm load_kind(NormKind kind, WeightLoader& w, const std::string& name, int64_t n,
+                           float eps);
   // Gemma 4's norm without a scale (v_norm): x * rsqrt(mean(x^2) + eps), cast once.
   static RMSNorm unscaled(int64_t n, float eps, Numerics numerics);
   // From values, without a checkpoint; weights are rounded as WeightLoader::take

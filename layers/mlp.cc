@@ -6,7 +6,6 @@
 
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
-#include "ops/scratch.h"
 #include "ops/vector_math.h"
 
 namespace hubzoo {
@@ -34,11 +33,12 @@ GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activ
       gate_up_(Linear::concat({&gate, &up})),
       down_(std::move(down)) {}
 
-void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool) const {
+void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
+                       LayerWorkspace& ws) const {
   const int64_t inter = down_.in_features();
-  // [M, gate | up] in the layer workspace (ops/scratch.h); act(gate) * up is
-  // written over the gate half, which down_proj reads with a row stride of 2 * inter.
-  float* const gate_up = layer_scratch().get(m * 2 * inter);
+  // [M, gate | up] in the layer workspace; act(gate) * up is written over the
+  // gate half, which down_proj reads with a row stride of 2 * inter.
+  float* const gate_up = ws.step.get(m * 2 * inter);
   gate_up_.forward(x, m, gate_up, pool);
   for (int64_t r = 0; r < m; ++r) {
     float* g = &gate_up[r * 2 * inter];

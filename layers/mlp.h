@@ -5,6 +5,7 @@
 #include <string>
 
 #include "layers/linear.h"
+#include "layers/workspace.h"
 
 namespace hubzoo {
 
@@ -22,8 +23,9 @@ class GatedMlp {
   GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics,
            Activation act = Activation::kSilu);
   // x: [M, hidden] -> out: [M, hidden], the down_proj output (bf16 in eager
-  // mode, fp32 in fused mode for the residual add).
-  void forward(const float* x, int64_t m, float* out, ThreadPool& pool) const;
+  // mode, fp32 in fused mode for the residual add). The [M, gate | up]
+  // intermediate lives in ws.step.
+  void forward(const float* x, int64_t m, float* out, ThreadPool& pool, LayerWorkspace& ws) const;
 
  private:
   Numerics numerics_;

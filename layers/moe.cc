@@ -152,7 +152,7 @@ void SparseMoe::route(const float* x, int64_t m, MoeRouting& r, ThreadPool& pool
 }
 
 void SparseMoe::forward(const float* router_x, const float* x, int64_t m, float* out,
-                        ThreadPool& pool, MoeRouting* routing) const {
+                        ThreadPool& pool, LayerWorkspace& ws, MoeRouting* routing) const {
   const int64_t h = opt_.hidden_size, k = opt_.num_experts_per_tok;
   MoeRouting local;
   MoeRouting& r = routing ? *routing : local;
@@ -160,21 +160,21 @@ void SparseMoe::forward(const float* router_x, const float* x, int64_t m, float*
   // Cells (token t, rank j) = t*k + j routed to each expert, in token order.
   std::vector<std::vector<int64_t>> cells_of(opt_.num_experts);
   for (int64_t c = 0; c < m * k; ++c) cells_of[r.experts[c]].push_back(c);
-  std::vector<float> cells(m * k * h);  // [M*k, H] weighted expert outputs
-  std::vector<float> rows, y;
+  // [M*k, H] weighted expert outputs: every cell is written by its one expert.
+  float* const cells = ws.moe_cells.get(m * k * h);
+  float* const rows = ws.expert_rows.get(m * k * h);  // at most every cell's row at once
+  float* const y = ws.expert_out.get(m * k * h);
   for (int64_t e = 0; e < opt_.num_experts; ++e) {
     const auto& cs = cells_of[e];
     const int64_t n = static_cast<int64_t>(cs.size());
     if (n == 0) continue;
-    rows.resize(n * h);
-    y.resize(n * h);
     for (int64_t i = 0; i < n; ++i) std::copy_n(x + (cs[i] / k) * h, h, &rows[i * h]);
-    experts_[e].forward(rows.data(), n, y.data(), pool);
+    experts_[e].forward(rows, n, y, pool, ws);
     for (int64_t i = 0; i < n; ++i) {
       weighted(&y[i * h], r.weights[cs[i]], h, numerics_, rounds_weighted(), &cells[cs[i] * h]);
     }
   }
-  combine(cells.data(), m, k, h, numerics_, out);
+  combine(cells, m, k, h, numerics_, out);
 }
 
 void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float* out,
@@ -182,11 +182,12 @@ void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float
   const MoeOptions& o = moe.options();
   const int64_t h = o.hidden_size, k = o.num_experts_per_tok;
   std::vector<float> cells(m * k * h), y(h);
+  LayerWorkspace ws;
   for (int64_t t = 0; t < m; ++t) {
     MoeRouting r;
     moe.route(x + t * h, 1, r, pool);
     for (int64_t j = 0; j < k; ++j) {
-      moe.expert(r.experts[j]).forward(x + t * h, 1, y.data(), pool);
+      moe.expert(r.experts[j]).forward(x + t * h, 1, y.data(), pool, ws);
       weighted(y.data(), r.weights[j], h, moe.numerics(), moe.rounds_weighted(),
                &cells[(t * k + j) * h]);
     }

@@ -79,14 +79,15 @@ class SparseMoe {
   // Router: x [M, H] -> routing (logits, top-k experts and weights).
   void route(const float* x, int64_t m, MoeRouting& routing, ThreadPool& pool) const;
   // x: [M, H] -> out: [M, H]. `routing` (may be null) receives the routing.
-  void forward(const float* x, int64_t m, float* out, ThreadPool& pool,
+  // The experts' rows, outputs and (token, rank) cells live in `ws`.
+  void forward(const float* x, int64_t m, float* out, ThreadPool& pool, LayerWorkspace& ws,
                MoeRouting* routing = nullptr) const {
-    forward(x, x, m, out, pool, routing);
+    forward(x, x, m, out, pool, ws, routing);
   }
   // Routes on router_x [M, H] and runs the experts on x [M, H] (Gemma 4 routes
   // on the residual and feeds the experts its pre_feedforward_layernorm_2).
   void forward(const float* router_x, const float* x, int64_t m, float* out, ThreadPool& pool,
-               MoeRouting* routing = nullptr) const;
+               LayerWorkspace& ws, MoeRouting* routing = nullptr) const;
   // Whether a weighted expert output is rounded to the activation dtype
   // (Qwen3-MoE's bf16 weights) or kept fp32 until the sum (Gemma 4's).
   bool rounds_weighted() const { return opt_.router == MoeRouter::kSoftmaxTopK; }

@@ -100,6 +100,7 @@ std::vector<float> naive(const Block& b, const std::vector<float>& x, int64_t m,
 
 TEST(SparseMoe, MatchesNaiveTokenByTokenMath) {
   ThreadPool pool(2);
+  LayerWorkspace ws;
   for (int64_t k : {1, 2, 3}) {
     for (bool norm : {false, true}) {
       Block b(k, norm, Numerics{});
@@ -109,7 +110,7 @@ TEST(SparseMoe, MatchesNaiveTokenByTokenMath) {
       const auto x = randn(m * kHidden, rng, 1.0f);
       std::vector<float> out(m * kHidden);
       MoeRouting routing;
-      moe.forward(x.data(), m, out.data(), pool, &routing);
+      moe.forward(x.data(), m, out.data(), pool, ws, &routing);
       std::vector<int32_t> chosen;
       const auto ref = naive(b, x, m, &chosen);
       EXPECT_EQ(routing.experts, chosen) << "k=" << k;
@@ -137,6 +138,7 @@ TEST(SparseMoe, MatchesNaiveTokenByTokenMath) {
 // exactly the bits of running each token's experts one row at a time.
 TEST(SparseMoe, GroupedEqualsPerTokenReferenceBitForBit) {
   ThreadPool pool(2);
+  LayerWorkspace ws;
   for (Numerics n : {Numerics{false, false}, Numerics{true, true}, Numerics{true, false}}) {
     for (bool norm : {false, true}) {
       Block b(2, norm, n);
@@ -146,7 +148,7 @@ TEST(SparseMoe, GroupedEqualsPerTokenReferenceBitForBit) {
       auto x = randn(m * kHidden, rng, 1.0f);
       n.round_eager(x.data(), m * kHidden);
       std::vector<float> grouped(m * kHidden), ref(m * kHidden);
-      moe.forward(x.data(), m, grouped.data(), pool);
+      moe.forward(x.data(), m, grouped.data(), pool, ws);
       sparse_moe_reference(moe, x.data(), m, ref.data(), pool);
       EXPECT_EQ(grouped, ref) << n.dtype_name() << " " << n.mode_name() << " norm=" << norm;
     }
@@ -155,6 +157,7 @@ TEST(SparseMoe, GroupedEqualsPerTokenReferenceBitForBit) {
 
 TEST(SparseMoe, TokenOutputIndependentOfBatch) {
   ThreadPool pool(2);
+  LayerWorkspace ws;
   for (Numerics n : {Numerics{false, false}, Numerics{true, true}}) {
     Block b(3, true, n);
     SparseMoe moe = b.build();
@@ -162,13 +165,13 @@ TEST(SparseMoe, TokenOutputIndependentOfBatch) {
     const int64_t m = 37, h = kHidden;
     const auto x = randn(m * h, rng, 1.0f);
     std::vector<float> batched(m * h);
-    moe.forward(x.data(), m, batched.data(), pool);
+    moe.forward(x.data(), m, batched.data(), pool, ws);
     // Each token alone, and the batch reversed, give the same bits.
     std::vector<float> reversed_x(m * h), reversed(m * h), alone(h);
     for (int64_t t = 0; t < m; ++t) std::copy_n(&x[t * h], h, &reversed_x[(m - 1 - t) * h]);
-    moe.forward(reversed_x.data(), m, reversed.data(), pool);
+    moe.forward(reversed_x.data(), m, reversed.data(), pool, ws);
     for (int64_t t = 0; t < m; ++t) {
-      moe.forward(&x[t * h], 1, alone.data(), pool);
+      moe.forward(&x[t * h], 1, alone.data(), pool, ws);
       ASSERT_TRUE(std::equal(alone.begin(), alone.end(), &batched[t * h])) << "token " << t;
       ASSERT_TRUE(std::equal(alone.begin(), alone.end(), &reversed[(m - 1 - t) * h]))
           << "token " << t;

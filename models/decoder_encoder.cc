@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "models/decoder_steps.h"
 #include "models/encoder.h"
 
 namespace hubzoo {
@@ -37,11 +38,9 @@ class DecoderEncoder final : public Encoder {
   }
 
   void forward(const EncoderBatch& batch, const EncoderOptions& opt, EncoderResult& out) override {
-    const auto known = capture_names();
-    for (const auto& name : opt.capture) {
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
-        throw InvalidArgument("unknown capture name '" + name + "'");
-      }
+    if (!opt.capture.empty()) {
+      const auto known = capture_names();
+      check_capture_names(opt.capture, {known.begin(), known.end()});
     }
     TokenBatch tokens;
     int64_t row = 0;

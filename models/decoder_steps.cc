@@ -1,6 +1,7 @@
 #include "models/decoder_steps.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "base/error.h"
@@ -67,6 +68,26 @@ std::vector<std::string> decoder_capture_names(int64_t num_layers,
   }
   names.insert(names.end(), {"norm", "logits"});
   return names;
+}
+
+void check_capture_names(const std::set<std::string>& asked, const std::set<std::string>& known) {
+  for (const auto& name : asked) {
+    if (!known.count(name)) throw InvalidArgument("unknown capture name '" + name + "'");
+  }
+}
+
+float embedding_scale(int64_t hidden_size, const Numerics& numerics) {
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));
+  return numerics.round_stored(scale);
+}
+
+void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numerics) {
+  if (cap <= 0) return;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = numerics.round_eager(logits[i] / cap);
+    x = numerics.round_eager(std::tanh(x));
+    logits[i] = numerics.round_eager(x * cap);
+  }
 }
 
 }  // namespace hubzoo

@@ -1,11 +1,13 @@
 // Steps every decoder's forward() shares: validating the TokenBatch before it
-// runs, the logits of the rows asked for after the final norm, and the names
-// of the intermediates a forward can capture.
+// runs, the logits of the rows asked for after the final norm (and their
+// softcap), the embedding scale, and the names of the intermediates a
+// forward can capture.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,5 +37,16 @@ void compute_logits(const float* normed, int64_t m, int64_t hidden,
 // ".selected_experts" [M, k] ids, ".routing_weights" [M, k]), then "norm", "logits".
 std::vector<std::string> decoder_capture_names(int64_t num_layers,
                                                const std::function<bool(int64_t)>& sparse);
+
+// Throws InvalidArgument naming the first of `asked` not in `known`.
+void check_capture_names(const std::set<std::string>& asked, const std::set<std::string>& known);
+
+// sqrt(hidden_size) as transformers multiplies the embedding by it: a float32
+// tensor cast to the weights' dtype (bf16 in both bf16 modes: 55.4256 -> 55.5).
+float embedding_scale(int64_t hidden_size, const Numerics& numerics);
+
+// logits -> tanh(logits / cap) * cap in place (cap > 0), rounding each op as
+// transformers' bf16 eager code does.
+void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numerics);
 
 }  // namespace hubzoo

@@ -1,6 +1,6 @@
 // Qwen3-MoE: Qwen3's attention (q/k norm) with sparse mixture-of-experts MLPs
-// (layers/moe.h) on the layers the config picks; the others keep a dense
-// gated MLP of intermediate_size. head_dim defaults to hidden / heads here
+// (layers/moe.h, MoeKind::kReplacesMlp) on the layers the config picks; the
+// others keep a dense gated MLP of intermediate_size. head_dim defaults to hidden / heads here
 // (Qwen3MoeConfig has no head_dim field of its own).
 #include <algorithm>
 #include <string>
@@ -60,14 +60,10 @@ SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, in
 }
 
 std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx) {
-  LlamaVariant v;
-  v.attention_bias_key = true;
-  v.qk_norm = true;
-  v.sliding_window_keys = true;
-  v.default_vocab_size = 151936;
-  v.default_max_position_embeddings = 32768;
+  LlamaVariant v = qwen3_variant();
+  v.default_head_dim = 0;  // Qwen3MoeConfig: hidden_size / num_attention_heads
   v.sparse_moe = true;
-  return load_llama_variant(ctx, v);
+  return load_decoder(ctx, llama_spec(ctx.config, v));
 }
 
 }  // namespace hubzoo

@@ -267,21 +267,35 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
   }
 }
 
-void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
-                  const float* HWY_RESTRICT kt, int64_t kt_stride, const float* HWY_RESTRICT values,
-                  int64_t v_stride, int64_t lane0, int64_t len, int64_t d, float scale,
-                  float* HWY_RESTRICT out, int64_t out_stride) {
+void AttendOnline(const OnlineAttention& a) {
+  const float* HWY_RESTRICT q = a.q;
+  const float* HWY_RESTRICT kt = a.kt;
+  const float* HWY_RESTRICT values = a.values;
+  float* HWY_RESTRICT out = a.out;
+  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
+  const float scale = a.scale;
   const DF df;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   const int64_t blocks = key_blocks(lane0, len);
-  thread_local std::vector<float> acc_buf;  // kept: no allocation per call
-  thread_local std::vector<RowState> state;
-  acc_buf.assign(nq * dv * kN, 0.0f);
-  state.resize(nq);
+  // The rows' accumulators (nq * d floats) and states: on the stack for the
+  // group sizes models have (query heads per KV head times head_dim up to
+  // 4096 floats, 16 KiB), on the heap for larger ones; no allocation per call
+  // in practice, and nothing kept between calls.
+  constexpr int64_t kStackFloats = 4096, kStackRows = 64;
+  alignas(64) float acc_stack[kStackFloats];
+  RowState state_stack[kStackRows];
+  std::vector<float> acc_heap;
+  std::vector<RowState> state_heap;
+  float* const acc_buf =
+      nq * dv * kN <= kStackFloats ? acc_stack : (acc_heap.resize(nq * dv * kN), acc_heap.data());
+  RowState* const state =
+      nq <= kStackRows ? state_stack : (state_heap.resize(nq), state_heap.data());
+  std::fill_n(acc_buf, nq * dv * kN, 0.0f);
   for (int64_t g = 0; g < nq; ++g) {
     state[g].m = -std::numeric_limits<float>::infinity();
     std::fill_n(state[g].l, kKeyBlock, 0.0f);
-    state[g].acc = acc_buf.data() + g * dv * kN;
+    state[g].acc = acc_buf + g * dv * kN;
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const float* block = kt + b * kt_stride;
@@ -289,7 +303,7 @@ void AttendOnline(const float* HWY_RESTRICT q, int64_t q_stride, int64_t nq,
     const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
     for (int64_t g = 0; g < nq; g += kMaxRows) {
       const float* qg = q + g * q_stride;
-      RowState* st = state.data() + g;
+      RowState* st = state + g;
       switch (std::min<int64_t>(kMaxRows, nq - g)) {
         case 1:
           BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
@@ -320,12 +334,7 @@ void TransposeKeyBlocks(const float* keys, int64_t stride, int64_t lane0, int64_
   transpose_key_blocks_reference(keys, stride, lane0, len, d, kt);
 }
 
-void AttendOnline(const float* q, int64_t q_stride, int64_t nq, const float* kt, int64_t kt_stride,
-                  const float* values, int64_t v_stride, int64_t lane0, int64_t len, int64_t d,
-                  float scale, float* out, int64_t out_stride) {
-  attend_online_f32_reference(q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d,
-                              scale, out, out_stride);
-}
+void AttendOnline(const OnlineAttention& a) { attend_online_f32_reference(a); }
 
 #endif
 
@@ -371,10 +380,12 @@ void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t l
   }
 }
 
-void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                                 int64_t kt_stride, const float* values, int64_t v_stride,
-                                 int64_t lane0, int64_t len, int64_t d, float scale, float* out,
-                                 int64_t out_stride) {
+void attend_online_f32_reference(const OnlineAttention& a) {
+  const float *q = a.q, *kt = a.kt, *values = a.values;
+  float* out = a.out;
+  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
+  const float scale = a.scale;
   if (len <= 0) {
     for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
     return;
@@ -430,15 +441,12 @@ void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int6
   if (len > 0) HWY_DYNAMIC_DISPATCH(TransposeKeyBlocks)(keys, stride, lane0, len, d, kt);
 }
 
-void attend_online_f32(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                       int64_t kt_stride, const float* values, int64_t v_stride, int64_t lane0,
-                       int64_t len, int64_t d, float scale, float* out, int64_t out_stride) {
-  if (len <= 0) {
-    for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
+void attend_online_f32(const OnlineAttention& a) {
+  if (a.len <= 0) {
+    for (int64_t g = 0; g < a.nq; ++g) std::fill_n(a.out + g * a.out_stride, a.d, 0.0f);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(AttendOnline)
-  (q, q_stride, nq, kt, kt_stride, values, v_stride, lane0, len, d, scale, out, out_stride);
+  HWY_DYNAMIC_DISPATCH(AttendOnline)(a);
 }
 
 const char* attend_online_target_name() {

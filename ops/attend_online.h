@@ -46,22 +46,32 @@ void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int6
 void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t lane0, int64_t len,
                                     int64_t d, float* kt);
 
-// nq query rows (row g at q + g * q_stride, d floats) over positions j =
-// 0..len-1: keys in `kt`, block b at kt + b * kt_stride (as
-// transpose_key_blocks wrote them for this lane0, kt_stride = d * 16, or a
-// blocked KV cache's; lanes before lane0 and past the range may hold anything
-// finite), value j at
-// values + j * v_stride. Row g's result goes to out + g * out_stride. len == 0
-// gives zeros.
-void attend_online_f32(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                       int64_t kt_stride, const float* values, int64_t v_stride, int64_t lane0,
-                       int64_t len, int64_t d, float scale, float* out, int64_t out_stride);
+// One call of attend_online_f32: nq query rows (row g at q + g * q_stride, d
+// floats) over positions j = 0..len-1. Keys are in `kt`, block b at
+// kt + b * kt_stride (as transpose_key_blocks wrote them for this lane0,
+// kt_stride = d * 16, or a blocked KV cache's; lanes before lane0 and past the
+// range may hold anything finite); value j at values + j * v_stride. Row g's
+// result goes to out + g * out_stride. len == 0 gives zeros.
+struct OnlineAttention {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int64_t nq = 1;
+  const float* kt = nullptr;
+  int64_t kt_stride = 0;
+  const float* values = nullptr;
+  int64_t v_stride = 0;
+  int64_t lane0 = 0;  // lane of position 0 in block 0
+  int64_t len = 0;
+  int64_t d = 0;
+  float scale = 1.0f;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+void attend_online_f32(const OnlineAttention& a);
 
 // The same arithmetic in scalar code (std::fma), one row and one lane at a time.
-void attend_online_f32_reference(const float* q, int64_t q_stride, int64_t nq, const float* kt,
-                                 int64_t kt_stride, const float* values, int64_t v_stride,
-                                 int64_t lane0, int64_t len, int64_t d, float scale, float* out,
-                                 int64_t out_stride);
+void attend_online_f32_reference(const OnlineAttention& a);
 
 // exp(x) for x <= 0 as the kernel computes it (Cephes' expf polynomial with
 // round-to-nearest range reduction; relative error < 2^-22): 0 below -87,

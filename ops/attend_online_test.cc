@@ -71,11 +71,22 @@ TEST(AttendOnline, BitIdenticalToScalarReferenceOnEveryTarget) {
             transpose_key_blocks_reference(k.data() + 2, stride, lane0, len, d, kt2.data());
             for (size_t i = 0; i < kt1.size(); ++i) ASSERT_EQ(bits(kt1[i]), bits(kt2[i])) << i;
             std::vector<float> o1(nq * (d + 1), 7.0f), o2(nq * (d + 1), -7.0f);
-            attend_online_f32(q.data(), d + 3, nq, kt1.data(), d * kKeyBlock, v.data() + 1, stride,
-                              lane0, len, d, scale, o1.data(), d + 1);
-            attend_online_f32_reference(q.data(), d + 3, nq, kt1.data(), d * kKeyBlock,
-                                        v.data() + 1, stride, lane0, len, d, scale, o2.data(),
-                                        d + 1);
+            OnlineAttention a{.q = q.data(),
+                              .q_stride = d + 3,
+                              .nq = nq,
+                              .kt = kt1.data(),
+                              .kt_stride = d * kKeyBlock,
+                              .values = v.data() + 1,
+                              .v_stride = stride,
+                              .lane0 = lane0,
+                              .len = len,
+                              .d = d,
+                              .scale = scale,
+                              .out = o1.data(),
+                              .out_stride = d + 1};
+            attend_online_f32(a);
+            a.out = o2.data();
+            attend_online_f32_reference(a);
             for (int64_t g = 0; g < nq; ++g) {
               for (int64_t i = 0; i < d; ++i) {
                 ASSERT_EQ(bits(o1[g * (d + 1) + i]), bits(o2[g * (d + 1) + i]))
@@ -113,13 +124,27 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
       std::vector<float> own(key_blocks(lane0, len) * d * kKeyBlock);
       transpose_key_blocks(k.data() + lo * stride, stride, lane0, len, d, own.data());
       std::vector<float> a(4 * d), b(4 * d), c(d);
-      attend_online_f32(q.data(), d, 4, all.data() + (lo / kKeyBlock) * d * kKeyBlock,
-                        d * kKeyBlock, v.data() + lo * stride, stride, lane0, len, d, 0.125f,
-                        a.data(), d);
-      attend_online_f32(q.data(), d, 4, own.data(), d * kKeyBlock, v.data() + lo * stride, stride,
-                        lane0, len, d, 0.125f, b.data(), d);
-      attend_online_f32(q.data() + 2 * d, d, 1, own.data(), d * kKeyBlock, v.data() + lo * stride,
-                        stride, lane0, len, d, 0.125f, c.data(), d);
+      OnlineAttention args{.q = q.data(),
+                           .q_stride = d,
+                           .nq = 4,
+                           .kt = all.data() + (lo / kKeyBlock) * d * kKeyBlock,
+                           .kt_stride = d * kKeyBlock,
+                           .values = v.data() + lo * stride,
+                           .v_stride = stride,
+                           .lane0 = lane0,
+                           .len = len,
+                           .d = d,
+                           .scale = 0.125f,
+                           .out = a.data(),
+                           .out_stride = d};
+      attend_online_f32(args);  // the whole sequence's blocks
+      args.kt = own.data();
+      args.out = b.data();
+      attend_online_f32(args);  // the range's own blocks
+      args.q = q.data() + 2 * d;
+      args.nq = 1;
+      args.out = c.data();
+      attend_online_f32(args);  // one row alone
       for (int64_t i = 0; i < 4 * d; ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << lo << " " << p;
       for (int64_t i = 0; i < d; ++i) ASSERT_EQ(bits(a[2 * d + i]), bits(c[i])) << lo << " " << p;
     }
@@ -128,7 +153,15 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
 
 TEST(AttendOnline, EmptyRangeGivesZeros) {
   std::vector<float> q(16, 1.0f), out(16, 3.0f);
-  attend_online_f32(q.data(), 8, 2, nullptr, 128, nullptr, 8, 0, 0, 8, 1.0f, out.data(), 8);
+  attend_online_f32({.q = q.data(),
+                     .q_stride = 8,
+                     .nq = 2,
+                     .kt_stride = 128,
+                     .v_stride = 8,
+                     .len = 0,
+                     .d = 8,
+                     .out = out.data(),
+                     .out_stride = 8});
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 

@@ -276,7 +276,9 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
   const int64_t rows = r1 - r0;
   // Rows [b, e) of this tile's x and their stride: x itself, or (rows that
   // share L1 sets, see above) a copy kept per thread at a stride of an odd
-  // number of cache lines.
+  // number of cache lines. The copy is bounded by the tiling, not the batch:
+  // one row chunk (kRowChunkBytes per K range, so about ceil(K / kKChunk)
+  // MiB) or one row block of kMR rows, so keeping it per thread is cheap.
   const bool copy = rows > 1 && RowsShareL1Sets(a.ldx);
   const int64_t ld = copy ? (CeilDiv(K, kLineFloats) | 1) * kLineFloats : a.ldx;
   thread_local std::vector<float> copied;

@@ -1,0 +1,37 @@
+// The step buffers of the layer forwards (Attention, GatedMlp, SparseMoe),
+// owned by the model that runs them (models/decoder.h keeps one) and reused
+// from step to step: allocated once, grown only when a bigger batch comes,
+// freed with the model. Not thread-safe: one forward at a time uses a
+// workspace (the engine's Scheduler runs a model's steps one after another);
+// the parallel jobs inside a forward only read what the calling thread
+// prepared in it, or write disjoint parts of it.
+#pragma once
+
+#include <vector>
+
+#include "ops/scratch.h"
+
+namespace hubzoo {
+
+// The keys and values one attention layer computed for a batch, as stored:
+// [M, kv_heads * D] each.
+struct KvChunk {
+  std::vector<float> k, v;
+};
+
+struct LayerWorkspace {
+  // The buffers of the sublayers that run one after another within a decoder
+  // layer, sized by the largest of them, so they never coexist (a 2048-token
+  // prefill would otherwise hold q/k/v, attention and gate/up outputs at
+  // once): Attention's [M, q | k | v], q, attention output, keys and values;
+  // GatedMlp's [M, gate | up].
+  ScratchBuffer step;
+  // Attention over a full cache without blocked keys: each slot's keys
+  // transposed into blocks (ops/attend_online.h) for the batch's rows.
+  ScratchBuffer key_blocks;
+  // SparseMoe: the gathered rows of an expert, its output, and the weighted
+  // (token, rank) cells (layers/moe.h).
+  ScratchBuffer expert_rows, expert_out, moe_cells;
+};
+
+}  // namespace hubzoo

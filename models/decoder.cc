@@ -1,0 +1,229 @@
+// The decoder's forward pass: embeddings, the layers as their LayerSpec says
+// (models/decoder.h shows one layer), the final norm and the logits tail.
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "models/decoder_impl.h"
+#include "models/decoder_steps.h"
+#include "ops/elementwise.h"
+
+namespace hubzoo {
+
+// One forward's inputs, outputs and [M, H] buffers (the model's workspace).
+struct Decoder::Step {
+  const TokenBatch& batch;
+  KvCache& cache;
+  const ForwardOptions& opt;
+  ForwardResult& out;
+  int64_t m, h;
+  float *x, *normed, *branch;
+
+  // Records data [rows, cols] under `name` when asked; asks nothing of a
+  // step that captures nothing.
+  void capture(const std::string& name, const float* data, int64_t rows, int64_t cols) const {
+    if (opt.capture.empty() || !opt.capture.count(name)) return;
+    out.captured[name].assign(data, data + rows * cols);
+  }
+  void capture_routing(const LayerNames& n, const MoeRouting& r, const MoeOptions& o) const {
+    if (opt.capture.empty()) return;
+    const int64_t e = o.num_experts, k = o.num_experts_per_tok;
+    capture(n.router_logits, r.router_logits.data(), m, e);
+    capture(n.routing_weights, r.weights.data(), m, k);
+    if (opt.capture.count(n.selected_experts)) {
+      const std::vector<float> ids(r.experts.begin(), r.experts.end());
+      capture(n.selected_experts, ids.data(), m, k);
+    }
+  }
+};
+
+void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+                      ForwardResult& out) {
+  const int64_t m = batch.size(), h = spec_.hidden_size;
+  const int64_t nl = static_cast<int64_t>(layers_.size());
+  const auto new_lengths = check_token_batch(batch, cache, spec_.vocab_size);
+  if (spec_.hidden_size_per_layer_input) {
+    for (int64_t t = 0; t < m; ++t) {
+      if (batch.ids[t] >= spec_.vocab_size_per_layer_input) {
+        throw InvalidArgument("token id " + std::to_string(batch.ids[t]) +
+                              " is outside vocab_size_per_layer_input");
+      }
+    }
+  }
+  for (const auto& [slot, len] : new_lengths) cache.reserve(slot, len);
+  if (!opt.capture.empty()) check_capture_names(opt.capture, capture_known_);
+
+  Step s{
+      batch, cache, opt, out, m, h, ws_.x.get(m * h), ws_.normed.get(m * h), ws_.branch.get(m * h)};
+  embed(batch, s.x);
+  s.capture("embed", s.x, m, h);
+  if (spec_.hidden_size_per_layer_input) {
+    const int64_t width = nl * spec_.hidden_size_per_layer_input;
+    per_layer_inputs(batch, s.x, ws_.per_layer.get(m * width));
+  }
+  // Fused residual adds: each layer's last add computes the next norm too.
+  if (spec_.fuse_residual_add)
+    (nl > 0 ? layers_[0].input_layernorm : norm_).forward(s.x, m, s.normed);
+  for (int64_t i = 0; i < nl; ++i) {
+    layer_forward(layers_[i], i + 1 < nl ? layers_[i + 1].input_layernorm : norm_, s);
+  }
+  for (const DecoderLayer& layer : layers_) {  // deferred stores of KV producers
+    if (!layer.has_consumers) continue;
+    const KvChunk& kept = ws_.kept[&layer - layers_.data()];
+    store_chunk(batch, kept.k.data(), kept.v.data(), cache, layer.cache_layer);
+  }
+  if (!spec_.fuse_residual_add) norm_.forward(s.x, m, s.normed);
+  s.capture("norm", s.normed, m, h);
+  logits_tail(s.normed, s);
+  for (const auto& [slot, len] : new_lengths) cache.set_length(slot, len);
+}
+
+// x [M, H]: the token embeddings, times embed_scale_ (rounded as transformers) when scaled.
+void Decoder::embed(const TokenBatch& batch, float* x) const {
+  const int64_t m = batch.size(), h = spec_.hidden_size;
+  for (int64_t t = 0; t < m; ++t) {
+    float* row = x + t * h;
+    if (spec_.tie_word_embeddings) {
+      lm_head_.weight.copy_row(batch.ids[t], row);
+    } else {
+      std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, row);
+    }
+    if (!spec_.scale_embeddings) continue;
+    for (int64_t i = 0; i < h; ++i) row[i] = numerics_.round_eager(row[i] * embed_scale_);
+  }
+}
+
+// PLE: (norm(per_layer_model_projection(embeds) * H^-0.5) + embed_per_layer(ids)
+// * sqrt(P)) * 2^-0.5, per layer: proj [M, L, P].
+void Decoder::per_layer_inputs(const TokenBatch& batch, const float* x, float* proj) const {
+  const int64_t m = batch.size(), h = spec_.hidden_size;
+  const int64_t nl = static_cast<int64_t>(layers_.size());
+  const int64_t width = nl * spec_.hidden_size_per_layer_input;
+  const Numerics& num = numerics_;
+  per_layer_model_projection_.forward(x, m, proj, *pool_);
+  num.round_eager(proj, m * width);
+  const auto proj_scale = static_cast<float>(std::pow(static_cast<double>(h), -0.5));
+  for (int64_t j = 0; j < m * width; ++j) proj[j] = num.round_eager(proj[j] * proj_scale);
+  per_layer_projection_norm_.forward(proj, m * nl, proj);
+  const auto input_scale = static_cast<float>(std::pow(2.0, -0.5));
+  for (int64_t t = 0; t < m; ++t) {
+    const float* token = embed_tokens_per_layer_.data() + batch.ids[t] * width;
+    for (int64_t j = 0; j < width; ++j) {
+      const float tok = num.round_eager(token[j] * ple_embed_scale_);
+      float& value = proj[t * width + j];
+      value = num.round_eager(num.round_eager(value + tok) * input_scale);
+    }
+  }
+}
+
+// One decoder layer (models/decoder.h draws it). next_norm: the following
+// layer's input_layernorm or the final norm, which a fused residual add computes.
+void Decoder::layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm, Step& s) {
+  attention_block(layer, s);
+  feed_forward_block(layer, s);
+  if (spec_.fuse_residual_add) {
+    next_norm.add_forward(s.x, s.branch, s.m, s.normed, numerics_);  // a bf16 residual add in eager
+  } else {
+    add_inplace(s.x, s.branch, s.m * s.h);
+    numerics_.round_eager(s.x, s.m * s.h);  // a bf16 residual add in eager
+  }
+  if (layer.spec.per_layer_input) per_layer_block(layer, s);
+  if (layer.spec.layer_scalar) {
+    for (int64_t j = 0; j < s.m * s.h; ++j) {
+      s.x[j] = numerics_.round_eager(s.x[j] * layer.layer_scalar);
+    }
+  }
+  s.capture(layer.names.layer, s.x, s.m, s.h);
+}
+
+// normed = input_layernorm(x) (unless a fused add computed it); branch =
+// attention (post-normed with sandwich norms); x += branch; normed = the
+// pre-MLP norm of x. The branch added is what "layers.{i}.self_attn" captures.
+void Decoder::attention_block(const DecoderLayer& layer, Step& s) {
+  if (!spec_.fuse_residual_add) layer.input_layernorm.forward(s.x, s.m, s.normed);
+  const int64_t i = &layer - layers_.data();
+  KvSharing sharing;
+  if (layer.spec.attn.kv_shared) {
+    sharing.reuse = &ws_.kept[layer.spec.kv_producer];
+  } else if (layer.has_consumers) {
+    // A ring buffer must keep the rows its consumers still read this pass.
+    sharing.keep = &ws_.kept[i];
+    sharing.defer_store = true;
+  }
+  layer.self_attn->forward(s.batch, s.normed, s.branch, s.cache, layer.cache_layer, *pool_,
+                           ws_.layers, sharing);
+  const RMSNorm* pre_mlp = &layer.post_attention_layernorm;
+  if (spec_.sandwich_norms) {
+    layer.post_attention_layernorm.forward(s.branch, s.m, s.branch);
+    pre_mlp = &*layer.pre_feedforward_layernorm;
+  }
+  s.capture(layer.names.self_attn, s.branch, s.m, s.h);
+  pre_mlp->add_forward(s.x, s.branch, s.m, s.normed, numerics_);
+}
+
+// branch = the MLP (or MoE) of normed, post-normed with sandwich norms; what
+// "layers.{i}.mlp" captures.
+void Decoder::feed_forward_block(const DecoderLayer& layer, Step& s) {
+  if (layer.spec.moe == MoeKind::kReplacesMlp) {
+    MoeRouting routing;
+    layer.moe->forward(s.normed, s.m, s.branch, *pool_, ws_.layers, &routing);
+    s.capture_routing(layer.names, routing, spec_.moe);
+  } else {
+    layer.mlp->forward(s.normed, s.m, s.branch, *pool_, ws_.layers);
+  }
+  if (layer.spec.moe == MoeKind::kBesideMlp) moe_beside_mlp(layer, s);
+  if (spec_.sandwich_norms) layer.post_feedforward_layernorm->forward(s.branch, s.m, s.branch);
+  s.capture(layer.names.mlp, s.branch, s.m, s.h);
+}
+
+// Gemma 4: branch = norm_1(mlp(norm(x))) + norm_2(moe(route on x, experts on norm_2'(x))).
+void Decoder::moe_beside_mlp(const DecoderLayer& layer, Step& s) {
+  const int64_t n = s.m * s.h;
+  float* const moe_out = ws_.moe_out.get(n);
+  layer.post_feedforward_layernorm_1->forward(s.branch, s.m, s.branch);
+  layer.pre_feedforward_layernorm_2->forward(s.x, s.m, s.normed);
+  MoeRouting routing;
+  layer.moe->forward(s.x, s.normed, s.m, moe_out, *pool_, ws_.layers, &routing);
+  layer.post_feedforward_layernorm_2->forward(moe_out, s.m, moe_out);
+  add_inplace(s.branch, moe_out, n);
+  numerics_.round_eager(s.branch, n);
+  s.capture_routing(layer.names, routing, spec_.moe);
+}
+
+// PLE: x += norm(projection(gelu(gate(x)) * per_layer_input[i])), rounded as transformers.
+void Decoder::per_layer_block(const DecoderLayer& layer, Step& s) {
+  const Numerics& num = numerics_;
+  const int64_t m = s.m, h = s.h, ple = spec_.hidden_size_per_layer_input;
+  const int64_t nl = static_cast<int64_t>(layers_.size()), i = &layer - layers_.data();
+  const float* per_layer = ws_.per_layer.get(m * nl * ple);  // filled by per_layer_inputs
+  float* const gate = ws_.ple_gate.get(m * ple);
+  layer.per_layer_input_gate->forward(s.x, m, gate, *pool_);
+  num.round_eager(gate, m * ple);
+  for (int64_t t = 0; t < m; ++t) {
+    const float* in = &per_layer[(t * nl + i) * ple];
+    for (int64_t j = 0; j < ple; ++j) {
+      float& g = gate[t * ple + j];
+      g = num.round_eager(num.round_eager(gelu_tanh(g)) * in[j]);
+    }
+  }
+  layer.per_layer_projection->forward(gate, m, s.branch, *pool_);
+  num.round_eager(s.branch, m * h);
+  layer.post_per_layer_input_norm->forward(s.branch, m, s.branch);
+  add_inplace(s.x, s.branch, m * h);
+  num.round_eager(s.x, m * h);
+}
+
+// (rows, V) logits of the rows asked for, softcapped when the spec says so.
+void Decoder::logits_tail(const float* normed, Step& s) {
+  const int64_t v = spec_.vocab_size;
+  if (!has_lm_head_) {  // an encoder-only base model: hidden states, no logits
+    s.out.logits.clear();
+    return;
+  }
+  compute_logits(normed, s.m, s.h, s.opt.logits_rows, lm_head_, numerics_, *pool_, s.out.logits);
+  const int64_t rows = static_cast<int64_t>(s.out.logits.size()) / v;
+  softcap_logits(s.out.logits.data(), rows * v, spec_.final_logit_softcapping, numerics_);
+  s.capture("logits", s.out.logits.data(), rows, v);
+}
+
+}  // namespace hubzoo

@@ -1,0 +1,112 @@
+// The decoder's insides, shared by models/decoder_load.cc (building it from a
+// checkpoint) and models/decoder.cc (the forward pass). Not for families:
+// they see models/decoder.h only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "layers/attention.h"
+#include "layers/linear.h"
+#include "layers/mlp.h"
+#include "layers/moe.h"
+#include "layers/workspace.h"
+#include "models/decoder.h"
+#include "ops/scratch.h"
+
+namespace hubzoo {
+
+// A layer's capture names, built once at load so a step that captures
+// nothing builds no string.
+struct LayerNames {
+  std::string layer, self_attn, mlp;                             // "layers.{i}", ...
+  std::string router_logits, selected_experts, routing_weights;  // MoE layers
+};
+
+struct DecoderLayer {
+  LayerSpec spec;
+  LayerNames names;
+  int64_t cache_layer = 0;     // the cache layer it reads (a KV-shared one: its producer's)
+  bool has_consumers = false;  // later layers reuse its keys/values
+  RMSNorm input_layernorm, post_attention_layernorm;
+  std::optional<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich
+  std::optional<Attention> self_attn;
+  std::optional<GatedMlp> mlp;
+  std::optional<SparseMoe> moe;
+  // kBesideMlp: post_feedforward_layernorm_1 (dense branch), pre_/post_feedforward_layernorm_2
+  // (MoE branch).
+  std::optional<RMSNorm> post_feedforward_layernorm_1, pre_feedforward_layernorm_2,
+      post_feedforward_layernorm_2;
+  std::optional<Linear> per_layer_input_gate, per_layer_projection;  // PLE: (P, H), (H, P)
+  std::optional<RMSNorm> post_per_layer_input_norm;
+  float layer_scalar = 1.0f;
+};
+
+// The activations of a step, owned by the model and reused from step to
+// step: allocated once, grown only when a bigger batch comes, freed with the
+// model. One forward at a time uses it (the engine's Scheduler serialises a
+// model's steps; CausalLM::forward is not reentrant).
+struct DecoderWorkspace {
+  ScratchBuffer x, normed, branch;  // [M, H]: residual stream, normed input, sublayer output
+  ScratchBuffer moe_out;            // [M, H]: kBesideMlp's MoE branch
+  ScratchBuffer per_layer;          // [M, L, P]: PLE inputs of every layer
+  ScratchBuffer ple_gate;           // [M, P]
+  std::vector<KvChunk> kept;        // KV sharing: producers' keys/values for their consumers
+  LayerWorkspace layers;            // attention, MLP and MoE step buffers
+};
+
+class Decoder final : public CausalLM {
+ public:
+  Decoder(const LoadContext& ctx, const DecoderSpec& spec);  // models/decoder_load.cc
+
+  const ModelInfo& info() const override { return info_; }
+  KvCache new_cache(int64_t num_slots) const override { return KvCache(cache_specs_, num_slots); }
+  std::vector<std::string> capture_names() const override { return capture_names_; }
+  void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+               ForwardResult& out) override;
+
+ private:
+  struct Step;  // one forward's batch, cache, options and buffers (models/decoder.cc)
+
+  // Loading (models/decoder_load.cc).
+  void load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m);
+  DecoderLayer load_layer(WeightLoader& w, const std::string& m, int64_t i);
+  void load_moe_branch(WeightLoader& w, const std::string& p, DecoderLayer& layer);
+  void plan_cache();
+  void build_capture_names();
+
+  // The forward pass (models/decoder.cc).
+  void embed(const TokenBatch& batch, float* x) const;
+  void per_layer_inputs(const TokenBatch& batch, const float* x, float* proj) const;
+  void layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm, Step& s);
+  void attention_block(const DecoderLayer& layer, Step& s);
+  void feed_forward_block(const DecoderLayer& layer, Step& s);
+  void moe_beside_mlp(const DecoderLayer& layer, Step& s);
+  void per_layer_block(const DecoderLayer& layer, Step& s);
+  void logits_tail(const float* normed, Step& s);
+
+  std::shared_ptr<ThreadPool> pool_;
+  DecoderSpec spec_;
+  Numerics numerics_;
+  std::shared_ptr<const Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
+  ModelInfo info_;
+  float embed_scale_ = 1.0f, ple_embed_scale_ = 1.0f;
+  std::unique_ptr<Rope> rope_full_, rope_sliding_;
+  FloatWeights embed_tokens_;  // (V, H), untied only
+  Linear lm_head_;             // (V, H)
+  bool has_lm_head_ = true;    // false: loaded as an encoder from a base model without one
+  FloatWeights embed_tokens_per_layer_;  // PLE: (V_ple, L * P)
+  Linear per_layer_model_projection_;    // PLE: (L * P, H)
+  RMSNorm per_layer_projection_norm_;    // PLE: (P)
+  std::vector<DecoderLayer> layers_;
+  RMSNorm norm_;
+  std::vector<KvLayerSpec> cache_specs_;  // per cache layer (KV-shared layers have none)
+  std::vector<std::string> capture_names_;
+  std::set<std::string> capture_known_;
+  DecoderWorkspace ws_;
+};
+
+}  // namespace hubzoo
