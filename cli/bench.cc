@@ -105,6 +105,47 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   return cmd;
 }
 
+// One forward of P synthetic tokens per --prefill length (median of --repeats);
+// max_cache_bytes grows to the largest cache seen.
+nlohmann::json prefill_figures(CausalLM& model, const BenchArgs& a, int64_t vocab,
+                               int64_t& max_cache_bytes) {
+  nlohmann::json prefill = nlohmann::json::array();
+  ForwardResult out;
+  for (int64_t p : parse_list(a.prefill)) {
+    const auto ids = synthetic_prompt(p, vocab, p);
+    TokenBatch b;
+    for (int64_t i = 0; i < p; ++i) b.add(static_cast<int32_t>(ids[i]), 0, static_cast<int32_t>(i));
+    ForwardOptions fwd;
+    fwd.logits_rows = {p - 1};
+    std::vector<double> times;
+    for (int r = 0; r < a.repeats; ++r) {
+      KvCache cache = model.new_cache(1);
+      const auto t0 = Clock::now();
+      model.forward(b, cache, fwd, out);
+      times.push_back(since(t0));
+      max_cache_bytes = std::max(max_cache_bytes, cache.bytes());
+    }
+    const double t = median(times);
+    prefill.push_back({{"tokens", p}, {"seconds", t}, {"tok_s", p / t}});
+  }
+  return prefill;
+}
+
+// Decode tok/s through the Scheduler per --decode-batch size (median of --repeats).
+nlohmann::json decode_figures(CausalLM& model, const BenchArgs& a, int64_t& max_cache_bytes) {
+  nlohmann::json decode = nlohmann::json::array();
+  for (int64_t batch : parse_list(a.decode_batch)) {
+    std::vector<double> rates;
+    for (int r = 0; r < a.repeats; ++r) rates.push_back(decode_rate(model, batch, a.decode_tokens));
+    const double rate = median(rates);
+    // The cache's own accounting (per-layer rows, sliding windows, shared layers).
+    max_cache_bytes =
+        std::max(max_cache_bytes, batch * model.new_cache(1).slot_bytes_at(16 + a.decode_tokens));
+    decode.push_back({{"batch", batch}, {"tok_s", rate}, {"step_ms", 1e3 * batch / rate}});
+  }
+  return decode;
+}
+
 int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_start) {
   const auto t_load = Clock::now();
   auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
@@ -128,37 +169,9 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
   const double ttft_s = std::chrono::duration<double>(first_token - process_start).count();
   const int64_t rss_after_load = peak_rss_bytes();
 
-  nlohmann::json prefill = nlohmann::json::array();
   int64_t max_cache_bytes = 0;
-  for (int64_t p : parse_list(a.prefill)) {
-    const auto ids = synthetic_prompt(p, vocab, p);
-    TokenBatch b;
-    for (int64_t i = 0; i < p; ++i) b.add(static_cast<int32_t>(ids[i]), 0, static_cast<int32_t>(i));
-    ForwardOptions fwd;
-    fwd.logits_rows = {p - 1};
-    std::vector<double> times;
-    for (int r = 0; r < a.repeats; ++r) {
-      KvCache cache = model->new_cache(1);
-      const auto t0 = Clock::now();
-      model->forward(b, cache, fwd, out);
-      times.push_back(since(t0));
-      max_cache_bytes = std::max(max_cache_bytes, cache.bytes());
-    }
-    const double t = median(times);
-    prefill.push_back({{"tokens", p}, {"seconds", t}, {"tok_s", p / t}});
-  }
-
-  nlohmann::json decode = nlohmann::json::array();
-  for (int64_t batch : parse_list(a.decode_batch)) {
-    std::vector<double> rates;
-    for (int r = 0; r < a.repeats; ++r)
-      rates.push_back(decode_rate(*model, batch, a.decode_tokens));
-    const double rate = median(rates);
-    // The cache's own accounting (per-layer rows, sliding windows, shared layers).
-    max_cache_bytes =
-        std::max(max_cache_bytes, batch * model->new_cache(1).slot_bytes_at(16 + a.decode_tokens));
-    decode.push_back({{"batch", batch}, {"tok_s", rate}, {"step_ms", 1e3 * batch / rate}});
-  }
+  const nlohmann::json prefill = prefill_figures(*model, a, vocab, max_cache_bytes);
+  const nlohmann::json decode = decode_figures(*model, a, max_cache_bytes);
 
   const int64_t bytes_per_param = info.numerics.dtype_name() == std::string("bfloat16") ? 2 : 4;
   nlohmann::json j = {

@@ -147,12 +147,8 @@ int run_inspect(const std::string& model_ref, int threads, const Numerics& numer
   return 0;
 }
 
-int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point process_start) {
-  CLI::App app{"hubzoo: Hugging Face Hub models in native C++, verified against transformers"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(HUBZOO_VERSION) + " (" + HUBZOO_GIT_COMMIT + ")");
-
-  GenerateArgs g;
+// `hubzoo generate`: its options into g.
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
   auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
   gen->add_option("-m,--model", g.model, "snapshot directory or repo id in the HF cache")
       ->required();
@@ -170,13 +166,11 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
   gen->add_flag("--ignore-eos", g.ignore_eos, "generate all --max-new-tokens (benchmarks)");
 
-  std::string tok_model, tok_text, tok_format = "text";
-  auto* tokenize = app.add_subcommand("tokenize", "encode text with the model's tokenizer.json");
-  tokenize->add_option("-m,--model", tok_model)->required();
-  tokenize->add_option("--format", tok_format)->check(CLI::IsMember({"text", "json"}));
-  tokenize->add_option("text", tok_text)->required();
+  return gen;
+}
 
-  cli::ChatArgs c;
+// `hubzoo chat`: its options into c.
+CLI::App* add_chat_command(CLI::App& app, cli::ChatArgs& c) {
   auto* chat = app.add_subcommand("chat", "chat with the model through its chat template");
   chat->add_option("-m,--model", c.model, "snapshot directory or repo id in the HF cache")
       ->required();
@@ -191,6 +185,26 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   chat->add_option("--seed", c.seed);
   chat->add_option("--threads", c.threads, "worker threads (0: all cores)");
   chat->add_flag("--stats", c.stats, "print prompt size and speed of each answer on stderr");
+
+  return chat;
+}
+
+int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point process_start) {
+  CLI::App app{"hubzoo: Hugging Face Hub models in native C++, verified against transformers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(HUBZOO_VERSION) + " (" + HUBZOO_GIT_COMMIT + ")");
+
+  GenerateArgs g;
+  auto* gen = add_generate_command(app, g);
+
+  std::string tok_model, tok_text, tok_format = "text";
+  auto* tokenize = app.add_subcommand("tokenize", "encode text with the model's tokenizer.json");
+  tokenize->add_option("-m,--model", tok_model)->required();
+  tokenize->add_option("--format", tok_format)->check(CLI::IsMember({"text", "json"}));
+  tokenize->add_option("text", tok_text)->required();
+
+  cli::ChatArgs c;
+  auto* chat = add_chat_command(app, c);
 
   cli::EmbedArgs e;
   auto* embed = cli::add_embed_command(app, e);

@@ -53,6 +53,15 @@ const std::map<std::string, std::string>& encoder_model_types() {
   return r;
 }
 
+// The snapshot's config.json, or FileError naming the folder that lacks it.
+JsonObject read_snapshot_config(const std::filesystem::path& dir) {
+  const std::filesystem::path config_path = dir / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    throw FileError(dir.string() + ": no config.json in the snapshot directory");
+  }
+  return JsonObject(read_json_file(config_path), config_path.string());
+}
+
 }  // namespace
 
 std::vector<std::string> supported_encoders() {
@@ -65,11 +74,7 @@ std::vector<std::string> supported_encoders() {
 
 std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOptions& options) {
   const std::filesystem::path dir = resolve_snapshot(model);
-  const std::filesystem::path config_path = dir / "config.json";
-  if (!std::filesystem::exists(config_path)) {
-    throw FileError(dir.string() + ": no config.json in the snapshot directory");
-  }
-  JsonObject config(read_json_file(config_path), config_path.string());
+  const JsonObject config = read_snapshot_config(dir);
   std::string arch;
   if (const auto archs = config.maybe<std::vector<std::string>>("architectures")) {
     if (!archs->empty()) arch = (*archs)[0];
@@ -105,11 +110,7 @@ std::vector<std::string> supported_causal_lms() {
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOptions& options) {
   const std::filesystem::path dir = resolve_snapshot(model);
-  const std::filesystem::path config_path = dir / "config.json";
-  if (!std::filesystem::exists(config_path)) {
-    throw FileError(dir.string() + ": no config.json in the snapshot directory");
-  }
-  JsonObject config(read_json_file(config_path), config_path.string());
+  const JsonObject config = read_snapshot_config(dir);
   const auto archs = config.get<std::vector<std::string>>("architectures");
   if (archs.empty()) throw ConfigError(config.where() + ": field 'architectures' is empty");
   auto it = registry().find(archs[0]);
