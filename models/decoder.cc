@@ -39,6 +39,7 @@ struct Decoder::Step {
 
 void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                       ForwardResult& out) {
+  const std::lock_guard lock(forward_mu_);  // ws_ serves one step at a time
   const int64_t m = batch.size(), h = spec_.hidden_size;
   const int64_t nl = static_cast<int64_t>(layers_.size());
   const auto new_lengths = check_token_batch(batch, cache, spec_.vocab_size);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,8 +48,10 @@ struct DecoderLayer {
 
 // The activations of a step, owned by the model and reused from step to
 // step: allocated once, grown only when a bigger batch comes, freed with the
-// model. One forward at a time uses it (the engine's Scheduler serialises a
-// model's steps; CausalLM::forward is not reentrant).
+// model. One forward at a time uses it: Decoder::forward holds forward_mu_
+// for the whole step (the Scheduler already serialises a model's steps; the
+// lock covers callers that share a model across threads, e.g. Python threads
+// with the GIL released, at the cost of one uncontended lock per step).
 struct DecoderWorkspace {
   ScratchBuffer x, normed, branch;  // [M, H]: residual stream, normed input, sublayer output
   ScratchBuffer moe_out;            // [M, H]: kBesideMlp's MoE branch
@@ -106,6 +109,7 @@ class Decoder final : public CausalLM {
   std::vector<KvLayerSpec> cache_specs_;  // per cache layer (KV-shared layers have none)
   std::vector<std::string> capture_names_;
   std::set<std::string> capture_known_;
+  std::mutex forward_mu_;  // one forward at a time owns ws_
   DecoderWorkspace ws_;
 };
 
