@@ -59,9 +59,7 @@ class ChatSession {
       std::fputs(e.text.c_str(), stdout);
       std::fflush(stdout);
     };
-    std::vector<GenerationRequest> one;
-    one.push_back(std::move(request));
-    const Completion c = run_to_completion(*model_, &tokenizer_, std::move(one))[0];
+    const Completion c = run_one_to_completion(*model_, &tokenizer_, std::move(request));
     std::fputc('\n', stdout);
     std::fflush(stdout);
     // The answer without its stop token, decoded as transformers' decode(...,

@@ -83,10 +83,8 @@ int run_generate(const GenerateArgs& a) {
       std::fflush(stdout);
     };
   }
-  std::vector<GenerationRequest> one;
-  one.push_back(std::move(request));
   const Completion c =
-      run_to_completion(*model, tokenizer ? &*tokenizer : nullptr, std::move(one))[0];
+      run_one_to_completion(*model, tokenizer ? &*tokenizer : nullptr, std::move(request));
   if (json) {
     // New tokens only; text decoded without special tokens, as transformers'
     // decode(ids, skip_special_tokens=True) (the streamed text holds back a

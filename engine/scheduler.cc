@@ -419,4 +419,11 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
   return done;
 }
 
+Completion run_one_to_completion(CausalLM& model, const Tokenizer* tokenizer,
+                                 GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return run_to_completion(model, tokenizer, std::move(one))[0];
+}
+
 }  // namespace hubzoo

@@ -180,4 +180,8 @@ class Scheduler {
 std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
                                           std::vector<GenerationRequest> requests);
 
+// One request run to completion (the CLI's generate and chat).
+Completion run_one_to_completion(CausalLM& model, const Tokenizer* tokenizer,
+                                 GenerationRequest request);
+
 }  // namespace hubzoo

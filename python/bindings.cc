@@ -32,6 +32,13 @@ nb::ndarray<nb::numpy, float> make_array(std::vector<float>&& v, std::vector<siz
   return nb::ndarray<nb::numpy, float>(data->data(), shape.size(), shape.data(), owner);
 }
 
+// An attention_mask must have input_ids' [batch, seq] shape.
+void check_mask_shape(const IdArray& ids, const std::optional<IdArray>& mask) {
+  if (mask && (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))) {
+    throw InvalidArgument("attention_mask shape differs from input_ids shape");
+  }
+}
+
 struct Row {
   int64_t b, c;  // batch row and column of a token
 };
@@ -66,10 +73,7 @@ class PyCausalLM {
   nb::tuple forward(IdArray ids, std::optional<IdArray> mask, std::vector<std::string> capture,
                     int64_t prefill_len) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
-    if (mask && (mask->shape(0) != static_cast<size_t>(batch) ||
-                 mask->shape(1) != static_cast<size_t>(seq))) {
-      throw InvalidArgument("attention_mask shape differs from input_ids shape");
-    }
+    check_mask_shape(ids, mask);
     const int64_t vocab = model_->info().vocab_size;
     auto real = [&](int64_t b, int64_t c) { return !mask || (*mask)(b, c) != 0; };
     std::vector<float> logits(batch * seq * vocab, 0.0f);
@@ -137,10 +141,7 @@ class PyCausalLM {
                                            int64_t max_new_tokens, float temperature, int64_t top_k,
                                            float top_p, uint64_t seed, bool stop_at_eos) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
-    if (mask && (mask->shape(0) != static_cast<size_t>(batch) ||
-                 mask->shape(1) != static_cast<size_t>(seq))) {
-      throw InvalidArgument("attention_mask shape differs from input_ids shape");
-    }
+    check_mask_shape(ids, mask);
     if (max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
     std::vector<GenerationRequest> requests(batch);
     for (int64_t b = 0; b < batch; ++b) {
