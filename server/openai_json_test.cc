@@ -141,7 +141,7 @@ TEST(OpenAIJson, LogprobFormats) {
   std::vector<LogprobEntry> entries(2);
   entries[0] = {5, {{5, -0.5f}, {{5, -0.5f}, {6, -1.5f}}}};
   entries[1] = {7, {{7, -2.0f}, {}}};
-  auto text = [](int64_t id) { return "t" + std::to_string(id); };
+  auto text = [](int64_t id) { return std::string("t").append(std::to_string(id)); };
   const Json chat = chat_logprobs(entries, text);
   EXPECT_EQ(chat["content"][0]["token"], "t5");
   EXPECT_EQ(chat["content"][0]["bytes"], Json::array({116, 53}));
