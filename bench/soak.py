@@ -12,7 +12,7 @@ OpenAI error object; connection failures count too), and RSS: first, last, peak,
 least-squares slope over the run's second half (MB/hour), after caches and arenas have
 settled. Results: bench/results/soak.json, soak.md and soak.png.
 
-    .venv/bin/python bench/soak.py [--minutes 30] [--clients 6]
+    .venv/bin/python bench/soak.py [--minutes 30] [--clients 10]
 """
 
 from __future__ import annotations
@@ -87,11 +87,12 @@ class Tally:
         self.outcomes: Counter[str] = Counter()
         self.errors: list[str] = []
 
-    def add(self, kind: str, outcome: str, error: str | None = None) -> None:
+    def add(self, kind: str, outcome: str, error: str | None = None) -> str:
         with self.lock:
             self.outcomes[f"{kind}:{outcome}"] += 1
             if error is not None and len(self.errors) < 50:
                 self.errors.append(f"{kind}: {error}")
+        return outcome
 
 
 def is_refusal(r: httpx.Response) -> bool:
@@ -105,7 +106,8 @@ def sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def one_request(client: httpx.Client, rng: random.Random, tally: Tally) -> None:
+def one_request(client: httpx.Client, rng: random.Random, tally: Tally) -> str:
+    """Sends one random request; returns its outcome."""
     kind = rng.choices(["chat_stream", "chat", "completion", "embedding", "tokenize"], [4, 2, 2, 2, 1])[0]
     messages = [{"role": "user", "content": sentence(rng, rng.randint(3, 40))}]
     if rng.random() < 0.3:
@@ -138,20 +140,21 @@ def one_request(client: httpx.Client, rng: random.Random, tally: Tally) -> None:
         else:
             r = client.post("/tokenize", json={"messages": messages})
         if r.status_code == 200:
-            tally.add(kind, "ok")
+            return tally.add(kind, "ok")
         elif is_refusal(r):
-            tally.add(kind, "refused")
+            return tally.add(kind, "refused")
         else:
-            tally.add(kind, f"http_{r.status_code}", r.text[:200])
+            return tally.add(kind, f"http_{r.status_code}", r.text[:200])
     except httpx.HTTPError as e:
-        tally.add(kind, "transport_error", repr(e)[:200])
+        return tally.add(kind, "transport_error", repr(e)[:200])
 
 
 def client_loop(url: str, seed: int, deadline: float, tally: Tally) -> None:
     rng = random.Random(seed)
     with httpx.Client(base_url=url, timeout=120) as client:
         while time.time() < deadline:
-            one_request(client, rng, tally)
+            if one_request(client, rng, tally) == "refused":
+                time.sleep(1.0)  # Retry-After
 
 
 def slope_mb_per_hour(samples: list[tuple[float, float]]) -> float:
@@ -204,7 +207,7 @@ def write_results(out: Path, result: dict, samples: list[tuple[float, float]]) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30)
-    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--binary", default=str(ROOT / "build" / "hubzoo"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
