@@ -73,7 +73,8 @@ class BoundedDomBuilder {
   template <class Exception>
   bool parse_error(size_t byte, const std::string&, const Exception& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, ...".
-    throw FormatError(where_ + ": malformed JSON at " + position_of(text_, byte) + ": " + e.what());
+    throw FormatError(where_ + ": malformed JSON at " + position_of(text_, byte) + ": " + e.what() +
+                      (stack_.empty() ? "" : " (at " + path() + ")"));
   }
 
  private:
@@ -148,12 +149,14 @@ class BoundedDomBuilder {
     return true;
   }
 
-  // "/messages/0/content/0/0/..." up to the innermost open container.
+  // "/messages/0/content/0/0/..." down to the value being read (not yet
+  // added to the innermost container; each outer one holds its child last).
   std::string path() const {
     std::string out;
     for (size_t i = 0; i < stack_.size() && i < kPathParts; ++i) {
       const Frame& f = stack_[i];
-      out += "/" + (f.value->is_array() ? std::to_string(f.count > 0 ? f.count - 1 : 0) : f.key);
+      const size_t index = i + 1 == stack_.size() ? f.count : f.count - 1;
+      out += "/" + (f.value->is_array() ? std::to_string(index) : f.key);
     }
     if (stack_.size() > kPathParts) out += "/...";
     return out.empty() ? "/" : out;

@@ -133,8 +133,21 @@ TEST(JsonParse, DeepFileIsRefusedNamingTheFile) {
 // 1e999 overflows a double: nlohmann reports out_of_range 406, not
 // parse_error; both are a FormatError naming the source and position.
 TEST(JsonParse, NumberOverflowAndSyntaxErrorsAreFormatErrors) {
-  expect_error<FormatError>([] { parse_json(R"({"t": 1e999})", "request body"); },
-                            {"request body", "line 1, column", "number overflow", "1e999"});
+  expect_error<FormatError>(
+      [] { parse_json(R"({"t": 1e999})", "request body"); },
+      {"request body", "line 1, column", "number overflow", "1e999", "(at /t)"});
+  expect_error<FormatError>([] { parse_json(R"({"a": [1, {"b": [2, 3e400]}]})", "x"); },
+                            {"(at /a/1/b/1)"});
+  expect_error<FormatError>(
+      [] {
+        parse_json(std::string(9, '[') + "1", "x", {9, 100});
+      },
+      {"(at /0/0/0/0/0/0/0/0/1)"});
+  expect_error<FormatError>(
+      [] {
+        parse_json("[1, [2, [[[", "x", {4, 100});
+      },
+      {"limit of 4 levels (at /1/1/0/0)"});
   expect_error<FormatError>([] { parse_ordered_json("{\n\"a\": }", "f.json"); },
                             {"f.json", "malformed JSON at line 2"});
   expect_error<FormatError>([] { parse_json("[1] 2", "f.json"); }, {"f.json"});

@@ -159,11 +159,12 @@ TEST(OpenAIJson, DeepBodiesAre400NamingTheDepth) {
 }
 
 // 1e999 overflows a double: nlohmann raised out_of_range, which parse_body
-// did not catch (a 500). Now a 400 that quotes the number.
+// did not catch (a 500). Now a 400 that quotes the number and names the field.
 TEST(OpenAIJson, OverflowingNumbersAre400) {
   const Raised r = raised([] { parse_body(R"({"temperature": 1e999})"); });
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.message.find("1e999"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(at /temperature)"), std::string::npos) << r.message;
   EXPECT_EQ(raised([] { parse_body(R"({"temperature": -1e999})"); }).status, 400);
 }
 
