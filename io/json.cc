@@ -11,28 +11,6 @@ namespace hubzoo {
 
 namespace {
 
-// Line and column (1-based) of byte offset `byte` (1-based, as nlohmann reports).
-std::string position_of(const std::string& text, size_t byte) {
-  size_t line = 1, col = 1;
-  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return "line " + std::to_string(line) + ", column " + std::to_string(col);
-}
-
-// A short rendering of a JSON value for error messages.
-std::string brief(const nlohmann::json& v) {
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
 bool is_int64(const nlohmann::json& v) {
   if (v.is_number_integer() && !v.is_number_unsigned()) return true;
   return v.is_number_unsigned() &&
@@ -172,34 +150,18 @@ std::string read_text_file(const std::filesystem::path& path, uint64_t max_bytes
   return text;
 }
 
-namespace {
-
-template <typename Json>
-Json parse_json_file(const std::filesystem::path& path) {
-  const std::string text = read_text_file(path);
-  try {
-    return Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(path.string() + ": malformed JSON at " + position_of(text, e.byte) + ": " +
-                      e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": malformed JSON: " + e.what());
-  }
-}
-
-}  // namespace
-
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  return parse_json_file<nlohmann::json>(path);
+  return parse_json(read_text_file(path), path.string());
 }
 
 nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path) {
-  return parse_json_file<nlohmann::ordered_json>(path);
+  return parse_ordered_json(read_text_file(path), path.string());
 }
 
 JsonObject::JsonObject(nlohmann::json j, std::string where)
     : j_(std::move(j)), where_(std::move(where)) {
-  if (!j_.is_object()) throw ConfigError(where_ + ": expected a JSON object, got " + brief(j_));
+  if (!j_.is_object())
+    throw ConfigError(where_ + ": expected a JSON object, got " + json_excerpt(j_));
 }
 
 bool JsonObject::has(const std::string& key) const {
@@ -227,7 +189,7 @@ std::optional<T> JsonObject::maybe(const std::string& key) const {
   T out{};
   if (!convert(*it, out)) {
     throw ConfigError(where_ + ": field '" + key + "' must be " + type_word<T>() + ", got " +
-                      brief(*it));
+                      json_excerpt(*it));
   }
   return out;
 }
@@ -236,7 +198,7 @@ std::optional<JsonObject> JsonObject::object(const std::string& key) const {
   auto it = j_.find(key);
   if (it == j_.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) {
-    throw ConfigError(where_ + ": field '" + key + "' must be an object, got " + brief(*it));
+    throw ConfigError(where_ + ": field '" + key + "' must be an object, got " + json_excerpt(*it));
   }
   return JsonObject(*it, where_ + ": " + key);
 }

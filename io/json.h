@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +24,42 @@ inline constexpr uint64_t kMaxTextFileBytes = uint64_t{512} << 20;
 std::string read_text_file(const std::filesystem::path& path,
                            uint64_t max_bytes = kMaxTextFileBytes);
 
-// Parses a JSON file read by read_text_file. FormatError naming the file,
-// line/column and parser message if it is malformed.
+// Bounds on one JSON document. nlohmann's parser is iterative, but copying,
+// dumping or walking a value recurses once per level: bounding the depth at
+// parse bounds all of them.
+struct JsonLimits {
+  // Nested arrays/objects: [] is 1, [[]] is 2. Real configs and tokenizer.json
+  // files nest under 10 levels.
+  size_t max_depth = 128;
+  uint64_t max_bytes = kMaxTextFileBytes;
+};
+
+// Every JSON text hubzoo parses (files, safetensors headers, request bodies,
+// Python-side strings) goes through one of these. FormatError naming `where`
+// (a file name, "request body", ...) with line/column and the parser's message
+// if it is malformed (a number like 1e999 that overflows a double included),
+// or with the depth limit and the path where it was passed, or the size limit.
+nlohmann::json parse_json(std::string_view text, const std::string& where,
+                          const JsonLimits& limits = {});
+// The same, keeping objects' keys in text order (duplicates: first position,
+// last value), in time linear in the number of keys.
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& where,
+                                          const JsonLimits& limits = {});
+
+// A compact rendering of `v` cut at about `max_bytes` (then "..."), for error
+// messages: built without recursion and without dumping the whole value first.
+inline constexpr size_t kJsonExcerptBytes = 200;
+std::string json_excerpt(const nlohmann::json& v, size_t max_bytes = kJsonExcerptBytes);
+std::string json_excerpt(const nlohmann::ordered_json& v, size_t max_bytes = kJsonExcerptBytes);
+
+// Nesting depth of a value built in memory (a scalar is 0), without recursion;
+// counting stops once it passes `limit`. For values that did not come through
+// parse_json (C++ callers), checked before anything recurses over them.
+size_t json_depth(const nlohmann::json& v, size_t limit);
+size_t json_depth(const nlohmann::ordered_json& v, size_t limit);
+
+// Parses a JSON file read by read_text_file, with parse_json's checks and
+// default limits.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 // The same, keeping objects' keys in file order (chat templates iterate them).
 nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path);

@@ -43,7 +43,9 @@ struct FdCloser {
 
 // Parses one header entry; `where` is "<file>: tensor 'name'".
 TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64_t buffer_size) {
-  if (!v.is_object()) throw FormatError(where + ": entry must be an object, got " + v.dump());
+  if (!v.is_object()) {
+    throw FormatError(where + ": entry must be an object, got " + json_excerpt(v));
+  }
   TensorInfo info;
 
   auto dt = v.find("dtype");
@@ -66,7 +68,7 @@ TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64
     if (!d.is_number_unsigned() ||
         d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       throw FormatError(where + ": 'shape' must be a list of non-negative integers, got " +
-                        sh->dump());
+                        json_excerpt(*sh));
     }
     const uint64_t x = d.get<uint64_t>();
     info.shape.push_back(static_cast<int64_t>(x));
@@ -141,12 +143,11 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   const uint64_t buffer_size = size - 8 - header_len;
   f->data_ = f->map_ + 8 + header_len;
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(f->map_ + 8, f->map_ + 8 + header_len);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(p + ": malformed JSON header: " + e.what());
-  }
+  // A header nests 3 levels ({name: {"shape": [...]}}); 16 leaves room and
+  // keeps a deep array from reaching anything that recurses.
+  const nlohmann::json header =
+      parse_json(std::string_view(reinterpret_cast<const char*>(f->map_ + 8), header_len),
+                 p + " (JSON header)", {/*max_depth=*/16, kMaxHeaderBytes});
   if (!header.is_object()) throw FormatError(p + ": header is not a JSON object");
 
   for (const auto& [name, v] : header.items()) {

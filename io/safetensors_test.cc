@@ -174,6 +174,34 @@ TEST(Safetensors, MalformedJsonHeader) {
   expect_error<FormatError>([&] { SafetensorsFile::open(p); }, {"badjson.safetensors", "object"});
 }
 
+// A shape 100k arrays deep crashed the loader (the error message dumped it
+// recursively); it is refused at parse, naming the file and the depth.
+TEST(Safetensors, DeepHeaderIsRefusedAtParse) {
+  TempDir dir;
+  const fs::path p = dir / "deep.safetensors";
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write_raw(p, R"({"s": {"dtype": "U8", "shape": )" + deep + R"(, "data_offsets": [0, 1]}})", "x");
+  expect_error<FormatError>(
+      [&] { SafetensorsFile::open(p); },
+      {"deep.safetensors", "nested deeper than the limit of 16", "/s/shape/0"});
+}
+
+// A wrong shape is quoted in the message, cut short.
+TEST(Safetensors, BadShapeMessageIsBounded) {
+  TempDir dir;
+  const fs::path p = dir / "long.safetensors";
+  std::string shape = "[-1";
+  for (int i = 0; i < 100000; ++i) shape += ",1";
+  write_raw(p, R"({"s": {"dtype": "U8", "shape": )" + shape + R"(], "data_offsets": [0, 1]}})",
+            "x");
+  try {
+    SafetensorsFile::open(p);
+    ADD_FAILURE() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 600u) << e.what();
+  }
+}
+
 TEST(Safetensors, EntryNotAnObject) {
   TempDir dir;
   const fs::path p = dir / "entry.safetensors";

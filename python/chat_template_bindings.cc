@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "io/json.h"
 #include "tokenizer/chat_template.h"
 
 namespace nb = nanobind;
@@ -15,10 +16,11 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+// Through io/json's bounded parser: depth and size limits as for files.
 ojson parse(const std::string& text, const char* what) {
   try {
-    return ojson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    return hubzoo::parse_ordered_json(text, what);
+  } catch (const hubzoo::FormatError& e) {
     throw hubzoo::InvalidArgument(std::string(what) + " is not valid JSON: " + e.what());
   }
 }

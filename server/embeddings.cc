@@ -32,21 +32,7 @@ void Server::Impl::handle_embeddings(const httplib::Request& req, httplib::Respo
   }
   const Json body = parse_body(req.body);
   check_model(get_string(body, "model").value_or(""), /*embedding=*/true);
-  std::vector<std::string> texts;
-  auto it = body.find("input");
-  const char* shape = "'input' must be a string or an array of strings.";
-  if (it == body.end() || it->is_null()) throw bad_request("'input' is required.", "input");
-  if (it->is_string()) {
-    texts.push_back(it->get<std::string>());
-  } else if (it->is_array() && !it->empty()) {
-    for (const auto& t : *it) {
-      if (!t.is_string()) throw bad_request(shape, "input");
-      texts.push_back(t.get<std::string>());
-    }
-  } else {
-    throw bad_request(shape, "input");
-  }
-  if (texts.size() > 2048) throw bad_request("At most 2048 inputs per request.", "input");
+  const std::vector<std::string> texts = embedding_inputs(body);
   const std::string format = get_string(body, "encoding_format").value_or("float");
   if (format != "float" && format != "base64") {
     throw bad_request("'encoding_format' must be 'float' or 'base64'.", "encoding_format");

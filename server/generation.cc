@@ -276,6 +276,7 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
     throw bad_request("This model has no chat template (" + chat_template_missing +
                       "); use /v1/completions.");
   }
+  check_chat_request(body);
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) {
     throw bad_request("'messages' must be a non-empty array of messages.", "messages");
@@ -366,6 +367,7 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
   if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1) {
     throw bad_request("'best_of' must be 1.", "best_of");
   }
+  check_completion_prompt(body, model->info().vocab_size);
   // prompt: a string, an array of strings, an array of ids, or an array of arrays of ids.
   std::vector<std::vector<int64_t>> prompts;
   auto it = body.find("prompt");

@@ -26,8 +26,8 @@ std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
 Json parse_body(const std::string& body) {
   Json j;
   try {
-    j = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+    j = parse_ordered_json(body, "request body", kRequestJsonLimits);
+  } catch (const FormatError& e) {
     throw bad_request(std::string("We could not parse the JSON body of your request: ") + e.what());
   }
   if (!j.is_object()) throw bad_request("The request body must be a JSON object.");
@@ -77,31 +77,152 @@ std::optional<std::string> get_string(const Json& body, const char* key) {
 }
 
 namespace {
+// "[lo, hi]" or "(lo, hi]".
+std::string range_text(double lo, double hi, bool lo_open) {
+  return std::string(lo_open ? "(" : "[") + nlohmann::json(lo).dump() + ", " +
+         nlohmann::json(hi).dump() + "]";
+}
+
 float in_range(const Json& body, const char* key, double lo, double hi, bool lo_open,
                float fallback) {
   const auto v = get_number(body, key);
   if (!v) return fallback;
   if (!std::isfinite(*v) || *v > hi || *v < lo || (lo_open && *v == lo)) {
-    throw bad_request(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") +
-                          nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "], got " +
-                          nlohmann::json(*v).dump() + ".",
+    throw bad_request(std::string("'") + key + "' must be in " + range_text(lo, hi, lo_open) +
+                          ", got " + nlohmann::json(*v).dump() + ".",
                       key);
   }
-  return static_cast<float>(*v);
+  return static_cast<float>(*v + 0.0);  // -0 as 0
+}
+
+// Array `key` of at most `max` elements (nullptr when absent or null).
+const Json* bounded_array(const Json& body, const char* key, size_t max, const char* what) {
+  const Json* f = field(body, key);
+  if (!f) return nullptr;
+  if (!f->is_array()) throw wrong_type(key, what);
+  if (f->size() > max) {
+    throw bad_request(std::string("'") + key + "' may hold at most " + std::to_string(max) +
+                          " elements, got " + std::to_string(f->size()) + ".",
+                      key);
+  }
+  return f;
 }
 
 std::vector<std::string> parse_stop(const Json& body) {
   const Json* f = field(body, "stop");
   if (!f) return {};
-  if (f->is_string()) return {f->get<std::string>()};
-  if (!f->is_array()) throw wrong_type("stop", "a string or an array of strings");
-  if (f->size() > 16) throw bad_request("'stop' may hold at most 16 strings.", "stop");
+  const char* what = "a string or an array of strings";
   std::vector<std::string> out;
-  for (const auto& s : *f) {
-    if (!s.is_string()) throw wrong_type("stop", "a string or an array of strings");
-    out.push_back(s.get<std::string>());
+  if (f->is_string()) {
+    out.push_back(f->get<std::string>());
+  } else {
+    for (const auto& s : *bounded_array(body, "stop", kMaxStopStrings, what)) {
+      if (!s.is_string()) throw wrong_type("stop", what);
+      out.push_back(s.get<std::string>());
+    }
+  }
+  for (const auto& s : out) {
+    if (s.size() > kMaxStopBytes) {
+      throw bad_request("Each 'stop' string may be at most " + std::to_string(kMaxStopBytes) +
+                            " bytes, got " + std::to_string(s.size()) + ".",
+                        "stop");
+    }
   }
   return out;
+}
+
+// A JSON integer in [0, vocab_size), or nullopt.
+std::optional<int64_t> token_id(const Json& v, int64_t vocab_size) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return std::nullopt;
+  }
+  const int64_t id = v.get<int64_t>();
+  if (id < 0 || (vocab_size > 0 && id >= vocab_size)) return std::nullopt;
+  return id;
+}
+
+std::vector<int64_t> parse_stop_token_ids(const Json& body, int64_t vocab_size) {
+  std::vector<int64_t> out;
+  const char* what = "an array of token ids";
+  const Json* ids = bounded_array(body, "stop_token_ids", kMaxStopTokenIds, what);
+  if (!ids) return out;
+  for (const auto& id : *ids) {
+    const auto t = token_id(id, vocab_size);
+    if (!t) {
+      throw bad_request("'stop_token_ids' must hold token ids in [0, " +
+                            std::to_string(vocab_size) + "), got " + json_excerpt(id, 40) + ".",
+                        "stop_token_ids");
+    }
+    out.push_back(*t);
+  }
+  return out;
+}
+
+// {"<token id>": bias}: at most kMaxLogitBias entries (counted before any is
+// read), keys decimal ids in the vocabulary, biases in [-100, 100].
+std::vector<std::pair<int64_t, float>> parse_logit_bias(const Json& body, int64_t vocab_size) {
+  std::vector<std::pair<int64_t, float>> out;
+  const Json* bias = field(body, "logit_bias");
+  if (!bias) return out;
+  if (!bias->is_object()) throw wrong_type("logit_bias", "an object of token id -> bias");
+  if (bias->size() > kMaxLogitBias) {
+    throw bad_request("'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) +
+                          " entries, got " + std::to_string(bias->size()) + ".",
+                      "logit_bias");
+  }
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    const bool digits = !key.empty() && key.size() <= 18 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (!digits || (vocab_size > 0 && id >= vocab_size)) {
+      throw bad_request("'logit_bias' keys must be token ids in [0, " + std::to_string(vocab_size) +
+                            "), got '" + key.substr(0, 40) + "'.",
+                        "logit_bias");
+    }
+    const Json& v = it.value();
+    if (!v.is_number()) throw wrong_type("logit_bias", "an object of token id -> number");
+    const double b = v.get<double>();  // checked as a double: 1e300 is no float
+    if (!(b >= -100.0 && b <= 100.0)) {
+      throw bad_request(
+          "'logit_bias' values must be in [-100, 100], got " + nlohmann::json(b).dump() + ".",
+          "logit_bias");
+    }
+    out.emplace_back(id, static_cast<float>(b + 0.0));
+  }
+  return out;
+}
+
+// max_completion_tokens (the current name) over max_tokens; both checked.
+std::optional<int64_t> parse_max_tokens(const Json& body) {
+  std::optional<int64_t> out;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    const auto v = get_int(body, key);
+    if (!v) continue;
+    if (*v < 1 || *v > kMaxMaxTokens) {
+      throw bad_request(std::string("'") + key + "' must be in [1, " +
+                            std::to_string(kMaxMaxTokens) + "], got " + std::to_string(*v) + ".",
+                        key);
+    }
+    out = v;
+  }
+  return out;
+}
+
+void parse_sampling(const Json& body, const SamplingDefaults& defaults, SamplingParams& sp) {
+  sp.temperature = in_range(body, "temperature", 0.0, 2.0, false, defaults.temperature);
+  sp.top_p = in_range(body, "top_p", 0.0, 1.0, true, defaults.top_p);
+  sp.min_p = in_range(body, "min_p", 0.0, 1.0, false, defaults.min_p);
+  sp.presence_penalty = in_range(body, "presence_penalty", -2.0, 2.0, false, 0.0f);
+  sp.frequency_penalty = in_range(body, "frequency_penalty", -2.0, 2.0, false, 0.0f);
+  sp.repetition_penalty =
+      in_range(body, "repetition_penalty", 0.0, 100.0, true, defaults.repetition_penalty);
+  sp.top_k = defaults.top_k;
+  if (const auto k = get_int(body, "top_k")) {
+    if (*k < -1) throw bad_request("'top_k' must be -1 (off), 0 (off) or positive.", "top_k");
+    sp.top_k = *k < 0 ? 0 : *k;
+  }
 }
 }  // namespace
 
@@ -141,55 +262,18 @@ GenerationParams parse_generation_params(const Json& body, int64_t vocab_size, u
     if (!so->is_object()) throw wrong_type("stream_options", "an object");
     g.include_usage = get_bool(*so, "include_usage").value_or(false);
   }
-  g.max_tokens = get_int(body, "max_completion_tokens");
-  if (!g.max_tokens) g.max_tokens = get_int(body, "max_tokens");
-  if (g.max_tokens && *g.max_tokens < 1) {
-    throw bad_request("'max_tokens' must be at least 1.", "max_tokens");
-  }
+  g.max_tokens = parse_max_tokens(body);
   if (const auto n = get_int(body, "n"); n && *n != 1) {
     throw bad_request("'n' must be 1: hubzoo returns one choice per prompt.", "n");
   }
   GenerationRequest& r = g.request;
   SamplingParams& sp = r.sampling;
-  sp.temperature = in_range(body, "temperature", 0.0, 2.0, false, defaults.temperature);
-  sp.top_p = in_range(body, "top_p", 0.0, 1.0, true, defaults.top_p);
-  sp.min_p = in_range(body, "min_p", 0.0, 1.0, false, defaults.min_p);
-  sp.presence_penalty = in_range(body, "presence_penalty", -2.0, 2.0, false, 0.0f);
-  sp.frequency_penalty = in_range(body, "frequency_penalty", -2.0, 2.0, false, 0.0f);
-  sp.repetition_penalty =
-      in_range(body, "repetition_penalty", 0.0, 100.0, true, defaults.repetition_penalty);
-  sp.top_k = defaults.top_k;
-  if (const auto k = get_int(body, "top_k")) {
-    if (*k < -1) throw bad_request("'top_k' must be -1 (off), 0 (off) or positive.", "top_k");
-    sp.top_k = *k < 0 ? 0 : *k;
-  }
+  parse_sampling(body, defaults, sp);
   const auto seed = get_int(body, "seed");
   sp.seed = seed ? static_cast<uint64_t>(*seed) : random_seed;
-  if (const Json* bias = field(body, "logit_bias")) {
-    if (!bias->is_object()) throw wrong_type("logit_bias", "an object of token id -> bias");
-    for (const auto& [key, value] : bias->items()) {
-      int64_t id = -1;
-      size_t used = 0;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != key.size()) {
-        throw bad_request("'logit_bias' keys must be token ids, got '" + key + "'.", "logit_bias");
-      }
-      if (!value.is_number()) throw wrong_type("logit_bias", "an object of token id -> number");
-      sp.logit_bias.emplace_back(id, value.get<float>());
-    }
-  }
+  sp.logit_bias = parse_logit_bias(body, vocab_size);
   r.stop = parse_stop(body);
-  if (const Json* ids = field(body, "stop_token_ids")) {
-    if (!ids->is_array()) throw wrong_type("stop_token_ids", "an array of integers");
-    for (const auto& id : *ids) {
-      if (!id.is_number_integer()) throw wrong_type("stop_token_ids", "an array of integers");
-      r.stop_token_ids.push_back(id.get<int64_t>());
-    }
-  }
+  r.stop_token_ids = parse_stop_token_ids(body, vocab_size);
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
   g.return_token_ids = get_bool(body, "return_token_ids").value_or(false);
@@ -200,6 +284,54 @@ GenerationParams parse_generation_params(const Json& body, int64_t vocab_size, u
     throw bad_request(what + ".", what.rfind("logit_bias", 0) == 0 ? "logit_bias" : "");
   }
   return g;
+}
+
+void check_chat_request(const Json& body) {
+  const Json* messages =
+      bounded_array(body, "messages", kMaxMessages, "a non-empty array of messages");
+  if (!messages || messages->empty()) {
+    throw bad_request("'messages' must be a non-empty array of messages.", "messages");
+  }
+  bounded_array(body, "tools", kMaxTools, "an array of tools");
+}
+
+void check_completion_prompt(const Json& body, int64_t vocab_size) {
+  const Json* prompt = field(body, "prompt");
+  if (!prompt || !prompt->is_array()) return;  // a string, or the caller's 400
+  const bool ids = !prompt->empty() && (*prompt)[0].is_number_integer();
+  if (!ids) bounded_array(body, "prompt", kMaxPrompts, "a string, strings or token ids");
+  auto check_ids = [&](const Json& arr) {
+    for (const auto& t : arr) {
+      if (t.is_number_integer() && !token_id(t, vocab_size)) {
+        throw bad_request("'prompt' token ids must be in [0, " + std::to_string(vocab_size) +
+                              "), got " + json_excerpt(t, 40) + ".",
+                          "prompt");
+      }
+    }
+  };
+  if (ids) {
+    check_ids(*prompt);
+  } else {
+    for (const auto& p : *prompt) {
+      if (p.is_array()) check_ids(p);
+    }
+  }
+}
+
+std::vector<std::string> embedding_inputs(const Json& body) {
+  const char* shape = "'input' must be a string or a non-empty array of strings.";
+  const Json* input = field(body, "input");
+  if (!input) throw bad_request("'input' is required.", "input");
+  if (input->is_string()) return {input->get<std::string>()};
+  if (!input->is_array() || input->empty()) throw bad_request(shape, "input");
+  bounded_array(body, "input", kMaxEmbeddingInputs, "a string or an array of strings");
+  std::vector<std::string> texts;
+  texts.reserve(input->size());
+  for (const auto& t : *input) {
+    if (!t.is_string()) throw bad_request(shape, "input");
+    texts.push_back(t.get<std::string>());
+  }
+  return texts;
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "io/json.h"
 
 namespace hubzoo::server {
 
@@ -41,7 +42,29 @@ std::string dump(const Json& j);
 // "data: <json>\n\n"
 std::string sse(const Json& j);
 
-// Parses a request body; 400 for malformed JSON or a body that is not an object.
+// Request bodies nest at most 64 levels: a tool's JSON schema needs ~10
+// (body/tools/0/function/parameters/properties/x/items/...). The byte bound is
+// a backstop; the server's --max-body-bytes (8 MiB) applies first.
+inline constexpr JsonLimits kRequestJsonLimits{/*max_depth=*/64, /*max_bytes=*/uint64_t{64} << 20};
+
+// Bounds on a request's arrays and maps, each checked before any work on the
+// field (a 400 naming it). vLLM sets none of these; each is far above what a
+// real client sends and keeps the per-request and per-token work small.
+inline constexpr size_t kMaxLogitBias = 1024;        // entries; each costs work per sampled token
+inline constexpr size_t kMaxStopStrings = 16;        // strings; matched at every token
+inline constexpr size_t kMaxStopBytes = 1024;        // bytes per stop string
+inline constexpr size_t kMaxStopTokenIds = 256;      // ids
+inline constexpr size_t kMaxMessages = 2048;         // chat messages
+inline constexpr size_t kMaxTools = 128;             // tools (OpenAI's own limit)
+inline constexpr size_t kMaxPrompts = 64;            // prompts of one /v1/completions request
+inline constexpr size_t kMaxEmbeddingInputs = 2048;  // inputs of one /v1/embeddings request
+// max_tokens / max_completion_tokens: at most this, so prompt + max_tokens
+// cannot overflow (the context length rejects most of the range anyway).
+inline constexpr int64_t kMaxMaxTokens = int64_t{1} << 31;
+
+// Parses a request body through io/json's bounded parser (depth, size; a
+// number such as 1e999 that overflows a double is malformed); 400 for
+// malformed JSON or a body that is not an object.
 Json parse_body(const std::string& body);
 
 // Typed optional fields: nullopt when absent or null; 400 naming the field
@@ -80,6 +103,15 @@ SamplingDefaults sampling_defaults_from(const std::filesystem::path& generation_
 // sampling fields it leaves out.
 GenerationParams parse_generation_params(const Json& body, int64_t vocab_size, uint64_t random_seed,
                                          const SamplingDefaults& defaults = {});
+
+// /v1/chat/completions: 'messages' a non-empty array of at most kMaxMessages,
+// 'tools' an array of at most kMaxTools; checked before the template runs.
+void check_chat_request(const Json& body);
+// /v1/completions: 'prompt' holds at most kMaxPrompts prompts and its token
+// ids are integers in [0, vocab_size); checked before anything is encoded.
+void check_completion_prompt(const Json& body, int64_t vocab_size);
+// /v1/embeddings: 'input' as a string or 1..kMaxEmbeddingInputs strings.
+std::vector<std::string> embedding_inputs(const Json& body);
 
 // Logprobs in the two OpenAI formats. `token_text(id)` gives a token's text.
 struct LogprobEntry {

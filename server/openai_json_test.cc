@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <fstream>
 
 #include "base/error.h"
@@ -10,12 +12,12 @@
 namespace hubzoo::server {
 namespace {
 
-GenerationParams parse(const char* body) {
+GenerationParams parse(const std::string& body) {
   return parse_generation_params(Json::parse(body), 100, 42);
 }
 
 // The ApiError a body raises: status and param.
-std::pair<int, std::string> error_of(const char* body) {
+std::pair<int, std::string> error_of(const std::string& body) {
   try {
     parse(body);
   } catch (const ApiError& e) {
@@ -121,6 +123,173 @@ TEST(OpenAIJson, MalformedBodiesAre400) {
   EXPECT_THROW(parse_body("[1]"), ApiError);
   EXPECT_THROW(parse_body(""), ApiError);
   EXPECT_NO_THROW(parse_body(R"({"a": 1})"));
+}
+
+// The ApiError a body raises through `fn`: status, param and message.
+struct Raised {
+  int status = 0;
+  std::string param, message;
+};
+template <typename Fn>
+Raised raised(Fn fn) {
+  try {
+    fn();
+  } catch (const ApiError& e) {
+    return {e.status, e.param, e.what()};
+  }
+  return {};
+}
+
+std::string deep(int levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+// 100k nested arrays in a field were parsed whole and crashed the server when
+// copied or rendered (stack overflow). The parser refuses them with a 400.
+TEST(OpenAIJson, DeepBodiesAre400NamingTheDepth) {
+  for (const std::string& body :
+       {R"({"messages": [{"role": "user", "content": )" + deep(100000) + "}]}",
+        R"({"tools": [{"type": "function", "function": {"parameters": )" + deep(100000) + "}}]}",
+        R"({"stop": )" + deep(100000) + "}"}) {
+    const Raised r = raised([&] { parse_body(body); });
+    EXPECT_EQ(r.status, 400);
+    EXPECT_NE(r.message.find("nested deeper than the limit of 64 levels"), std::string::npos)
+        << r.message;
+  }
+  // A deep tool schema that real clients send still fits.
+  EXPECT_NO_THROW(parse_body(R"({"tools": [{"function": {"parameters": )" + deep(50) + "}}]}"));
+}
+
+// 1e999 overflows a double: nlohmann raised out_of_range, which parse_body
+// did not catch (a 500). Now a 400 that quotes the number and names the field.
+TEST(OpenAIJson, OverflowingNumbersAre400) {
+  const Raised r = raised([] { parse_body(R"({"temperature": 1e999})"); });
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.message.find("1e999"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(at /temperature)"), std::string::npos) << r.message;
+  EXPECT_EQ(raised([] { parse_body(R"({"temperature": -1e999})"); }).status, 400);
+}
+
+// Every numeric field is range-checked with a 400 naming it.
+TEST(OpenAIJson, NumericFieldsAreRangeChecked) {
+  using E = std::pair<int, std::string>;
+  for (const char* key : {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                          "repetition_penalty"}) {
+    for (const char* v : {"1e308", "-1e308", "1e30", "\"0.5\"", "true", "[1]"}) {
+      const std::string body = std::string("{\"") + key + "\": " + v + "}";
+      EXPECT_EQ(error_of(body.c_str()), E(400, key)) << body;
+    }
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens", "n", "seed", "top_k"}) {
+    // Integers given as floats, past int64, and strings.
+    for (const char* v : {"2.0", "1e3", "18446744073709551615", "99999999999999999999", "\"3\""}) {
+      const std::string body = std::string("{\"") + key + "\": " + v + "}";
+      EXPECT_EQ(error_of(body.c_str()), E(400, key)) << body;
+    }
+  }
+  EXPECT_EQ(error_of(R"({"max_tokens": 9223372036854775807})"), E(400, "max_tokens"));
+  EXPECT_EQ(error_of(R"({"max_completion_tokens": 0})"), E(400, "max_completion_tokens"));
+  EXPECT_EQ(error_of(R"({"max_completion_tokens": 5, "max_tokens": -1})"), E(400, "max_tokens"));
+  EXPECT_EQ(parse(R"({"max_completion_tokens": 5, "max_tokens": 7})").max_tokens, 5);
+  EXPECT_EQ(error_of(R"({"seed": 9223372036854775808})"), E(400, "seed"));
+  EXPECT_EQ(parse(R"({"seed": -1})").request.sampling.seed, ~uint64_t{0});
+  // -0 is 0; the boundaries are inclusive where OpenAI's are.
+  const GenerationParams g = parse(R"({"temperature": -0.0, "top_p": 1, "min_p": 0})");
+  EXPECT_FALSE(std::signbit(g.request.sampling.temperature));
+  EXPECT_EQ(g.request.sampling.top_p, 1.0f);
+}
+
+// logit_bias: 100k entries took 17 s of CPU before the 400 (the ordered
+// parser's O(n^2) key lookups, then a stoll per key). The count is checked
+// first, the parse is linear, and keys and values are strict.
+TEST(OpenAIJson, LogitBiasIsBoundedAndStrict) {
+  std::string body = R"({"logit_bias": {)";
+  for (int i = 0; i < 100000; ++i) body += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+  body += "}}";
+  const auto start = std::chrono::steady_clock::now();
+  const Raised r = raised([&] { parse_generation_params(parse_body(body), 200000, 1); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.param, "logit_bias");
+  EXPECT_NE(r.message.find("at most 1024 entries, got 100000"), std::string::npos) << r.message;
+  using E = std::pair<int, std::string>;
+  for (const char* b : {R"({"logit_bias": {" 5": 1}})", R"({"logit_bias": {"+5": 1}})",
+                        R"({"logit_bias": {"-1": 1}})", R"({"logit_bias": {"5x": 1}})",
+                        R"({"logit_bias": {"99999999999999999999": 1}})",
+                        R"({"logit_bias": {"5": 1e300}})", R"({"logit_bias": {"5": -100.5}})",
+                        R"({"logit_bias": {"5": "1"}})", R"({"logit_bias": [1]})"}) {
+    EXPECT_EQ(error_of(b), E(400, "logit_bias")) << b;
+  }
+  const auto bias = parse(R"({"logit_bias": {"5": -100, "7": 2.5}})").request.sampling.logit_bias;
+  ASSERT_EQ(bias.size(), 2u);
+  EXPECT_EQ(bias[0], std::make_pair(int64_t{5}, -100.0f));
+  EXPECT_EQ(bias[1], std::make_pair(int64_t{7}, 2.5f));
+}
+
+TEST(OpenAIJson, StopAndStopTokenIdsAreBounded) {
+  using E = std::pair<int, std::string>;
+  std::string many = R"({"stop": [)";
+  for (int i = 0; i < 17; ++i) many += std::string(i ? "," : "") + "\"s\"";
+  many += "]}";
+  EXPECT_EQ(error_of(many.c_str()), E(400, "stop"));
+  const std::string long_stop = R"({"stop": ")" + std::string(kMaxStopBytes + 1, 'x') + "\"}";
+  EXPECT_EQ(error_of(long_stop.c_str()), E(400, "stop"));
+  const std::string long_in_list = R"({"stop": ["a", ")" + std::string(5000, 'x') + "\"]}";
+  EXPECT_EQ(error_of(long_in_list.c_str()), E(400, "stop"));
+  EXPECT_EQ(error_of(R"({"stop": {"a": 1}})"), E(400, "stop"));
+  std::string ids = R"({"stop_token_ids": [)";
+  for (size_t i = 0; i <= kMaxStopTokenIds; ++i) ids += std::string(i ? "," : "") + "1";
+  ids += "]}";
+  EXPECT_EQ(error_of(ids.c_str()), E(400, "stop_token_ids"));
+  for (const char* b : {R"({"stop_token_ids": [100]})", R"({"stop_token_ids": [-1]})",
+                        R"({"stop_token_ids": [18446744073709551615]})",
+                        R"({"stop_token_ids": [1.0]})", R"({"stop_token_ids": 1})"}) {
+    EXPECT_EQ(error_of(b), E(400, "stop_token_ids")) << b;
+  }
+  EXPECT_EQ(parse(R"({"stop_token_ids": [0, 99]})").request.stop_token_ids,
+            (std::vector<int64_t>{0, 99}));
+}
+
+std::string array_of(size_t n, const std::string& item) {
+  std::string out = "[";
+  for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + item;
+  return out + "]";
+}
+
+TEST(OpenAIJson, ChatCompletionAndEmbeddingArraysAreBounded) {
+  const std::string msg = R"({"role": "user", "content": "x"})";
+  auto chat = [&](const std::string& body) {
+    return raised([&] { check_chat_request(parse_body(body)); });
+  };
+  EXPECT_EQ(chat(R"({"messages": )" + array_of(kMaxMessages + 1, msg) + "}").param, "messages");
+  EXPECT_EQ(chat(R"({"messages": []})").param, "messages");
+  EXPECT_EQ(chat(R"({"messages": {}})").param, "messages");
+  EXPECT_EQ(chat(R"({"messages": [)" + msg + R"(], "tools": )" +
+                 array_of(kMaxTools + 1, R"({"type": "function"})") + "}")
+                .param,
+            "tools");
+  EXPECT_EQ(chat(R"({"messages": [)" + msg + R"(], "tools": {}})").param, "tools");
+  EXPECT_EQ(chat(R"({"messages": )" + array_of(kMaxMessages, msg) + "}").status, 0);
+
+  auto completion = [&](const std::string& body) {
+    return raised([&] { check_completion_prompt(parse_body(body), 100); });
+  };
+  EXPECT_EQ(completion(R"({"prompt": )" + array_of(kMaxPrompts + 1, "\"a\"") + "}").param,
+            "prompt");
+  EXPECT_EQ(completion(R"({"prompt": [1, 2, 100]})").param, "prompt");
+  EXPECT_EQ(completion(R"({"prompt": [[1], [-1]]})").param, "prompt");
+  EXPECT_EQ(completion(R"({"prompt": [[1], "a", [99]]})").status, 0);
+  EXPECT_EQ(completion(R"({"prompt": )" + array_of(1000, "7") + "}").status, 0);
+
+  auto inputs = [&](const std::string& body) {
+    return raised([&] { embedding_inputs(parse_body(body)); });
+  };
+  EXPECT_EQ(inputs(R"({"input": )" + array_of(kMaxEmbeddingInputs + 1, "\"a\"") + "}").param,
+            "input");
+  EXPECT_EQ(inputs(R"({"input": []})").param, "input");
+  EXPECT_EQ(inputs(R"({"input": [1]})").param, "input");
+  EXPECT_EQ(inputs(R"({})").param, "input");
+  EXPECT_EQ(embedding_inputs(parse_body(R"({"input": ["a", "b"]})")),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(embedding_inputs(parse_body(R"({"input": "a"})")), (std::vector<std::string>{"a"}));
 }
 
 TEST(OpenAIJson, ErrorObjectShape) {

@@ -116,9 +116,26 @@ ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   return t;
 }
 
+namespace {
+
+// jinja::from_json and copies recurse once per level: values nested deeper
+// than JSON files may be (JsonLimits' default) are refused before either.
+constexpr size_t kMaxChatJsonDepth = JsonLimits{}.max_depth;
+
+template <typename Json>
+void check_depth(const Json& v, const char* what) {
+  if (json_depth(v, kMaxChatJsonDepth) > kMaxChatJsonDepth) {
+    throw InvalidArgument(std::string(what) + " nested deeper than the limit of " +
+                          std::to_string(kMaxChatJsonDepth) + " levels");
+  }
+}
+
+}  // namespace
+
 std::string ChatTemplate::render(const nlohmann::json& messages,
                                  const ChatTemplateOptions& options) const {
-  return render(ojson::parse(messages.dump()), options);
+  check_depth(messages, "chat messages");
+  return render(ojson(messages), options);
 }
 
 std::string ChatTemplate::render(const ojson& messages, const ChatTemplateOptions& options) const {
@@ -137,6 +154,10 @@ std::string ChatTemplate::render(const ojson& messages, const ChatTemplateOption
   auto it = compiled_.find(name);
   if (it == compiled_.end()) throw InvalidArgument("no chat template named '" + name + "'");
 
+  check_depth(messages, "chat messages");
+  check_depth(options.tools, "tools");
+  check_depth(options.documents, "documents");
+  check_depth(options.extra_kwargs, "extra template kwargs");
   if (!messages.is_array())
     throw InvalidArgument("chat messages must be a list of message objects");
   if (messages.empty()) {
@@ -144,7 +165,8 @@ std::string ChatTemplate::render(const ojson& messages, const ChatTemplateOption
   }
   ojson chat = ojson::array();
   for (const auto& m : messages) {
-    if (!m.is_object()) throw InvalidArgument("chat messages must be objects, got " + m.dump());
+    if (!m.is_object())
+      throw InvalidArgument("chat messages must be objects, got " + json_excerpt(m));
     chat.push_back(prepare_message(m));
   }
   if (!options.documents.is_null()) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "base/test_util.h"
 
 namespace hubzoo {
 namespace {
@@ -52,6 +53,37 @@ TEST(ChatTemplate, BadConversations) {
   EXPECT_THROW(t.render(ojson::parse(R"({"role": "user"})")), InvalidArgument);
   // content missing: the template's own concatenation fails, as in jinja2.
   EXPECT_THROW(t.render(ojson::parse(R"([{"role": "user"}])")), jinja::TemplateError);
+}
+
+// jinja::from_json recursed once per level: 100k nested arrays in a message
+// or a tool crashed the renderer. Refused by depth before conversion.
+TEST(ChatTemplate, DeepValuesAreRefused) {
+  auto t = ChatTemplate::from_string(kChatML);
+  // Built by moves: a copy would itself recurse 100k levels.
+  auto deep = [] {
+    ojson v = "x";
+    for (int i = 0; i < 100000; ++i) {
+      ojson a = ojson::array();
+      a.push_back(std::move(v));
+      v = std::move(a);
+    }
+    return v;
+  };
+  ojson msgs = ojson::array({ojson{{"role", "user"}, {"content", "hi"}}});
+  ChatTemplateOptions opt;
+  opt.tools = ojson::array();
+  opt.tools.push_back(deep());
+  test_util::expect_error<InvalidArgument>([&] { t.render(msgs, opt); },
+                                           {"tools nested deeper than the limit of 128"});
+  msgs[0]["content"] = deep();
+  test_util::expect_error<InvalidArgument>([&] { t.render(msgs); }, {"chat messages nested"});
+  nlohmann::json plain = nlohmann::json::array();
+  for (int i = 0; i < 100000; ++i) {
+    nlohmann::json a = nlohmann::json::array();
+    a.push_back(std::move(plain));
+    plain = std::move(a);
+  }
+  EXPECT_THROW(t.render(plain), InvalidArgument);
 }
 
 TEST(ChatTemplate, FromSnapshot) {

@@ -1,6 +1,7 @@
 #include "tokenizer/components.h"
 
 #include "base/error.h"
+#include "io/json.h"
 
 namespace hubzoo::tok {
 
@@ -17,6 +18,14 @@ std::string type_of(const Json& j, const char* what, const Source& src) {
   return t.get<std::string>();
 }
 
+Source nested(const Source& src, const char* what) {
+  if (src.depth >= kMaxSequenceDepth) {
+    throw FormatError(src.file + ": " + what + " Sequences nested deeper than the limit of " +
+                      std::to_string(kMaxSequenceDepth));
+  }
+  return Source{src.file, src.depth + 1};
+}
+
 void unknown_type(const char* what, const std::string& type, const Source& src) {
   throw FormatError(src.file + ": unknown " + what + " type '" + type + "'");
 }
@@ -28,7 +37,7 @@ SplitBehavior parse_behavior(const Json& j, const Source& src) {
   if (b == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (b == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (b == "Contiguous") return SplitBehavior::Contiguous;
-  throw FormatError(src.file + ": unknown split behavior " + j.dump());
+  throw FormatError(src.file + ": unknown split behavior " + json_excerpt(j));
 }
 
 }  // namespace hubzoo::tok

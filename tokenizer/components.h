@@ -17,7 +17,15 @@ using Json = nlohmann::json;
 // Where a component came from, for error messages.
 struct Source {
   std::string file;
+  int depth = 0;  // Sequences this component is nested in
 };
+
+// Real tokenizer.json files nest a Sequence at most once or twice; building
+// and running a Sequence recurses once per level, so the nesting is bounded.
+inline constexpr int kMaxSequenceDepth = 16;
+// The source for a Sequence's parts: one level deeper, or FormatError naming
+// the file, the kind of Sequence and the limit.
+Source nested(const Source& src, const char* what);
 
 class Normalizer {
  public:

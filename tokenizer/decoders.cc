@@ -258,8 +258,9 @@ std::unique_ptr<Decoder> make_decoder(const Json& j, const Source& src) {
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> parts;
+    const Source inner = nested(src, "decoder");
     for (const Json& p : field(j, "decoders", src)) {
-      if (auto d = make_decoder(p, src)) parts.push_back(std::move(d));
+      if (auto d = make_decoder(p, inner)) parts.push_back(std::move(d));
     }
     return std::make_unique<SequenceDecoder>(std::move(parts));
   }

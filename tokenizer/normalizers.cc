@@ -180,8 +180,9 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j, const Source& src) {
   if (type == "Precompiled") return make_precompiled(j, src);
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> parts;
+    const Source inner = nested(src, "normalizer");
     for (const Json& p : field(j, "normalizers", src)) {
-      if (auto n = make_normalizer(p, src)) parts.push_back(std::move(n));
+      if (auto n = make_normalizer(p, inner)) parts.push_back(std::move(n));
     }
     return std::make_unique<SequenceNormalizer>(std::move(parts));
   }

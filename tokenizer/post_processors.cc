@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "io/json.h"
 #include "tokenizer/components.h"
 
 namespace hubzoo::tok {
@@ -147,7 +148,7 @@ class SequenceProcessor : public PostProcessor {
 
 SpecialToken token_pair(const Json& j, const Source& src) {
   if (!j.is_array() || j.size() != 2)
-    throw FormatError(src.file + ": expected [token, id], got " + j.dump());
+    throw FormatError(src.file + ": expected [token, id], got " + json_excerpt(j));
   return {{j[1].get<int64_t>()}, {j[0].get<std::string>()}};
 }
 
@@ -186,15 +187,16 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const Source& 
           throw FormatError(src.file + ": template uses undeclared special token '" + id + "'");
         single.push_back({false, id, p["SpecialToken"].value("type_id", int64_t{0})});
       } else {
-        throw FormatError(src.file + ": unknown template piece " + p.dump());
+        throw FormatError(src.file + ": unknown template piece " + json_excerpt(p));
       }
     }
     return std::make_unique<TemplateProcessor>(std::move(single), std::move(specials));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PostProcessor>> parts;
+    const Source inner = nested(src, "post_processor");
     for (const Json& p : field(j, "processors", src)) {
-      if (auto q = make_post_processor(p, src)) parts.push_back(std::move(q));
+      if (auto q = make_post_processor(p, inner)) parts.push_back(std::move(q));
     }
     return std::make_unique<SequenceProcessor>(std::move(parts));
   }

@@ -221,8 +221,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Source& sr
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PreTokenizer>> parts;
+    const Source inner = nested(src, "pre_tokenizer");
     for (const Json& p : field(j, "pretokenizers", src)) {
-      if (auto t = make_pre_tokenizer(p, src)) parts.push_back(std::move(t));
+      if (auto t = make_pre_tokenizer(p, inner)) parts.push_back(std::move(t));
     }
     return std::make_unique<SequencePre>(std::move(parts));
   }

@@ -53,6 +53,12 @@ Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
 Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
   const Source src{file};
   if (!j.is_object()) throw FormatError(file + ": top level must be an object");
+  // A value that did not come through parse_json (a C++ caller's) is bounded
+  // here: the builders below copy and walk it recursively.
+  if (json_depth(j, JsonLimits{}.max_depth) > JsonLimits{}.max_depth) {
+    throw FormatError(file + ": JSON nested deeper than the limit of " +
+                      std::to_string(JsonLimits{}.max_depth) + " levels");
+  }
   Tokenizer t;
   try {
     auto get = [&](const char* key) { return j.contains(key) ? j[key] : Json(); };

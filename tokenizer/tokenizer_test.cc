@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "base/error.h"
 
@@ -148,6 +151,73 @@ TEST(TokenizerErrors, UnknownComponentTypeNamesTypeAndFile) {
   j["normalizer"] = nullptr;
   j["model"]["merges"] = Json::array({"a b c"});
   EXPECT_THROW(Tokenizer::from_json(j), FormatError);
+}
+
+// {"type": "Sequence", "<list>": [ ... `levels` times ... {"type": leaf} ]}
+std::string nested_sequences(const std::string& list, const std::string& leaf, int levels) {
+  std::string open, close;
+  for (int i = 0; i < levels; ++i) {
+    open += R"({"type": "Sequence", ")" + list + R"(": [)";
+    close += "]}";
+  }
+  return open + R"({"type": ")" + leaf + R"("})" + close;
+}
+
+// Building (and running) a Sequence recurses once per level: the nesting is
+// bounded for every kind of component, with a FormatError naming the file.
+TEST(TokenizerErrors, NestedSequencesAreBounded) {
+  struct Kind {
+    const char* key;
+    const char* list;
+    const char* leaf;
+  };
+  for (const Kind& k :
+       {Kind{"normalizer", "normalizers", "Lowercase"},
+        Kind{"pre_tokenizer", "pretokenizers", "Whitespace"}, Kind{"decoder", "decoders", "Fuse"},
+        Kind{"post_processor", "processors", "ByteLevel"}}) {
+    Json j = Json::parse(R"({"model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"a"}})");
+    j[k.key] = Json::parse(nested_sequences(k.list, k.leaf, kMaxSequenceDepth));
+    EXPECT_NO_THROW(Tokenizer::from_json(j, "/x/tokenizer.json")) << k.key;
+    j[k.key] = Json::parse(nested_sequences(k.list, k.leaf, kMaxSequenceDepth + 1));
+    try {
+      Tokenizer::from_json(j, "/x/tokenizer.json");
+      ADD_FAILURE() << "expected FormatError for " << k.key;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("/x/tokenizer.json: " + std::string(k.key) +
+                                           " Sequences nested deeper than the limit of 16"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// 100k nested Sequences crashed the loader (stack overflow); the file is
+// refused at parse, and a value built in memory before building anything.
+TEST(TokenizerErrors, DeepTokenizerJsonIsRefused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hubzoo_deep_tok_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "tokenizer.json";
+  std::ofstream(file) << R"({"model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"a"},)"
+                      << R"("normalizer": )" << nested_sequences("normalizers", "Lowercase", 100000)
+                      << "}";
+  try {
+    Tokenizer::from_file(file);
+    ADD_FAILURE() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nested deeper"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+  Json deep = 1;
+  for (int i = 0; i < 100000; ++i) {
+    Json a = Json::array();
+    a.push_back(std::move(deep));
+    deep = std::move(a);
+  }
+  Json j = Json::parse(R"({"model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"a"}})");
+  j["extra"] = std::move(deep);
+  EXPECT_THROW(Tokenizer::from_json(j, "mem"), FormatError);
 }
 
 TEST(TokenizerSmolLM2, EncodesSpecialTokensAndCharOffsets) {

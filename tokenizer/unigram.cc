@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "io/json.h"
 #include "tokenizer/token_models.h"
 
 namespace hubzoo::tok {
@@ -54,7 +55,7 @@ class Unigram : public Model {
     uint32_t id = 0;
     for (const Json& entry : vocab) {
       if (!entry.is_array() || entry.size() != 2) {
-        throw FormatError(src.file + ": Unigram vocab entry " + entry.dump() +
+        throw FormatError(src.file + ": Unigram vocab entry " + json_excerpt(entry) +
                           " is not [piece, score]");
       }
       const std::string piece = entry[0].get<std::string>();
