@@ -50,6 +50,7 @@ struct Conn {
   Clock::time_point deadline, body_start;
   const Route* route = nullptr;
   uint64_t drained = 0;
+  uint64_t body_counted = 0;  // this body's bytes in Impl::body_memory
 };
 
 // A worker's answer, handed to the reactor.
@@ -81,7 +82,7 @@ struct HttpServer::Impl {
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
   std::atomic<bool> stopping{false}, abort{false};
   std::atomic<int64_t> open{0}, busy{0};
-  std::atomic<uint64_t> max_body{0}, refused{0};
+  std::atomic<uint64_t> max_body{0}, refused{0}, body_memory{0};
 
   std::mutex done_mu;  // workers -> reactor
   std::vector<Completion> done;
@@ -135,9 +136,16 @@ struct HttpServer::Impl {
     c.registered = false;
   }
 
+  // The body left the reactor's reading (handed on, refused or dropped).
+  void release_body(Conn& c) {
+    body_memory -= c.body_counted;
+    c.body_counted = 0;
+  }
+
   void close_conn(Conn& c) {
     if (c.dead) return;
     c.dead = true;
+    release_body(c);
     unwatch(c);
     ::close(c.fd);
     if (--per_ip[c.ip] <= 0) per_ip.erase(c.ip);
@@ -184,6 +192,7 @@ struct HttpServer::Impl {
   }
 
   void reply(Conn& c, const Response& res, const Request& req, After after) {
+    release_body(c);
     if (hooks.on_response) hooks.on_response(req, res.status);
     const bool keep = after == After::kKeepAlive && req.keep_alive && !stopping;
     if (!keep && after == After::kKeepAlive) after = After::kClose;
@@ -268,6 +277,14 @@ struct HttpServer::Impl {
       if (c.phase == Phase::kBody) {
         const uint64_t got = c.parser.request().body.size();
         if (got > max_body.load()) max_body = got;
+        body_memory += got - c.body_counted;
+        c.body_counted = got;
+        if (body_memory.load() > opt.max_body_memory) {
+          Response res =
+              error(503, "The server is receiving too many request bodies; retry later.");
+          res.set_header("Retry-After", "1");
+          return reply(c, res, c.parser.request(), After::kLinger);
+        }
         // The body keeps at least min_body_rate after its grace period.
         c.deadline =
             c.body_start + opt.body_grace +
@@ -287,6 +304,7 @@ struct HttpServer::Impl {
   }
 
   void dispatch(Conn& c) {
+    release_body(c);
     auto req = std::make_shared<Request>(c.parser.take());
     req->remote_ip = c.ip;
     c.parser.reset();
@@ -589,7 +607,7 @@ void HttpServer::stop() {
 
 HttpStats HttpServer::stats() const {
   const Impl& s = *impl_;
-  return {s.open.load(), s.busy.load(), s.max_body.load(), s.refused.load()};
+  return {s.open.load(), s.busy.load(), s.max_body.load(), s.body_memory.load(), s.refused.load()};
 }
 
 }  // namespace hubzoo::net

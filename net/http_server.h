@@ -53,15 +53,19 @@ struct HttpOptions {
   std::chrono::milliseconds header_timeout{10000};  // first byte to the end of the head
   std::chrono::milliseconds body_grace{10000};      // then the body must keep min_body_rate
   uint64_t min_body_rate = 4096;                    // bytes per second
-  std::chrono::milliseconds write_timeout{10000};   // per write without progress
-  std::chrono::milliseconds stop_grace{5000};       // stop(): in-flight requests may finish
-  std::chrono::milliseconds linger{2000};           // reading what follows an error response
+  // Request bodies being read, all connections together; a body that would
+  // pass it is answered 503 (1000 slow uploads cannot hold 1000 x max_body).
+  uint64_t max_body_memory = 256 << 20;
+  std::chrono::milliseconds write_timeout{10000};  // per write without progress
+  std::chrono::milliseconds stop_grace{5000};      // stop(): in-flight requests may finish
+  std::chrono::milliseconds linger{2000};          // reading what follows an error response
 };
 
 struct HttpStats {
   int64_t open_connections = 0;
   int64_t busy_connections = 0;    // with a worker
   uint64_t max_body_buffered = 0;  // largest request body held in memory
+  uint64_t body_memory = 0;        // bodies being read now, all connections
   uint64_t refused_connections = 0;
 };
 

@@ -294,6 +294,56 @@ TEST(HttpServer, SlowHeadIsCutAtTheDeadline) {
   close(fd);
 }
 
+TEST(HttpServer, SlowBodyIsCutByTheMinimumRate) {
+  HttpOptions o = small_options();
+  o.body_grace = milliseconds(300);
+  o.min_body_rate = 1000;  // bytes per second after the grace
+  Served s(o);
+  const int fd = connect_to(s.port);
+  ASSERT_TRUE(send_str(fd,
+                       "POST /echo HTTP/1.1\r\nAuthorization: Bearer k\r\n"
+                       "Content-Length: 10000\r\n\r\n"));
+  std::atomic<bool> done{false};
+  std::thread slow([&] {  // 10 bytes per 50 ms: 200 B/s
+    for (int i = 0; i < 100 && !done; ++i) {
+      if (send(fd, "0123456789", 10, MSG_NOSIGNAL) != 10) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  const auto t0 = Clock::now();
+  const std::string got = read_all(fd);
+  const auto took = Clock::now() - t0;
+  done = true;
+  slow.join();
+  EXPECT_EQ(status_of(got), 408) << got;
+  EXPECT_LT(took, milliseconds(2000));
+  EXPECT_EQ(s.probe.echo_calls.load(), 0);
+  close(fd);
+}
+
+TEST(HttpServer, BodiesBeingReadShareOneMemoryBudget) {
+  HttpOptions o = small_options();  // 64 KiB per body
+  o.max_body_memory = 100 << 10;
+  Served s(o);
+  const std::string head =
+      "POST /echo HTTP/1.1\r\nAuthorization: Bearer k\r\nContent-Length: 65536\r\n\r\n";
+  const int a = connect_to(s.port);
+  ASSERT_TRUE(send_str(a, head + std::string(60000, 'a')));
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (s.stats().body_memory < 60000 && Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(s.stats().body_memory, 60000u);
+  const int b = connect_to(s.port);
+  ASSERT_TRUE(send_str(b, head + std::string(60000, 'b')));
+  const std::string refused = read_response(b);
+  EXPECT_EQ(status_of(refused), 503) << refused;
+  close(b);
+  // The first body completes; then nothing is held.
+  ASSERT_TRUE(send_str(a, std::string(5536, 'a')));
+  EXPECT_EQ(read_response(a).size() > 65536, true);
+  EXPECT_EQ(s.stats().body_memory, 0u);
+  close(a);
+}
+
 TEST(HttpServer, PerIpCapRefusesWith503) {
   HttpOptions o = small_options();
   o.max_connections_per_ip = 3;

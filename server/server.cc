@@ -330,6 +330,7 @@ void Server::Impl::install_routes() {
   h.max_connections = opt.max_connections;
   h.max_connections_per_ip = opt.max_connections_per_ip;
   h.limits.max_body = static_cast<uint64_t>(opt.max_body_bytes);
+  h.max_body_memory = std::max<uint64_t>(h.max_body_memory, 4 * h.limits.max_body);
   http = std::make_unique<net::HttpServer>(h, std::move(routes), std::move(hooks));
 }
 
