@@ -258,7 +258,7 @@ void Server::Impl::handle_detokenize(const net::Request& req, net::Response& res
   send_json(res, Json{{"prompt", tokenizer->decode(ids, false)}});
 }
 
-void Server::Impl::install_routes() {
+std::vector<net::Route> Server::Impl::routes() {
   using net::Request;
   using net::Response;
   auto route = [this](const char* method, std::string path,
@@ -304,7 +304,12 @@ void Server::Impl::install_routes() {
   routes.push_back(cheap("/", false, [](const Request&, Response& res) {
     res.set_content(kChatPage, "text/html; charset=utf-8");
   }));
+  return routes;
+}
 
+void Server::Impl::install_routes() {
+  using net::Request;
+  using net::Response;
   net::Hooks hooks;
   hooks.authorize = [this](const Request& req) { return authorize(req); };
   // Errors the HTTP layer answers itself (no route, body too large, ...) get OpenAI's shape.
@@ -331,7 +336,7 @@ void Server::Impl::install_routes() {
   h.max_connections_per_ip = opt.max_connections_per_ip;
   h.limits.max_body = static_cast<uint64_t>(opt.max_body_bytes);
   h.max_body_memory = std::max<uint64_t>(h.max_body_memory, 4 * h.limits.max_body);
-  http = std::make_unique<net::HttpServer>(h, std::move(routes), std::move(hooks));
+  http = std::make_unique<net::HttpServer>(h, routes(), std::move(hooks));
 }
 
 Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}

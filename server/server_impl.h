@@ -47,6 +47,7 @@ struct Server::Impl {
   // The HTTP server with its routes; authentication is checked on the
   // request's head, before the body is read.
   void install_routes();
+  std::vector<net::Route> routes();
   // 401 unless the request carries the API key (when one is set).
   std::optional<net::Response> authorize(const net::Request& req) const;
   // Runs a handler; every error becomes an OpenAI error object with its status.
