@@ -2,6 +2,7 @@
 // one thread (sigwait) that stops the server cleanly: new requests are
 // refused, running generations cancelled, the listener closed, then exit 0.
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -51,6 +52,16 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "worker threads (0: all cores)");
+  cmd->add_flag("--metrics-public", o.metrics_public,
+                "serve /metrics without the API key (for a scraper on a private network)");
+  cmd->add_option("--max-connections", o.max_connections,
+                  "open connections at once; more are answered 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
+                  "open connections from one client address; more are answered 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_flag_callback(
       "--quiet", [&o] { o.log_requests = false; }, "no line per request on stderr");
   return cmd;
@@ -65,6 +76,13 @@ int run_serve(const server::ServerOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a death
+  // Idle connections cost a descriptor each: take the hard limit (the default
+  // soft limit, often 1024, would cap connections far below --max-connections).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   server::Server srv(o);
   const int port = srv.bind();

@@ -33,7 +33,8 @@ function(hubzoo_library folder)
   cmake_parse_arguments(arg "NOT_INSTALLED" "" "DEPS;PUBLIC_LIBS;PRIVATE_LIBS" ${ARGN})
   set(src_dir ${PROJECT_SOURCE_DIR}/${folder})
   file(GLOB sources CONFIGURE_DEPENDS ${src_dir}/*.cc)
-  list(FILTER sources EXCLUDE REGEX "_test\\.cc$")
+  # Tests, and libFuzzer entry points (<name>_fuzz.cc), are not library code.
+  list(FILTER sources EXCLUDE REGEX "_(test|fuzz)\\.cc$")
   set(target hubzoo_${folder})
   # A header-only folder (base/ today) is an INTERFACE library.
   if(sources)

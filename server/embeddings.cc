@@ -24,7 +24,7 @@ std::string base64(const unsigned char* data, size_t n) {
 
 }  // namespace
 
-void Server::Impl::handle_embeddings(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_embeddings(const net::Request& req, net::Response& res) {
   if (!embedder) {
     throw ApiError(404, "invalid_request_error",
                    "No embedding model is loaded: start the server with --embedding-model.",

@@ -100,7 +100,7 @@ std::vector<std::shared_ptr<Job>> submit_all(Scheduler& scheduler, const Generat
 }
 
 void respond_whole(Server::Impl& s, const ResponseContext& rc,
-                   std::vector<std::shared_ptr<Job>>& jobs, httplib::Response& res) {
+                   std::vector<std::shared_ptr<Job>>& jobs, net::Response& res) {
   Json choices = Json::array();
   int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -128,9 +128,21 @@ void respond_whole(Server::Impl& s, const ResponseContext& rc,
   send_json(res, out);
 }
 
-// State of one server-sent-event stream, shared by httplib's provider calls.
+// State of one server-sent-event stream, owned by the response's producer.
+// Whatever ends it, a stream that did not finish was dropped by the client
+// (or the server stopped), so its generation is cancelled and its slot returns.
 struct Stream {
   using Clock = std::chrono::steady_clock;
+  explicit Stream(Server::Impl& server) : s(server) {}
+  ~Stream() {
+    if (done) return;
+    s.scheduler->cancel(job->id);
+    if (!s.stopping) s.metrics.count_disconnect();
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  Server::Impl& s;
   ResponseContext rc;
   std::shared_ptr<Job> job;
   bool started = false, done = false;
@@ -206,48 +218,37 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
 }
 
 void respond_stream(Server::Impl& s, const ResponseContext& rc, std::shared_ptr<Job> job,
-                    httplib::Response& res) {
-  auto st = std::make_shared<Stream>();
+                    net::Response& res) {
+  auto st = std::make_shared<Stream>(s);
   st->rc = rc;
   st->job = std::move(job);
-  ++s.open_streams;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [&s, st](size_t, httplib::DataSink& sink) {
-        std::vector<TokenEvent> events;
-        std::optional<Completion> done;
-        // The first call answers at once (headers and the role chunk).
-        if (st->started) done = st->job->channel->wait(events, std::chrono::milliseconds(500));
-        std::string out = stream_events(s, *st, events, done);
-        const auto now = Stream::Clock::now();
-        // A comment now and then while nothing comes (queued, long prefill):
-        // writing is how a closed connection shows.
-        if (out.empty() && now - st->last_write > std::chrono::seconds(1)) out = ": ping\n\n";
-        if (!out.empty()) {
-          if (!sink.write(out.data(), out.size())) return false;
-          st->last_write = now;
-        }
-        if (done) {
-          st->done = true;
-          sink.done();
-        }
-        return true;
-      },
-      [&s, st](bool) {
-        // Whatever ended the response: a stream that did not finish was
-        // dropped by the client (or the server stopped), so its slot returns.
-        if (!st->done) {
-          s.scheduler->cancel(st->job->id);
-          if (!s.stopping) s.metrics.count_disconnect();
-        }
-        --s.open_streams;
-      });
+  res.content_type = "text/event-stream";
+  // Runs on the request's worker; writes until the generation finished or a
+  // write failed (the client left, or the server stopped).
+  res.stream = [&s, st](net::StreamWriter& sink) {
+    while (!st->done) {
+      std::vector<TokenEvent> events;
+      std::optional<Completion> done;
+      // The first round answers at once (the role chunk).
+      if (st->started) done = st->job->channel->wait(events, std::chrono::milliseconds(500));
+      std::string out = stream_events(s, *st, events, done);
+      const auto now = Stream::Clock::now();
+      // A comment now and then while nothing comes (queued, long prefill):
+      // writing is how a closed connection shows.
+      if (out.empty() && now - st->last_write > std::chrono::seconds(1)) out = ": ping\n\n";
+      if (!out.empty()) {
+        if (!sink.write(out)) return;
+        st->last_write = now;
+      }
+      if (done) st->done = true;
+    }
+  };
 }
 
 void respond(Server::Impl& s, ResponseContext rc, const GenerationParams& g,
-             const std::vector<std::vector<int64_t>>& prompts, httplib::Response& res) {
+             const std::vector<std::vector<int64_t>>& prompts, net::Response& res) {
   rc.id = s.new_id(rc.kind == Kind::kChat ? "chatcmpl-" : "cmpl-");
   rc.model = s.model_id;
   rc.fingerprint = s.fingerprint;
@@ -321,7 +322,7 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
   return tokenizer->encode(prompt, /*add_special_tokens=*/false).ids;
 }
 
-void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_chat(const net::Request& req, net::Response& res) {
   const Json body = parse_body(req.body);
   GenerationParams g =
       parse_generation_params(body, model->info().vocab_size, random_seed(), sampling_defaults);
@@ -349,7 +350,7 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
   respond(*this, rc, g, {prompt}, res);
 }
 
-void Server::Impl::handle_completions(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_completions(const net::Request& req, net::Response& res) {
   const Json body = parse_body(req.body);
   GenerationParams g =
       parse_generation_params(body, model->info().vocab_size, random_seed(), sampling_defaults);

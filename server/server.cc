@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "base/error.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
@@ -39,16 +38,36 @@ std::string path_label(const std::string& path) {
   return "other";
 }
 
+constexpr std::string_view kModelsPrefix = "/v1/models/";
+
+// %XX escapes of a path segment decoded (a model id may hold '/'); others kept.
+std::string percent_decode(std::string_view s) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-void send_json(httplib::Response& res, const Json& body, int status) {
+void send_json(net::Response& res, const Json& body, int status) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  send_json(res, error_body(e), e.status);
-}
+void send_error(net::Response& res, const ApiError& e) { send_json(res, error_body(e), e.status); }
 
 Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   if (opt.max_concurrency <= 0) throw InvalidArgument("--max-concurrency must be > 0");
@@ -134,21 +153,23 @@ void Server::Impl::check_context(int64_t prompt_tokens, std::optional<int64_t> m
   }
 }
 
-void Server::Impl::guarded(const httplib::Request& req, httplib::Response& res, bool auth,
-                           const std::function<void()>& fn) {
+std::optional<net::Response> Server::Impl::authorize(const net::Request& req) const {
+  if (opt.api_key.empty()) return std::nullopt;
+  const std::string header = req.header_value("Authorization");
+  const std::string scheme = "Bearer ";
+  const std::string key = header.rfind(scheme, 0) == 0 ? header.substr(scheme.size()) : "";
+  if (constant_time_equal(key, opt.api_key)) return std::nullopt;
+  net::Response res;
+  res.set_header("WWW-Authenticate", "Bearer");
+  send_error(res, ApiError(401, "invalid_request_error",
+                           header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
+                                          : "Incorrect API key provided.",
+                           "", "invalid_api_key"));
+  return res;
+}
+
+void Server::Impl::guarded(net::Response& res, const std::function<void()>& fn) {
   try {
-    if (auth && !opt.api_key.empty()) {
-      const std::string header = req.get_header_value("Authorization");
-      const std::string scheme = "Bearer ";
-      const std::string key = header.rfind(scheme, 0) == 0 ? header.substr(scheme.size()) : "";
-      if (!constant_time_equal(key, opt.api_key)) {
-        res.set_header("WWW-Authenticate", "Bearer");
-        throw ApiError(401, "invalid_request_error",
-                       header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
-                                      : "Incorrect API key provided.",
-                       "", "invalid_api_key");
-      }
-    }
     fn();
   } catch (const ApiError& e) {
     send_error(res, e);
@@ -169,7 +190,7 @@ void Server::Impl::guarded(const httplib::Request& req, httplib::Response& res, 
   }
 }
 
-void Server::Impl::handle_models(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_models(const net::Request& req, net::Response& res) {
   auto entry = [&](const std::string& id, int64_t max_len) {
     Json m = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "hubzoo"}};
     if (max_len > 0) m["max_model_len"] = max_len;
@@ -177,8 +198,8 @@ void Server::Impl::handle_models(const httplib::Request& req, httplib::Response&
   };
   Json data = Json::array({entry(model_id, scheduler->options().max_context)});
   if (embedder) data.push_back(entry(embedding_id, embedder->info().max_seq_length));
-  if (req.matches.size() > 1) {
-    const std::string id = req.matches[1];
+  if (req.path.size() > kModelsPrefix.size()) {  // GET /v1/models/{id}
+    const std::string id = percent_decode(req.path.substr(kModelsPrefix.size()));
     for (const auto& m : data) {
       if (m["id"] == id) return send_json(res, m);
     }
@@ -188,7 +209,7 @@ void Server::Impl::handle_models(const httplib::Request& req, httplib::Response&
   send_json(res, Json{{"object", "list"}, {"data", data}});
 }
 
-void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_tokenize(const net::Request& req, net::Response& res) {
   const Json body = parse_body(req.body);
   check_model(get_string(body, "model").value_or(""));
   std::vector<int64_t> ids;
@@ -214,7 +235,7 @@ void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Respons
   send_json(res, out);
 }
 
-void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_detokenize(const net::Request& req, net::Response& res) {
   const Json body = parse_body(req.body);
   check_model(get_string(body, "model").value_or(""));
   auto it = body.find("tokens");
@@ -237,86 +258,92 @@ void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Respo
   send_json(res, Json{{"prompt", tokenizer->decode(ids, false)}});
 }
 
-void Server::Impl::install_routes() {
-  using httplib::Request;
-  using httplib::Response;
-  http.new_task_queue = [n = opt.max_concurrency + opt.max_queue + 16] {
-    return new httplib::ThreadPool(static_cast<size_t>(n));
-  };
-  http.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
-  http.set_keep_alive_timeout(5);
-  http.set_write_timeout(10);
-  auto route = [this](bool auth, void (Impl::*fn)(const Request&, Response&)) {
-    return [this, auth, fn](const Request& req, Response& res) {
-      guarded(req, res, auth, [&] { (this->*fn)(req, res); });
+std::vector<net::Route> Server::Impl::routes() {
+  using net::Request;
+  using net::Response;
+  auto route = [this](const char* method, std::string path,
+                      void (Impl::*fn)(const Request&, Response&)) {
+    net::Route r;
+    r.method = method;
+    r.path = std::move(path);
+    r.handler = [this, fn](const Request& req, Response& res) {
+      guarded(res, [&] { (this->*fn)(req, res); });
     };
+    return r;
   };
-  http.Post("/v1/chat/completions", route(true, &Impl::handle_chat));
-  http.Post("/v1/completions", route(true, &Impl::handle_completions));
-  http.Post("/v1/embeddings", route(true, &Impl::handle_embeddings));
-  http.Post("/tokenize", route(true, &Impl::handle_tokenize));
-  http.Post("/detokenize", route(true, &Impl::handle_detokenize));
-  http.Get("/v1/models", route(true, &Impl::handle_models));
-  http.Get(R"(/v1/models/(.+))", route(true, &Impl::handle_models));
-  http.Get("/health", [this](const Request&, Response& res) {
+  std::vector<net::Route> routes = {
+      route("POST", "/v1/chat/completions", &Impl::handle_chat),
+      route("POST", "/v1/completions", &Impl::handle_completions),
+      route("POST", "/v1/embeddings", &Impl::handle_embeddings),
+      route("POST", "/tokenize", &Impl::handle_tokenize),
+      route("POST", "/detokenize", &Impl::handle_detokenize),
+      route("GET", "/v1/models", &Impl::handle_models),
+  };
+  routes.push_back(route("GET", std::string(kModelsPrefix), &Impl::handle_models));
+  routes.back().prefix = true;
+  // Cheap routes, answered by the reactor itself: they answer under floods
+  // and while every worker generates.
+  auto cheap = [](const char* path, bool auth, net::Handler handler) {
+    net::Route r;
+    r.method = "GET";
+    r.path = path;
+    r.auth = auth;
+    r.inline_ = true;
+    r.handler = std::move(handler);
+    return r;
+  };
+  routes.push_back(cheap("/health", false, [this](const Request&, Response& res) {
     const bool down = stopping.load();
     send_json(res, Json{{"status", down ? "shutting down" : "ok"}}, down ? 503 : 200);
-  });
-  http.Get("/metrics", [this](const Request&, Response& res) {
+  }));
+  // Usage statistics: behind the key unless --metrics-public.
+  routes.push_back(cheap("/metrics", !opt.metrics_public, [this](const Request&, Response& res) {
     res.set_content(metrics.render(scheduler->stats(), model_id),
                     "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/", [](const Request&, Response& res) {
+  }));
+  routes.push_back(cheap("/", false, [](const Request&, Response& res) {
     res.set_content(kChatPage, "text/html; charset=utf-8");
-  });
-  // Errors httplib answers itself (no route, body too large) get OpenAI's shape too.
-  http.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string message = "HTTP error " + std::to_string(res.status);
-        if (res.status == 404) message = "Unknown endpoint: " + req.method + " " + req.path;
-        if (res.status == 413) {
-          message = "The request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes.";
-        }
-        send_error(res, ApiError(res.status, "invalid_request_error", message));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, "server_error", "Internal error: " + what));
-  });
-  http.set_logger([this](const Request& req, const Response& res) {
-    metrics.count_response(path_label(req.path), res.status);
+  }));
+  return routes;
+}
+
+void Server::Impl::install_routes() {
+  using net::Request;
+  using net::Response;
+  net::Hooks hooks;
+  hooks.authorize = [this](const Request& req) { return authorize(req); };
+  // Errors the HTTP layer answers itself (no route, body too large, ...) get OpenAI's shape.
+  hooks.error = [](int status, const std::string& message) {
+    Response res;
+    send_error(res,
+               ApiError(status, status >= 500 ? "server_error" : "invalid_request_error", message));
+    return res;
+  };
+  hooks.on_response = [this](const Request& req, int status) {
+    metrics.count_response(path_label(req.path), status);
     if (opt.log_requests) {
-      std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+      std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), status);
     }
-  });
+  };
+  net::HttpOptions h;
+  h.host = opt.host;
+  h.port = opt.port;
+  // A generating request holds its worker (it waits for tokens): one per
+  // slot and queue place, and some for the short endpoints.
+  h.workers = static_cast<int>(opt.max_concurrency + opt.max_queue + 16);
+  h.max_queued = static_cast<size_t>(opt.max_queue + 16);
+  h.max_connections = opt.max_connections;
+  h.max_connections_per_ip = opt.max_connections_per_ip;
+  h.limits.max_body = static_cast<uint64_t>(opt.max_body_bytes);
+  h.max_body_memory = std::max<uint64_t>(h.max_body_memory, 4 * h.limits.max_body);
+  http = std::make_unique<net::HttpServer>(h, routes(), std::move(hooks));
 }
 
 Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 
 Server::~Server() { stop(); }
 
-int Server::bind() {
-  Impl& s = *impl_;
-  int port = s.opt.port;
-  if (port == 0) {
-    port = s.http.bind_to_any_port(s.opt.host);
-  } else if (!s.http.bind_to_port(s.opt.host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
-    throw InvalidArgument("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
-                          " (address in use, or not an address of this machine)");
-  }
-  return port;
-}
+int Server::bind() { return impl_->http->bind(); }
 
 std::string Server::describe() const {
   const Impl& s = *impl_;
@@ -341,19 +368,14 @@ std::string Server::describe() const {
 
 void Server::run() {
   if (impl_->stopping) return;
-  impl_->http.listen_after_bind();
+  impl_->http->run();
 }
 
 void Server::stop() {
   Impl& s = *impl_;
   s.stopping = true;
-  s.scheduler->shutdown();  // streams end: their generations are cancelled
-  // Let open streams write their last event before the listener stops them.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (s.open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  s.http.stop();
+  s.scheduler->shutdown();  // streams end with their last event: generations are cancelled
+  s.http->stop();           // lets in-flight responses finish, then closes
 }
 
 }  // namespace hubzoo::server

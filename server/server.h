@@ -25,8 +25,11 @@ struct ServerOptions {
   // Defaults for the sampling fields a request omits: "auto" reads the model's
   // generation_config.json, "none" uses OpenAI's.
   std::string generation_config = "auto";
-  int threads = 0;           // model threads; 0: all cores
-  bool log_requests = true;  // one line per request on stderr
+  int threads = 0;              // model threads; 0: all cores
+  bool log_requests = true;     // one line per request on stderr
+  bool metrics_public = false;  // /metrics without the API key (a scraper on a private network)
+  int max_connections = 4096;   // open at once; more are answered 503
+  int max_connections_per_ip = 1024;
 };
 
 class Server {

@@ -1,9 +1,8 @@
 // What the server's source files share: the loaded models, the scheduler,
-// the HTTP server and the handlers (server.cc: routing, auth, errors and the
-// small endpoints; generation.cc: chat and text completions; embeddings.cc).
+// the HTTP server (net/) and the handlers (server.cc: routing, auth, errors
+// and the small endpoints; generation.cc: chat and text completions;
+// embeddings.cc).
 #pragma once
-
-#include <httplib.h>
 
 #include <atomic>
 #include <memory>
@@ -15,6 +14,7 @@
 #include "engine/embedder.h"
 #include "engine/scheduler.h"
 #include "models/causal_lm.h"
+#include "net/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_json.h"
 #include "server/server.h"
@@ -37,19 +37,21 @@ struct Server::Impl {
   std::unique_ptr<Embedder> embedder;
   std::mutex embed_mu;  // one encode() at a time
   Metrics metrics;
-  httplib::Server http;
+  std::unique_ptr<net::HttpServer> http;
   std::atomic<bool> stopping{false};
-  std::atomic<int> open_streams{0};  // SSE responses not yet ended
-  int64_t created = 0;               // unix time the server started
+  int64_t created = 0;  // unix time the server started
   std::string fingerprint;
   std::mutex rng_mu;
   std::mt19937_64 rng;
 
+  // The HTTP server with its routes; authentication is checked on the
+  // request's head, before the body is read.
   void install_routes();
-  // Runs a handler: authentication, then `fn`; every error becomes an
-  // OpenAI error object with its status.
-  void guarded(const httplib::Request& req, httplib::Response& res, bool auth,
-               const std::function<void()>& fn);
+  std::vector<net::Route> routes();
+  // 401 unless the request carries the API key (when one is set).
+  std::optional<net::Response> authorize(const net::Request& req) const;
+  // Runs a handler; every error becomes an OpenAI error object with its status.
+  void guarded(net::Response& res, const std::function<void()>& fn);
 
   // 404 model_not_found unless `requested` is empty or a served model.
   void check_model(const std::string& requested, bool embedding = false) const;
@@ -60,19 +62,19 @@ struct Server::Impl {
   uint64_t random_seed();
   std::string new_id(const char* prefix);
 
-  void handle_chat(const httplib::Request& req, httplib::Response& res);
-  void handle_completions(const httplib::Request& req, httplib::Response& res);
-  void handle_embeddings(const httplib::Request& req, httplib::Response& res);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_models(const httplib::Request& req, httplib::Response& res);
+  void handle_chat(const net::Request& req, net::Response& res);
+  void handle_completions(const net::Request& req, net::Response& res);
+  void handle_embeddings(const net::Request& req, net::Response& res);
+  void handle_tokenize(const net::Request& req, net::Response& res);
+  void handle_detokenize(const net::Request& req, net::Response& res);
+  void handle_models(const net::Request& req, net::Response& res);
 
   // Renders a chat request's messages through the chat template.
   std::vector<int64_t> chat_prompt(const Json& body, bool add_generation_prompt);
 };
 
-void send_json(httplib::Response& res, const Json& body, int status = 200);
-void send_error(httplib::Response& res, const ApiError& e);
+void send_json(net::Response& res, const Json& body, int status = 200);
+void send_error(net::Response& res, const ApiError& e);
 
 // The web chat page (chat_page.cc).
 extern const char* const kChatPage;
