@@ -1,0 +1,155 @@
+// The sandbox against hostile templates (issue 15): memory a template builds
+// is bounded (not only its output), renders leak nothing, deep values neither
+// overflow the stack nor escape the limits, and CPU time is bounded. Each
+// hostile template must fail with a LimitError naming the bound, quickly and
+// without growing the process by more than a small budget.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include "jinja/eval.h"
+#include "jinja/sandbox.h"
+
+namespace hubzoo::jinja {
+namespace {
+
+std::string render(const std::string& src, const RenderLimits& limits = {},
+                   const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
+  return Template(src).render(from_json(ctx), limits);
+}
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM); 0 if unreadable.
+int64_t status_kb(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return 0;
+}
+
+// Runs `fn` and returns how far the peak RSS rose above the RSS before it, in MiB.
+template <class Fn>
+double peak_growth_mib(Fn fn) {
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
+  const int64_t before = status_kb("VmRSS");
+  fn();
+  return static_cast<double>(status_kb("VmHWM") - before) / 1024.0;
+}
+
+// The hostile template fails with a LimitError whose message contains
+// `bound`, within `seconds`, growing the peak RSS by less than 200 MiB.
+void expect_bounded(const std::string& src, const std::string& bound,
+                    const RenderLimits& limits = {}, double seconds = 10) {
+  SCOPED_TRACE(src);
+  std::string message;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double grew = peak_growth_mib([&] {
+    try {
+      render(src, limits);
+    } catch (const LimitError& e) {
+      message = e.what();
+    }
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(message.find(bound), std::string::npos) << "message: " << message;
+  EXPECT_LT(grew, 200.0);
+  EXPECT_LT(took, seconds);
+}
+
+// ---- finding 2: no leaks ----
+
+TEST(JinjaSandboxLeaks, MacroRendersFreeEverything) {
+  const Template t(
+      "{% macro greet(name) %}hi {{ name }}{% endmacro %}"
+      "{% macro wrap() %}[{{ caller() }}]{% endmacro %}"
+      "{% for m in messages %}{{ greet(m) }}{% call wrap() %}{{ m }}{% endcall %}{% endfor %}");
+  const Value ctx = from_json({{"messages", {"a", "b"}}});
+  t.render(ctx);  // warms up any lazily built statics
+  const int64_t before = live_containers();
+  for (int k = 0; k < 100; ++k) EXPECT_EQ(t.render(ctx), "hi a[a]hi b[b]");
+  EXPECT_EQ(live_containers(), before);
+}
+
+TEST(JinjaSandboxLeaks, SelfHoldingNamespacesAndLoopsAreFreed) {
+  const char* templates[] = {
+      "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}",
+      "{% set ns = namespace() %}{% set ns.l = [ns, {'n': ns}] %}{{ ns.l | length }}",
+      "{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a.b.a.b is "
+      "defined }}",
+      "{% macro m() %}{% endmacro %}{% set ns = namespace(m=m) %}{% set ns.ns = ns %}x",
+      "{% set ns = namespace() %}{% for x in [1] recursive %}{% set ns.loop = loop %}"
+      "{% endfor %}{{ ns.loop.length }}",
+      "{% set ns = namespace() %}{% for x in [1, 2] %}{{ loop.changed(loop, ns) }}"
+      "{% set ns.c = loop.changed %}{% endfor %}",
+      "{% set ns = namespace() %}{% set ns.c = cycler(ns, 1) %}{{ ns.c.next() is defined }}",
+      "{% set ns = namespace() %}{% set ns.get = {'ns': ns}.get %}{{ ns.get('ns') is defined }}",
+  };
+  for (const char* src : templates) {
+    SCOPED_TRACE(src);
+    const Template t(src);
+    t.render(Value::make_dict());
+    const int64_t before = live_containers();
+    for (int k = 0; k < 20; ++k) t.render(Value::make_dict());
+    EXPECT_EQ(live_containers(), before);
+  }
+}
+
+TEST(JinjaSandboxLeaks, MacroStoredInCallersNamespaceFailsCleanlyAfterRender) {
+  // A caller-made namespace in the context outlives the render; a macro the
+  // template stores there must not dangle when called afterwards.
+  Value ns = Value::make_namespace();
+  Value ctx = Value::make_dict();
+  ctx.dict->set(Value::string("ns"), ns);
+  Template("{% macro m() %}x{% endmacro %}{% set ns.m = m %}").render(ctx);
+  const Value* m = ns.dict->find("m");
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->kind, Kind::Callable);
+  CallArgs args;
+  EXPECT_THROW(m->fn->fn(args), TemplateError);
+}
+
+// ---- finding 3: deep values ----
+
+TEST(JinjaSandboxDepth, DeepValuesErrorAndFreeWithoutRecursion) {
+  const std::string build =
+      "{% set ns = namespace(x=0) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}";
+  // Built, then dropped at the end of the render: freed without recursion.
+  EXPECT_EQ(render(build + "ok"), "ok");
+  expect_bounded(build + "{{ ns.x }}", "max_value_depth");
+  expect_bounded(build + "{{ ns.x | tojson }}", "max_value_depth");
+  expect_bounded(build + "{{ ns.x == ns.x[0] }}", "max_value_depth");
+  expect_bounded(build + "{{ ns.x < ns.x[0] }}", "max_value_depth");
+  expect_bounded(build + "{{ [ns.x] | unique | list }}{{ ns.x in [[[0]]] }}", "max_value_depth");
+  // Dicts and namespaces chained deep, too.
+  expect_bounded(
+      "{% set ns = namespace(x=0) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}"
+      "{% endfor %}{{ ns.x | tojson }}",
+      "max_value_depth");
+  expect_bounded(
+      "{% set ns = namespace(x=0) %}{% for i in range(100000) %}"
+      "{% set ns.x = namespace(a=ns.x) %}{% endfor %}{{ ns.x }}",
+      "max_value_depth");
+  // Shallow values still print, compare and serialise.
+  EXPECT_EQ(render("{% set x = [[[1]], {'a': [2]}] %}{{ x }} {{ x | tojson }} {{ x == x }}"),
+            "[[[1]], {'a': [2]}] [[[1]], {\"a\": [2]}] True");
+}
+
+// ---- CPU time ----
+
+TEST(JinjaSandboxCpu, ExponentialMacroRecursionStops) {
+  RenderLimits limits;
+  limits.max_cpu_seconds = 0.5;
+  // 2^40 calls, each within max_call_depth and producing nothing.
+  expect_bounded(
+      "{% macro f(n) %}{% if n %}{% set a = f(n - 1) %}{% set b = f(n - 1) %}{% endif %}"
+      "{% endmacro %}{{ f(40) }}",
+      "max_cpu_seconds", limits, 5);
+  EXPECT_GT(RenderLimits{}.max_cpu_seconds, 0);
+}
+
+}  // namespace
+}  // namespace hubzoo::jinja
