@@ -227,6 +227,7 @@ Value f_indent(const Value& v, const CallArgs& a, const RenderLimits&) {
   bool blank = truthy(a.get_or(2, "blank", Value::boolean(false)));
   std::string s = soft_str(v) + "\n";
   std::vector<std::string> lines = py_splitlines(s, false);
+  check_bytes(s.size() + mul_sat(lines.size() + 1, ind.size()), "indent's result");
   std::string rv;
   for (size_t k = 0; k < lines.size(); ++k) {
     const std::string& line = lines[k];
@@ -421,10 +422,14 @@ Value f_wordwrap(const Value& v, const CallArgs& a, const RenderLimits&) {
   std::string out;
   bool first = true;
   for (const std::string& para : py_splitlines(soft_str(v), false)) {
+    check_bytes(out.size() + sep.size() + para.size() * 8, "wordwrap's result");
     if (!first) out += sep;
     first = false;
     auto lines = wrap_line(utf8_decode(para), width, break_long, hyphens);
-    for (size_t k = 0; k < lines.size(); ++k) out += (k ? sep : "") + lines[k];
+    for (size_t k = 0; k < lines.size(); ++k) {
+      check_bytes(out.size() + sep.size() + lines[k].size(), "wordwrap's result");
+      out += (k ? sep : "") + lines[k];
+    }
   }
   return Value::string(out);
 }

@@ -87,7 +87,8 @@ Sandbox::~Sandbox() {
 
 Sandbox* Sandbox::current() { return t_current; }
 
-void Sandbox::check(size_t bytes, const char* what) const {
+void Sandbox::check(size_t bytes, const char* what) {
+  step(1 + static_cast<int64_t>(bytes >> 16));  // building `bytes` is work, too
   const int64_t live = live_bytes();
   if (bytes > limits_.max_value_bytes ||
       live + static_cast<int64_t>(bytes) > static_cast<int64_t>(limits_.max_value_bytes)) {

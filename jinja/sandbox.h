@@ -39,6 +39,13 @@ namespace hubzoo::jinja {
 // Bytes charged per value besides its payload (the heap blocks of the
 // object and its shared_ptr control block).
 inline constexpr size_t kValueOverhead = 64;
+// What one piece of a split string costs until it is a list item.
+inline constexpr size_t kPieceBytes = sizeof(Value) + kValueOverhead + sizeof(std::string);
+// a * b, saturating (sizes to check against the budget).
+inline size_t mul_sat(size_t a, size_t b) {
+  size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
 
 // One render's accounting, installed for the rendering thread while it lives
 // (renders nest: the previous one is restored).
@@ -56,7 +63,7 @@ class Sandbox {
   // Throws LimitError (naming `what`) unless `bytes` more fit the budget; charges them.
   void charge(size_t bytes, const char* what);
   // Throws LimitError unless `bytes` more would fit; charges nothing (temporaries).
-  void check(size_t bytes, const char* what) const;
+  void check(size_t bytes, const char* what);
   int64_t live_bytes() const { return live_->load(std::memory_order_relaxed); }
   // The counter a value's deleter credits (shared: a value may outlive the render).
   const std::shared_ptr<std::atomic<int64_t>>& counter() const { return live_; }

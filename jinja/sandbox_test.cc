@@ -51,12 +51,70 @@ void expect_bounded(const std::string& src, const std::string& bound,
       render(src, limits);
     } catch (const LimitError& e) {
       message = e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a LimitError: " << e.what();
     }
   });
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(message.find(bound), std::string::npos) << "message: " << message;
   EXPECT_LT(grew, 200.0);
   EXPECT_LT(took, seconds);
+}
+
+// ---- finding 1: memory a template builds is bounded ----
+
+TEST(JinjaSandboxMemory, GrowingNamespaceValuesHitTheBudget) {
+  for (const char* op : {"ns.s + ns.s", "ns.s ~ ns.s", "ns.s * 2", "[ns.s, ns.s] | join"}) {
+    expect_bounded(std::string("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                               "{% set ns.s = ") +
+                       op + " %}{% endfor %}",
+                   "max_value_bytes");
+  }
+  expect_bounded(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}",
+      "max_value_bytes");
+  // Many values alive at once, each small.
+  expect_bounded(
+      "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+      "{% set ns.l = [ns.l, ('x' * 1000) ~ i] %}{% endfor %}",
+      "max_value_bytes");
+}
+
+TEST(JinjaSandboxMemory, AmplifyingFiltersAndMethodsHitTheBudget) {
+  const std::string big = "{% set big = 'x' * 1000000 %}";
+  const char* hostile[] = {
+      "{{ ([big] * 1000) | join }}",
+      "{{ ([big] * 1000) | join(',') }}",
+      "{{ ''.join([big] * 1000) }}",
+      "{{ big | replace('x', 'yyyyyyyyyy' * 100) }}",
+      "{{ big.replace('', 'abc' * 100) }}",
+      "{{ ('a ' * 1000000) | wordwrap(1, wrapstring='x' * 10000) }}",
+      "{{ ('\n' * 1000000) | indent('x' * 1000, blank=true) }}",
+      "{{ ([big] * 1000) | tojson }}",
+      "{{ ([big] * 1000) | string }}",
+      "{{ ('{0}' * 1000).format(big) }}",
+      "{{ ('%s' * 1000) % (([big] * 1000) | list | batch(1000) | first | list) }}",
+      "{{ ('\t' * 1000000).expandtabs(1000) }}",
+      "{{ (',' * 30000000).split(',') | length }}",
+      "{{ ('x' * 30000000) | list | length }}",
+      "{{ [1] | batch(100000000, 0) | list | length }}",
+      "{{ ((range(100000) | list) * 10) | length }}",
+      "{{ (big * 60).center(1) | length }}",
+  };
+  for (const char* src : hostile) expect_bounded(big + src, "max_value_bytes", {}, 3);
+}
+
+TEST(JinjaSandboxMemory, BudgetIsLiveBytesNotEverythingEverBuilt) {
+  // Rebuilding a 1 MB string 500 times allocates 500 MB in all but holds 1 MB.
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(500) %}"
+                   "{% set ns.s = 'x' * 1000000 %}{% set ns.n = ns.n + ns.s | length %}"
+                   "{% endfor %}{{ ns.n }}"),
+            "500000000");
+  RenderLimits small;
+  small.max_value_bytes = 1 << 20;
+  EXPECT_THROW(render("{{ 'x' * 2000000 }}", small), LimitError);
+  EXPECT_EQ(render("{{ ('x' * 500000) | length }}", small), "500000");
 }
 
 // ---- finding 2: no leaks ----
@@ -148,6 +206,11 @@ TEST(JinjaSandboxCpu, ExponentialMacroRecursionStops) {
       "{% macro f(n) %}{% if n %}{% set a = f(n - 1) %}{% set b = f(n - 1) %}{% endif %}"
       "{% endmacro %}{{ f(40) }}",
       "max_cpu_seconds", limits, 5);
+  // Quadratic list growth: each step copies the list, memory stays small.
+  expect_bounded(
+      "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+      "{% set ns.l = ns.l + [j] %}{% endfor %}{% endfor %}",
+      "max_", limits, 5);
   EXPECT_GT(RenderLimits{}.max_cpu_seconds, 0);
 }
 

@@ -295,6 +295,7 @@ std::string float_repr(double d) {
 }
 
 std::vector<char32_t> utf8_decode(const std::string& s) {
+  check_bytes(s.size() * sizeof(char32_t), "a string's code points");
   std::vector<char32_t> out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
@@ -365,7 +366,9 @@ std::string string_repr(const std::string& s) {
   const char quote =
       (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string out(1, quote);
+  size_t n = 0;
   for (char32_t c : utf8_decode(s)) {
+    if ((++n & 4095) == 0) check_bytes(out.size(), "a string's repr");
     if (c == static_cast<char32_t>(quote) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -507,7 +510,9 @@ Value from_json(const nlohmann::ordered_json& j) {
 
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
+  size_t n = 0;
   for (char32_t c : utf8_decode(s)) {
+    if ((++n & 4095) == 0) check_bytes(out.size(), "tojson's result");
     char buf[16];
     switch (c) {
       case '"':
