@@ -102,7 +102,27 @@ TEST(JinjaSandboxMemory, AmplifyingFiltersAndMethodsHitTheBudget) {
       "{{ ((range(100000) | list) * 10) | length }}",
       "{{ (big * 60).center(1) | length }}",
   };
-  for (const char* src : hostile) expect_bounded(big + src, "max_value_bytes", {}, 3);
+  for (const char* src : hostile) expect_bounded(big + src, "max_value_bytes");
+}
+
+TEST(JinjaSandboxMemory, LegitimateTemplatesOnLongConversationsRender) {
+  // A ChatML-style template that also accumulates every message into a
+  // namespace string (quadratic allocation, linear holding): 500 messages of 2 KB.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (int k = 0; k < 500; ++k) {
+    messages.push_back(
+        {{"role", k % 2 ? "assistant" : "user"}, {"content", std::string(2000, 'a' + k % 26)}});
+  }
+  const std::string src =
+      "{% set ns = namespace(all='') %}{% for m in messages %}"
+      "{% set ns.all = ns.all + m.content[:10] + m['content'] %}"
+      "{{ '<|im_start|>' + m.role + '\\n' + m.content | trim + '<|im_end|>\\n' }}{% endfor %}"
+      "{{ ns.all | length }} {{ messages | tojson | length > 1000000 }}"
+      "{{ (messages | map(attribute='content') | join(' ')).split(' ') | length }}";
+  const std::string out = render(src, {}, {{"messages", messages}});
+  EXPECT_NE(out.find("1005000 True500"), std::string::npos) << out.substr(out.size() - 40);
+  // Slicing a large string charges the slice, not the string.
+  EXPECT_EQ(render("{% set big = 'x' * 20000000 %}{{ big[:3] }}{{ big[-2:] }}"), "xxxxx");
 }
 
 TEST(JinjaSandboxMemory, BudgetIsLiveBytesNotEverythingEverBuilt) {
@@ -191,6 +211,8 @@ TEST(JinjaSandboxDepth, DeepValuesErrorAndFreeWithoutRecursion) {
       "{% set ns = namespace(x=0) %}{% for i in range(100000) %}"
       "{% set ns.x = namespace(a=ns.x) %}{% endfor %}{{ ns.x }}",
       "max_value_depth");
+  expect_bounded(build + "{{ ns.x | pprint }}", "max_value_depth");
+  expect_bounded(build + "{{ ns.x | string }}{{ '{}'.format(ns.x) }}", "max_value_depth");
   // Shallow values still print, compare and serialise.
   EXPECT_EQ(render("{% set x = [[[1]], {'a': [2]}] %}{{ x }} {{ x | tojson }} {{ x == x }}"),
             "[[[1]], {'a': [2]}] [[[1]], {\"a\": [2]}] True");
