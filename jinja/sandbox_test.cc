@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "base/error.h"
 #include "jinja/eval.h"
 #include "jinja/sandbox.h"
 
@@ -173,6 +174,16 @@ TEST(JinjaSandboxLeaks, SelfHoldingNamespacesAndLoopsAreFreed) {
     for (int k = 0; k < 20; ++k) t.render(Value::make_dict());
     EXPECT_EQ(live_containers(), before);
   }
+}
+
+TEST(JinjaSandboxLeaks, ListsAndDictsCannotBeMadeToHoldThemselves) {
+  // The immutable sandbox refuses the mutating methods, so only namespaces
+  // (emptied when the render ends) can close a cycle.
+  EXPECT_THROW(render("{% set x = [] %}{{ x.append(x) }}"), SecurityError);
+  EXPECT_THROW(render("{% set x = [] %}{{ x.extend([x]) }}"), SecurityError);
+  EXPECT_THROW(render("{% set d = {} %}{{ d.update({'d': d}) }}"), SecurityError);
+  EXPECT_THROW(render("{% set d = {} %}{{ d.setdefault('d', d) }}"), SecurityError);
+  EXPECT_THROW(render("{% set x = [] %}{% do x.append(x) %}"), FormatError);  // no `do` tag
 }
 
 TEST(JinjaSandboxLeaks, MacroStoredInCallersNamespaceFailsCleanlyAfterRender) {
