@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jinja/eval.h"
+#include "jinja/sandbox.h"
 #include "jinja/value.h"
 
 namespace hubzoo::jinja {

@@ -5,11 +5,14 @@
 
 #include "base/error.h"
 #include "jinja/builtins.h"
+#include "jinja/sandbox.h"
 
 namespace hubzoo::jinja {
 namespace {
 
-// A variable scope; closures (macros, caller) keep their defining frame alive.
+// A variable scope. Closures (macros, caller, loop()) refer to their defining
+// frame weakly and the Renderer keeps it alive until the render ends: a frame
+// holds the macros defined in it, so a strong reference would be a cycle.
 struct Frame {
   std::vector<std::pair<std::string, Value>> vars;
   std::shared_ptr<Frame> parent;
@@ -33,6 +36,7 @@ struct Frame {
   }
 };
 using FramePtr = std::shared_ptr<Frame>;
+using WeakFrame = std::weak_ptr<Frame>;
 
 FramePtr child(const FramePtr& parent) {
   auto f = std::make_shared<Frame>();
@@ -80,7 +84,7 @@ bool compare(const std::string& op, const Value& left, const Value& right) {
 class Renderer {
  public:
   Renderer(std::shared_ptr<const Body> body, const RenderLimits& limits)
-      : body_(std::move(body)), limits_(limits) {}
+      : sandbox_(limits), body_(std::move(body)), limits_(limits) {}
 
   std::string render(const Value& context) {
     auto globals = std::make_shared<Frame>();
@@ -117,6 +121,7 @@ class Renderer {
 
   Flow exec_one(const Node& n, const FramePtr& frame, std::string& out) {
     try {
+      sandbox_.step();
       switch (n.type) {
         case N::Text:
           emit(out, n.name);
@@ -233,10 +238,14 @@ class Renderer {
       return exec(n.else_body, child(frame), out);
     }
     const int64_t len = static_cast<int64_t>(items.size());
-    auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed()'s memory
+    auto last_changed = new_dict();  // loop.changed()'s memory: it may come to hold the loop
+    sandbox_.track_mutable(last_changed);
     NativeFn recurse;
     if (n.recursive) {
-      recurse = [this, &n, frame, depth0](CallArgs& a) -> Value {
+      keep_alive(frame);
+      recurse = [this, alive = std::weak_ptr<int>(alive_), &n, weak = WeakFrame(frame),
+                 depth0](CallArgs& a) -> Value {
+        FramePtr frame = lock_closure(alive, weak);
         if (a.pos.size() != 1 || !a.kw.empty()) {
           throw TemplateError(
               "TypeError: loop() takes exactly one argument (the items to recurse into)");
@@ -253,6 +262,7 @@ class Renderer {
       };
     }
     for (int64_t k = 0; k < len; ++k) {
+      sandbox_.step();
       if (++iterations_ > limits_.max_loop_iterations) {
         throw LimitError("loop iterations exceed max_loop_iterations (" +
                          std::to_string(limits_.max_loop_iterations) + ")");
@@ -267,10 +277,9 @@ class Renderer {
 
   // jinja2's LoopContext for iteration k of `items`.
   static Value loop_context(int64_t k, const List& items, int64_t depth0,
-                            const std::shared_ptr<std::optional<Value>>& last_changed,
-                            const NativeFn& recurse) {
+                            const std::shared_ptr<Dict>& last_changed, const NativeFn& recurse) {
     const int64_t len = static_cast<int64_t>(items.size());
-    auto d = std::make_shared<Dict>();
+    auto d = new_dict();
     auto put = [&](const char* key, Value v) { d->items.emplace_back(Value::string(key), v); };
     put("index", Value::integer(k + 1));
     put("index0", Value::integer(k));
@@ -289,8 +298,9 @@ class Renderer {
         }));
     put("changed", Value::callable("changed", [last_changed](CallArgs& a) -> Value {
           Value now = Value::tuple(a.pos);
-          if (*last_changed && equals(**last_changed, now)) return Value::boolean(false);
-          *last_changed = now;
+          const Value* before = last_changed->find("last");
+          if (before && equals(*before, now)) return Value::boolean(false);
+          last_changed->set(Value::string("last"), now);
           return Value::boolean(true);
         }));
     return Value::object("LoopContext",
@@ -316,7 +326,7 @@ class Renderer {
   Value make_macro(const Node& n, const FramePtr& frame, bool is_caller) {
     const std::string name = is_caller ? "caller" : n.name;
     const size_t default_offset = is_caller ? 1 : 0;  // a call block's kids[0] is the call
-    auto attrs = std::make_shared<Dict>();
+    auto attrs = new_dict();
     List params;
     for (const auto& p : n.names) params.push_back(Value::string(p));
     attrs->set(Value::string("name"), is_caller ? Value::none() : Value::string(name));
@@ -324,7 +334,10 @@ class Renderer {
     attrs->set(Value::string("catch_kwargs"), Value::boolean(n.uses.kwargs));
     attrs->set(Value::string("catch_varargs"), Value::boolean(n.uses.varargs));
     attrs->set(Value::string("caller"), Value::boolean(n.uses.caller));
-    auto call = [this, &n, frame, name, default_offset](CallArgs& args) -> Value {
+    keep_alive(frame);
+    auto call = [this, alive = std::weak_ptr<int>(alive_), &n, weak = WeakFrame(frame), name,
+                 default_offset](CallArgs& args) -> Value {
+      FramePtr frame = lock_closure(alive, weak);
       CallGuard guard(*this);
       const auto& params = n.names;
       const size_t count = params.size();
@@ -393,8 +406,24 @@ class Renderer {
                          call);
   }
 
+  // Keeps a closure's frame alive until the render ends.
+  void keep_alive(const FramePtr& frame) {
+    if (closure_frames_.empty() || closure_frames_.back() != frame) {
+      charge_bytes(kValueOverhead, "a closure's scope");
+      closure_frames_.push_back(frame);
+    }
+  }
+  // A closure's frame; the closure may have escaped into a namespace the
+  // caller passed in, and then outlive the render (and this Renderer).
+  static FramePtr lock_closure(const std::weak_ptr<int>& alive, const WeakFrame& weak) {
+    FramePtr f = alive.expired() ? nullptr : weak.lock();
+    if (!f) throw TemplateError("a macro was called after its template finished rendering");
+    return f;
+  }
+
   Value call_value(const Value& fn, CallArgs& args) {
     if (fn.is_undefined()) fn.raise_undefined();
+    sandbox_.step();
     if (fn.kind != Kind::Callable || !fn.fn->fn) {
       throw TemplateError("TypeError: '" + type_name(fn) + "' object is not callable");
     }
@@ -519,8 +548,11 @@ class Renderer {
     }
   }
 
+  Sandbox sandbox_;  // first: destroyed last, after the frames below
   std::shared_ptr<const Body> body_;
   RenderLimits limits_;
+  std::vector<FramePtr> closure_frames_;                   // scopes of the render's closures
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // expires with the Renderer
   int64_t iterations_ = 0;
   int call_depth_ = 0;
 };

@@ -30,10 +30,17 @@ namespace hubzoo::jinja {
 
 // Bounds that keep a hostile template from running away; each breach throws
 // LimitError naming the bound.
+// The defaults fit any chat template we know with room to spare: rendering
+// a long conversation takes milliseconds and a few MiB (sandbox.h says how
+// each bound is counted).
 struct RenderLimits {
-  int max_call_depth = 200;                 // nested macro / caller() calls
+  int max_call_depth = 200;                 // nested macro / caller() / loop() calls
   int64_t max_loop_iterations = 1'000'000;  // all for-loop iterations together, and range() size
   size_t max_output_bytes = 64u << 20;      // any rendered string, including block sets
+  size_t max_value_bytes = 64u << 20;       // strings, lists and dict entries the render holds
+  int max_value_depth = 256;                // lists/dicts/namespaces nested in a printed,
+                                            // compared or serialised value
+  double max_cpu_seconds = 5;               // CPU time of one render
 };
 
 class Template {

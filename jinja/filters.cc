@@ -227,6 +227,7 @@ Value f_indent(const Value& v, const CallArgs& a, const RenderLimits&) {
   bool blank = truthy(a.get_or(2, "blank", Value::boolean(false)));
   std::string s = soft_str(v) + "\n";
   std::vector<std::string> lines = py_splitlines(s, false);
+  check_bytes(s.size() + mul_sat(lines.size() + 1, ind.size()), "indent's result");
   std::string rv;
   for (size_t k = 0; k < lines.size(); ++k) {
     const std::string& line = lines[k];
@@ -251,8 +252,10 @@ Value f_wordcount(const Value& v, const CallArgs&, const RenderLimits&) {
 }
 
 Value f_escape(const Value& v, const CallArgs&, const RenderLimits&) {
+  const std::string s = soft_str(v);
+  check_bytes(s.size() * 5, "escape's result");  // '&#34;' is the longest
   std::string out;
-  for (char c : soft_str(v)) {
+  for (char c : s) {
     switch (c) {
       case '&':
         out += "&amp;";
@@ -421,10 +424,14 @@ Value f_wordwrap(const Value& v, const CallArgs& a, const RenderLimits&) {
   std::string out;
   bool first = true;
   for (const std::string& para : py_splitlines(soft_str(v), false)) {
+    check_bytes(out.size() + sep.size() + para.size() * 8, "wordwrap's result");
     if (!first) out += sep;
     first = false;
     auto lines = wrap_line(utf8_decode(para), width, break_long, hyphens);
-    for (size_t k = 0; k < lines.size(); ++k) out += (k ? sep : "") + lines[k];
+    for (size_t k = 0; k < lines.size(); ++k) {
+      check_bytes(out.size() + sep.size() + lines[k].size(), "wordwrap's result");
+      out += (k ? sep : "") + lines[k];
+    }
   }
   return Value::string(out);
 }
@@ -539,17 +546,23 @@ class PrettyPrinter {
 
   static std::string safe_repr(const Value& v) {
     if (v.kind == Kind::Dict) {
+      DepthGuard guard("pprint");
       std::string r = "{";
       bool first = true;
       for (const auto& [k, x] : sorted_items(*v.dict)) {
         r += (first ? "" : ", ") + safe_repr(k) + ": " + safe_repr(x);
+        check_bytes(r.size(), "pprint's result");
         first = false;
       }
       return r + "}";
     }
     if (v.is_sequence()) {
+      DepthGuard guard("pprint");
       std::string r = v.kind == Kind::List ? "[" : "(";
-      for (size_t k = 0; k < v.list->size(); ++k) r += (k ? ", " : "") + safe_repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        r += (k ? ", " : "") + safe_repr((*v.list)[k]);
+        check_bytes(r.size(), "pprint's result");
+      }
       if (v.kind == Kind::Tuple && v.list->size() == 1) r += ",";
       return r + (v.kind == Kind::List ? "]" : ")");
     }
@@ -557,6 +570,8 @@ class PrettyPrinter {
   }
 
   void write(const Value& v, int64_t indent, int64_t allowance, int level) {
+    DepthGuard guard("pprint");
+    check_bytes(out_.size() + static_cast<size_t>(indent) * 2, "pprint's result");
     std::string rep = safe_repr(v);
     if (width_of(rep) <= 80 - indent - allowance) {
       out_ += rep;

@@ -57,9 +57,11 @@ Value f_join(const Value& v, const CallArgs& a, const RenderLimits&) {
   std::string out;
   bool first = true;
   for (const Value& item : iterate(v)) {
+    std::string piece = to_str(attr.is_none() ? item : attr_path(item, attr));
+    check_bytes(out.size() + sep.size() + piece.size(), "join's result");
     if (!first) out += sep;
     first = false;
-    out += to_str(attr.is_none() ? item : attr_path(item, attr));
+    out += piece;
   }
   return Value::string(out);
 }
@@ -246,6 +248,7 @@ Value f_batch(const Value& v, const CallArgs& a, const RenderLimits&) {
     cur.push_back(x);
   }
   if (!cur.empty()) {
+    if (!fill.is_none()) check_bytes(mul_sat(static_cast<size_t>(n), sizeof(Value)), "batch");
     while (!fill.is_none() && static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
     out.push_back(Value::make_list(std::move(cur)));
   }

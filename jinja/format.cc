@@ -18,6 +18,7 @@ int64_t cp_len(const std::string& s) {
 
 std::string repeat(const std::string& fill, int64_t n) {
   if (n > (1 << 20)) throw LimitError("format width too large");
+  check_bytes(mul_sat(static_cast<size_t>(n), fill.size()), "a format width");
   std::string out;
   for (int64_t k = 0; k < n; ++k) out += fill;
   return out;
@@ -337,7 +338,9 @@ std::string format_fields(const std::string& fmt, const CallArgs& a, int depth, 
     } else if (conv) {
       throw TemplateError(std::string("ValueError: Unknown conversion specifier ") + conv);
     }
-    out += format_value(v, spec);
+    std::string piece = format_value(v, spec);
+    check_bytes(out.size() + piece.size(), "str.format's result");
+    out += piece;
   }
   return out;
 }
@@ -544,7 +547,9 @@ std::string percent_format(const std::string& fmt, const Value& arg) {
       continue;
     }
     if (ps.conv == '%') throw TemplateError("ValueError: unsupported format character '%' (0x25)");
-    out += percent_convert(ps, ps.keyed ? *ps.keyed : args.take());
+    std::string piece = percent_convert(ps, ps.keyed ? *ps.keyed : args.take());
+    check_bytes(out.size() + piece.size(), "%-formatting's result");
+    out += piece;
   }
   args.check_all_used();
   return out;

@@ -52,6 +52,13 @@ Value bound_method(const Value& obj, const std::string& name) {
   return Value::callable(name, [obj, name](CallArgs& a) { return call_method(obj, name, a); });
 }
 
+bool all_ascii(const std::string& s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
 size_t cp_count(const std::string& s, size_t bytes) {
   size_t n = 0;
   for (size_t k = 0; k < bytes && k < s.size(); ++k)
@@ -69,6 +76,8 @@ Value call_method(const Value& self, const std::string& name, const CallArgs& a)
     }
     if (name == "copy") {
       Value c = Value::make_dict();
+      charge_bytes(d.items.size() * kDictEntryBytes, "a dict copy");
+      c.dict->charged_bytes += static_cast<int64_t>(d.items.size() * kDictEntryBytes);
       c.dict->items = d.items;
       return c;
     }
@@ -145,7 +154,11 @@ Value get_item(const Value& obj, const Value& key) {
   } else if ((obj.is_sequence() || obj.is_string()) &&
              (key.kind == Kind::Int || key.kind == Kind::Bool)) {
     int64_t i = key.kind == Kind::Bool ? key.b : key.i;
-    if (obj.is_string()) {
+    if (obj.is_string() && all_ascii(obj.str())) {  // bytes are code points: no decoding
+      int64_t n = static_cast<int64_t>(obj.str().size());
+      if (i < 0) i += n;
+      if (i >= 0 && i < n) return Value::string(std::string(1, obj.str()[i]));
+    } else if (obj.is_string()) {
       auto cps = utf8_decode(obj.str());
       int64_t n = static_cast<int64_t>(cps.size());
       if (i < 0) i += n;
@@ -177,7 +190,10 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   if (st == 0) throw TemplateError("ValueError: slice step cannot be zero");
   std::vector<char32_t> cps;
   int64_t n;
-  if (obj.is_string()) {
+  const bool ascii = obj.is_string() && all_ascii(obj.str());  // bytes are code points
+  if (ascii) {
+    n = static_cast<int64_t>(obj.str().size());
+  } else if (obj.is_string()) {
     cps = utf8_decode(obj.str());
     n = static_cast<int64_t>(cps.size());
   } else if (obj.is_sequence()) {
@@ -198,15 +214,29 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   };
   int64_t b = start.is_none() ? (st < 0 ? n - 1 : 0) : adjust(as_int(start, 0), true);
   int64_t e = stop.is_none() ? (st < 0 ? -1 : n) : adjust(as_int(stop, 0), false);
-  std::vector<int64_t> idx;
-  for (int64_t k = b; st > 0 ? k < e : k > e; k += st) idx.push_back(k);
+  const size_t count = static_cast<size_t>(st > 0 ? (e > b ? (e - b + st - 1) / st : 0)
+                                                  : (b > e ? (b - e - st - 1) / -st : 0));
+  auto each = [&](auto&& fn) {
+    for (int64_t k = b; st > 0 ? k < e : k > e; k += st) fn(k);
+  };
+  if (ascii) {
+    check_bytes(count, "a slice");
+    std::string out;
+    out.reserve(count);
+    each([&](int64_t k) { out += obj.str()[k]; });
+    return Value::string(std::move(out));
+  }
   if (obj.is_string()) {
+    check_bytes(count * 2 * sizeof(char32_t), "a slice");
     std::vector<char32_t> out;
-    for (int64_t k : idx) out.push_back(cps[k]);
+    out.reserve(count);
+    each([&](int64_t k) { out.push_back(cps[k]); });
     return Value::string(utf8_encode(out));
   }
+  check_bytes(count * sizeof(Value), "a slice");
   List out;
-  for (int64_t k : idx) out.push_back((*obj.list)[k]);
+  out.reserve(count);
+  each([&](int64_t k) { out.push_back((*obj.list)[k]); });
   return obj.kind == Kind::Tuple ? Value::tuple(std::move(out)) : Value::make_list(std::move(out));
 }
 

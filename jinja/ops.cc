@@ -23,10 +23,13 @@ void check_overflow(bool overflow) {
 Value repeat(const Value& seq, int64_t n, const RenderLimits& limits) {
   if (n < 0) n = 0;
   if (seq.is_string()) {
-    if (seq.str().size() * static_cast<uint64_t>(n) > limits.max_output_bytes) {
+    const size_t bytes = mul_sat(seq.str().size(), static_cast<size_t>(n));
+    if (bytes > limits.max_output_bytes) {
       throw LimitError("string repetition exceeds max_output_bytes");
     }
+    check_bytes(bytes, "a string repetition");
     std::string out;
+    out.reserve(bytes);
     for (int64_t k = 0; k < n; ++k) out += seq.str();
     return Value::string(std::move(out));
   }
@@ -34,6 +37,8 @@ Value repeat(const Value& seq, int64_t n, const RenderLimits& limits) {
       static_cast<uint64_t>(limits.max_loop_iterations)) {
     throw LimitError("list repetition exceeds max_loop_iterations");
   }
+  check_bytes(mul_sat(seq.list->size() * sizeof(Value), static_cast<size_t>(n)),
+              "a list repetition");
   List out;
   for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
   return seq.kind == Kind::Tuple ? Value::tuple(std::move(out)) : Value::make_list(std::move(out));
@@ -48,14 +53,22 @@ double py_fmod(double a, double b) {
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b, const RenderLimits& limits) {
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") {
+    std::string x = to_str(a), y = to_str(b);
+    check_bytes(x.size() + y.size(), "a ~ concatenation");
+    return Value::string(x + y);
+  }
   // str.__mod__ formats any right operand, an undefined one as ''.
   if (op == "%" && a.is_string()) return Value::string(percent_format(a.str(), b));
   if (a.is_undefined()) a.raise_undefined();
   if (b.is_undefined()) b.raise_undefined();
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      check_bytes(a.str().size() + b.str().size(), "a + concatenation");
+      return Value::string(a.str() + b.str());
+    }
     if (a.is_sequence() && a.kind == b.kind) {
+      check_bytes((a.list->size() + b.list->size()) * sizeof(Value), "a + concatenation");
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());
       return a.kind == Kind::Tuple ? Value::tuple(std::move(out))

@@ -81,6 +81,11 @@ int64_t cp_index(const std::string& s, size_t byte) {
   return n;
 }
 
+// Checks that `parts` pieces of `s` fit the budget once they are list items.
+void check_parts(const std::vector<std::string>& parts, const std::string& s) {
+  check_bytes(s.size() + mul_sat(parts.size() + 1, kPieceBytes), "split's parts");
+}
+
 Value list_of(std::vector<std::string> parts) {
   List out;
   for (auto& p : parts) out.push_back(Value::string(std::move(p)));
@@ -101,6 +106,7 @@ std::vector<std::string> py_rsplit(const std::string& s, const Value& sep, int64
       }
       int64_t b = e;
       while (b > 0 && !is_py_space(cps[b - 1])) --b;
+      check_parts(out, s);
       out.push_back(sub(cps, b, e));
       e = b;
     }
@@ -117,6 +123,7 @@ std::vector<std::string> py_rsplit(const std::string& s, const Value& sep, int64
         out.push_back(s.substr(0, end));
         break;
       }
+      check_parts(out, s);
       out.push_back(s.substr(p + d.size(), end - p - d.size()));
       end = p;
     }
@@ -132,6 +139,7 @@ std::string expand_tabs(const CPs& cps, int64_t tabsize) {
     if (c == '\t') {
       if (tabsize > 0) {
         int64_t n = tabsize - col % tabsize;
+        check_bytes(out.size() + static_cast<size_t>(n), "expandtabs' result");
         out.append(static_cast<size_t>(n), ' ');
         col += n;
       }
@@ -230,6 +238,7 @@ Value join_method(const std::string& s, const std::string&, const CallArgs& a) {
       throw TemplateError("TypeError: sequence item: expected str instance, " + type_name(v) +
                           " found");
     }
+    check_bytes(out.size() + s.size() + v.str().size(), "str.join's result");
     if (!first) out += s;
     first = false;
     out += v.str();
@@ -363,6 +372,7 @@ Value pad_method(const std::string& s, const std::string& name, const CallArgs& 
   int64_t len = static_cast<int64_t>(utf8_decode(s).size());
   int64_t pad = std::max<int64_t>(0, width - len);
   if (pad > (1 << 20)) throw LimitError("string padding too large");
+  check_bytes(s.size() + static_cast<size_t>(pad) * 4, "a padded string");
   std::string fill = " ";
   if (const Value* f = a.get(1, "fillchar")) {
     if (!f->is_string() || utf8_decode(f->str()).size() != 1) {
@@ -484,6 +494,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
       }
       size_t j = k;
       while (j < cps.size() && !is_py_space(cps[j])) ++j;
+      check_parts(out, s);
       out.push_back(utf8_encode(std::vector<char32_t>(cps.begin() + k, cps.begin() + j)));
       k = j;
     }
@@ -500,6 +511,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
       out.push_back(s.substr(start));
       return out;
     }
+    check_parts(out, s);
     out.push_back(s.substr(start, p - start));
     start = p + d.size();
   }
@@ -513,6 +525,7 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
     if (!is_line_break(cps[k])) continue;
     size_t brk = k;
     if (cps[k] == '\r' && k + 1 < cps.size() && cps[k + 1] == '\n') ++k;
+    check_parts(out, s);
     out.push_back(utf8_encode(CPs(cps.begin() + start, cps.begin() + (keepends ? k + 1 : brk))));
     start = k + 1;
   }
@@ -525,6 +538,8 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
   std::string out;
   if (old.empty()) {  // Python inserts repl between every code point
     auto cps = utf8_decode(s);
+    const size_t times = count < 0 ? cps.size() + 1 : std::min<size_t>(count, cps.size() + 1);
+    check_bytes(s.size() + mul_sat(times, repl.size()), "replace's result");
     int64_t n = 0;
     for (size_t k = 0; k <= cps.size(); ++k) {
       if (count < 0 || n < count) {
@@ -540,6 +555,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
   while (count < 0 || n < count) {
     size_t p = s.find(old, start);
     if (p == std::string::npos) break;
+    check_bytes(out.size() + (p - start) + repl.size(), "replace's result");
     out.append(s, start, p - start);
     out += repl;
     start = p + old.size();

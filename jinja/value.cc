@@ -6,6 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+
+#include "jinja/sandbox.h"
 
 namespace hubzoo::jinja {
 
@@ -41,13 +44,13 @@ Value Value::number(double x) {
 Value Value::string(std::string x) {
   Value v;
   v.kind = Kind::String;
-  v.s = std::make_shared<const std::string>(std::move(x));
+  v.s = new_string(std::move(x));
   return v;
 }
 Value Value::make_list(List x) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<List>(std::move(x));
+  v.list = new_list(std::move(x));
   return v;
 }
 Value Value::tuple(List x) {
@@ -58,34 +61,35 @@ Value Value::tuple(List x) {
 Value Value::make_dict() {
   Value v;
   v.kind = Kind::Dict;
-  v.dict = std::make_shared<Dict>();
+  v.dict = new_dict();
   return v;
 }
 Value Value::make_namespace() {
   Value v = make_dict();
   v.kind = Kind::Namespace;
+  if (Sandbox* sb = Sandbox::current()) sb->track_mutable(v.dict);  // it may come to hold itself
   return v;
 }
 Value Value::callable(std::string name, NativeFn fn) {
   Value v;
   v.kind = Kind::Callable;
-  auto c = std::make_shared<Callable>();
-  c->name = std::move(name);
-  c->fn = std::move(fn);
-  v.fn = std::move(c);
+  Callable c;
+  c.name = std::move(name);
+  c.fn = std::move(fn);
+  v.fn = new_callable(std::move(c));
   return v;
 }
 Value Value::object(std::string type, std::string display, std::shared_ptr<Dict> attrs,
                     NativeFn fn) {
   Value v;
   v.kind = Kind::Callable;
-  auto c = std::make_shared<Callable>();
-  c->name = type;
-  c->fn = std::move(fn);
-  c->type = std::move(type);
-  c->display = std::move(display);
-  c->attrs = std::move(attrs);
-  v.fn = std::move(c);
+  Callable c;
+  c.name = type;
+  c.fn = std::move(fn);
+  c.type = std::move(type);
+  c.display = std::move(display);
+  c.attrs = std::move(attrs);
+  v.fn = new_callable(std::move(c));
   return v;
 }
 
@@ -126,6 +130,10 @@ void Dict::set(const Value& key, Value v) {
       kv.second = std::move(v);
       return;
     }
+  }
+  if (Sandbox* sb = Sandbox::current()) {  // credited when the dict is freed
+    sb->charge(kDictEntryBytes, "a dict entry");
+    charged_bytes += kDictEntryBytes;
   }
   items.emplace_back(key, std::move(v));
 }
@@ -206,14 +214,18 @@ bool equals(const Value& a, const Value& b) {
       return *a.s == *b.s;
     case Kind::List:
     case Kind::Tuple: {
+      if (a.list == b.list) return true;
       if (a.list->size() != b.list->size()) return false;
+      DepthGuard guard("comparing values");
       for (size_t k = 0; k < a.list->size(); ++k) {
         if (!equals((*a.list)[k], (*b.list)[k])) return false;
       }
       return true;
     }
     case Kind::Dict: {
+      if (a.dict == b.dict) return true;
       if (a.dict->items.size() != b.dict->items.size()) return false;
+      DepthGuard guard("comparing values");
       for (const auto& [k, v] : a.dict->items) {
         const Value* other = b.dict->find(k);
         if (!other || !equals(v, *other)) return false;
@@ -237,6 +249,7 @@ bool less(const Value& a, const Value& b) {
   if (a.kind == Kind::String && b.kind == Kind::String)
     return *a.s < *b.s;  // UTF-8 = code point order
   if (a.is_sequence() && a.kind == b.kind) {
+    DepthGuard guard("comparing values");
     const List &x = *a.list, &y = *b.list;
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
       if (!equals(x[k], y[k])) return less(x[k], y[k]);
@@ -282,6 +295,7 @@ std::string float_repr(double d) {
 }
 
 std::vector<char32_t> utf8_decode(const std::string& s) {
+  check_bytes(s.size() * sizeof(char32_t), "a string's code points");
   std::vector<char32_t> out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
@@ -352,7 +366,9 @@ std::string string_repr(const std::string& s) {
   const char quote =
       (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string out(1, quote);
+  size_t n = 0;
   for (char32_t c : utf8_decode(s)) {
+    if ((++n & 4095) == 0) check_bytes(out.size(), "a string's repr");
     if (c == static_cast<char32_t>(quote) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -393,11 +409,12 @@ struct ReprGuard {
   }
   const void* p;
   bool cycle;
+  std::optional<DepthGuard> depth;
   explicit ReprGuard(const void* ptr) : p(ptr) {
     auto& st = active();
     cycle = std::find(st.begin(), st.end(), p) != st.end();
     if (!cycle) {
-      if (st.size() > 1000) throw LimitError("value nested too deeply to print");
+      depth.emplace("printing a value");
       st.push_back(p);
     }
   }
@@ -429,6 +446,7 @@ std::string to_str(const Value& v) {
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
         out += repr((*v.list)[k]);
+        check_bytes(out.size(), "a printed list");
       }
       if (v.kind == Kind::Tuple && v.list->size() == 1) out += ",";
       return out + (v.kind == Kind::List ? "]" : ")");
@@ -443,6 +461,7 @@ std::string to_str(const Value& v) {
         if (!first) out += ", ";
         first = false;
         out += repr(k) + ": " + repr(x);
+        check_bytes(out.size(), "a printed dict");
       }
       return out + (v.kind == Kind::Dict ? "}" : "}>");
     }
@@ -453,6 +472,8 @@ std::string to_str(const Value& v) {
 }
 
 Value from_json(const nlohmann::ordered_json& j) {
+  std::optional<DepthGuard> guard;
+  if (j.is_structured()) guard.emplace("template input");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -489,7 +510,9 @@ Value from_json(const nlohmann::ordered_json& j) {
 
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
+  size_t n = 0;
   for (char32_t c : utf8_decode(s)) {
+    if ((++n & 4095) == 0) check_bytes(out.size(), "tojson's result");
     char buf[16];
     switch (c) {
       case '"':
@@ -558,7 +581,10 @@ static std::string json_key(const Value& k) {
 }
 
 static void json_value(std::string& out, const Value& v, const JsonStyle& st, int depth) {
-  if (depth > 500) throw LimitError("tojson: value nested too deeply");
+  std::optional<DepthGuard> guard;
+  if (v.kind == Kind::List || v.kind == Kind::Tuple || v.kind == Kind::Dict)
+    guard.emplace("tojson");
+  check_bytes(out.size(), "tojson's result");
   auto newline = [&](int level) {
     if (!st.has_indent) return;
     out += '\n';
@@ -640,6 +666,7 @@ List iterate(const Value& v) {
     case Kind::Tuple:
       return *v.list;
     case Kind::String: {
+      check_bytes(v.s->size() * (sizeof(Value) + kValueOverhead + 4), "a string's characters");
       List out;
       for (char32_t c : utf8_decode(*v.s)) {
         std::string ch;

@@ -34,6 +34,7 @@ using List = std::vector<Value>;
 struct Dict;
 struct CallArgs;
 using NativeFn = std::function<Value(CallArgs&)>;
+inline constexpr size_t kDictEntryBytes = 256;  // what one entry is charged (sandbox.h)
 
 // A function, or a Python object templates can only read attributes of and
 // maybe call: a macro, a loop context, a cycler. Printing shows `display`.
@@ -100,6 +101,7 @@ struct Value {
 // Ordered like a Python dict (insertion order); small, so lookups are linear.
 struct Dict {
   std::vector<std::pair<Value, Value>> items;
+  int64_t charged_bytes = 0;  // entries set() charged to a render (sandbox.h)
   const Value* find(const Value& key) const;
   const Value* find(const std::string& key) const;
   void set(const Value& key, Value v);

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/test_util.h"
+#include "jinja/sandbox.h"
 
 namespace hubzoo {
 namespace {
@@ -102,6 +103,31 @@ TEST(ChatTemplate, FromSnapshot) {
   EXPECT_THROW(ChatTemplate::from_snapshot(dir), FormatError);
   fs::remove_all(dir);
   EXPECT_THROW(ChatTemplate::from_snapshot(dir), FileError);
+}
+
+// Issue 15: a chat template from a model repo is untrusted. A macro-using
+// template leaks nothing per request, a memory-hungry one stops at the
+// budget, and the limits are the caller's to set.
+TEST(ChatTemplate, HostileTemplatesAreBounded) {
+  auto macro = ChatTemplate::from_string(
+      "{% macro turn(m) %}<{{ m.role }}>{{ m.content }}{% endmacro %}"
+      "{% set ns = namespace() %}{% set ns.self = ns %}"
+      "{% for m in messages %}{{ turn(m) }}{% endfor %}");
+  ojson msgs = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(macro.render(msgs), "<user>hi");
+  const int64_t before = jinja::live_containers();
+  for (int k = 0; k < 50; ++k) macro.render(msgs);
+  EXPECT_EQ(jinja::live_containers(), before);
+
+  auto hog = ChatTemplate::from_string(
+      "{% set ns = namespace(s=messages[0].content) %}{% for i in range(64) %}"
+      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+  EXPECT_THROW(hog.render(msgs), jinja::LimitError);
+  ChatTemplateOptions opt;
+  opt.limits.max_value_bytes = 1 << 20;
+  auto small = ChatTemplate::from_string("{{ (messages[0].content * 1000000) | length }}");
+  EXPECT_EQ(small.render(msgs), "2000000");
+  EXPECT_THROW(small.render(msgs, opt), jinja::LimitError);
 }
 
 }  // namespace
