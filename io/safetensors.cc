@@ -41,9 +41,33 @@ struct FdCloser {
   }
 };
 
+// A JSON value for an error message, at most one level deep and ~100 bytes:
+// nlohmann's dump() recurses once per nesting level, so dumping a header value
+// nested 100k deep overflowed the stack. Scalars as JSON (long strings cut),
+// lists with their first elements (nested ones as [...] / {...}), objects as {...}.
+std::string brief(const nlohmann::json& v) {
+  const auto scalar = [](const nlohmann::json& x) -> std::string {
+    if (x.is_array()) return "[...]";
+    if (x.is_object()) return "{...}";
+    std::string s = x.dump();
+    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  };
+  if (!v.is_array()) return scalar(v);
+  std::string out = "[";
+  size_t i = 0;
+  for (const auto& x : v) {
+    if (i == 8) {
+      out += ", ... (" + std::to_string(v.size()) + " entries)";
+      break;
+    }
+    out += (i++ ? ", " : "") + scalar(x);
+  }
+  return out + "]";
+}
+
 // Parses one header entry; `where` is "<file>: tensor 'name'".
 TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64_t buffer_size) {
-  if (!v.is_object()) throw FormatError(where + ": entry must be an object, got " + v.dump());
+  if (!v.is_object()) throw FormatError(where + ": entry must be an object, got " + brief(v));
   TensorInfo info;
 
   auto dt = v.find("dtype");
@@ -66,7 +90,7 @@ TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64
     if (!d.is_number_unsigned() ||
         d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       throw FormatError(where + ": 'shape' must be a list of non-negative integers, got " +
-                        sh->dump());
+                        brief(*sh));
     }
     const uint64_t x = d.get<uint64_t>();
     info.shape.push_back(static_cast<int64_t>(x));
