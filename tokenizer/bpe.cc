@@ -122,7 +122,7 @@ class BPE : public Model {
       } else if (m.is_array() && m.size() == 2) {
         a = m[0].get<std::string>(), b = m[1].get<std::string>();
       } else {
-        throw FormatError(src.file + ": BPE merge " + m.dump() + " is not a pair");
+        throw FormatError(src.file + ": BPE merge " + brief(m) + " is not a pair");
       }
       const std::string merged = a + b.substr(std::min(prefix_.size(), b.size()));
       auto ia = token_to_id(a), ib = token_to_id(b), im = token_to_id(merged);

@@ -2,6 +2,7 @@
 // total piece score over a lattice of vocabulary matches; unknown characters
 // cost min_score - 10 and consecutive unknowns fuse into one token.
 #include <cstdio>
+#include <limits>
 
 #include "base/error.h"
 #include "tokenizer/token_models.h"
@@ -54,7 +55,7 @@ class Unigram : public Model {
     uint32_t id = 0;
     for (const Json& entry : vocab) {
       if (!entry.is_array() || entry.size() != 2) {
-        throw FormatError(src.file + ": Unigram vocab entry " + entry.dump() +
+        throw FormatError(src.file + ": Unigram vocab entry " + brief(entry) +
                           " is not [piece, score]");
       }
       const std::string piece = entry[0].get<std::string>();
@@ -65,7 +66,10 @@ class Unigram : public Model {
     }
     for (double s : scores_) min_score_ = std::min(min_score_, s);
     set_vocab(std::move(map));
-    if (j.contains("unk_id") && j["unk_id"].is_number()) unk_id_ = j["unk_id"].get<uint32_t>();
+    if (j.contains("unk_id") && j["unk_id"].is_number()) {
+      unk_id_ = static_cast<uint32_t>(
+          to_uint(j["unk_id"], "Unigram 'unk_id'", src, std::numeric_limits<uint32_t>::max()));
+    }
     byte_fallback_ = j.value("byte_fallback", false);
   }
 
