@@ -60,5 +60,10 @@ if(HUBZOO_MARCH)
   if(HUBZOO_MARCH STREQUAL "native")
     message(FATAL_ERROR "HUBZOO_MARCH: give the CPU name (gcc -march=native -Q --help=target)")
   endif()
-  add_compile_options(-march=${HUBZOO_MARCH})
+  # GCC fuses a * b + c into an FMA (C++ default -ffp-contract=fast) wherever the
+  # target has one. A normal build compiles the code outside Highway's per-target
+  # functions for baseline x86-64 (no FMA), so its scalar math rounds each
+  # product; -march would change those bits (the bit-identity tests of ops/
+  # fail), so contraction stays off. Highway's explicit MulAdd is unaffected.
+  add_compile_options(-march=${HUBZOO_MARCH} -ffp-contract=off)
 endif()
