@@ -14,7 +14,11 @@ const Json& field(const Json& j, const char* key, const Source& src) {
 }
 
 uint64_t to_uint(const Json& v, const std::string& what, const Source& src, uint64_t max) {
-  if (v.is_number_unsigned() && v.get<uint64_t>() <= max) return v.get<uint64_t>();
+  // Parsed JSON holds a non-negative integer as unsigned; one set from C++ (e.g.
+  // apply_tokenizer_config's truncation) may be a signed one.
+  const bool non_negative =
+      v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  if (non_negative && v.get<uint64_t>() <= max) return v.get<uint64_t>();
   throw FormatError(src.file + ": " + what + " must be an integer in [0, " + std::to_string(max) +
                     "], got " + brief(v));
 }

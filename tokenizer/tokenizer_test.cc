@@ -178,6 +178,10 @@ TEST(TokenizerErrors, IntegersAreCheckedNotCast) {
       Json::parse("{" + model + R"(0,"b":4294967295}},"padding":{"strategy":{"Fixed":4}}})"));
   EXPECT_EQ(ok.token_to_id("b"), 4294967295);
   EXPECT_EQ(ok.encode("a").ids.size(), 4u);
+  // A signed JSON integer (as C++ code builds it, apply_tokenizer_config) is accepted too.
+  Json j = Json::parse("{" + model + "0}}}");
+  j["truncation"] = {{"max_length", int64_t{1}}};
+  EXPECT_EQ(Tokenizer::from_json(j).encode("a a a").ids.size(), 1u);
 }
 
 // A value nested 100k deep in an error message is described one level deep
