@@ -2,7 +2,7 @@
 #
 #   hubzoo_library(ops DEPS hubzoo_hub PUBLIC_LIBS hwy::hwy PRIVATE_LIBS ... [NOT_INSTALLED])
 #
-# builds hubzoo_<folder> from <folder>/*.cc (tests excluded; globbed with
+# builds hubzoo_<folder> from <folder>/*.cc (tests and fuzz targets excluded; globbed with
 # CONFIGURE_DEPENDS, so a new file needs no CMake edit). Its only PUBLIC include
 # directory is build/include/<folder>, a staging folder holding one symlink,
 # build/include/<folder>/<folder> -> <source>/<folder>. A target therefore sees
@@ -33,7 +33,7 @@ function(hubzoo_library folder)
   cmake_parse_arguments(arg "NOT_INSTALLED" "" "DEPS;PUBLIC_LIBS;PRIVATE_LIBS" ${ARGN})
   set(src_dir ${PROJECT_SOURCE_DIR}/${folder})
   file(GLOB sources CONFIGURE_DEPENDS ${src_dir}/*.cc)
-  # Tests, and libFuzzer entry points (<name>_fuzz.cc), are not library code.
+  # <name>_test.cc: gtests (hubzoo_folder_tests); <name>_fuzz.cc: libFuzzer targets (fuzz/).
   list(FILTER sources EXCLUDE REGEX "_(test|fuzz)\\.cc$")
   set(target hubzoo_${folder})
   # A header-only folder (base/ today) is an INTERFACE library.

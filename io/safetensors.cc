@@ -43,9 +43,8 @@ struct FdCloser {
 
 // Parses one header entry; `where` is "<file>: tensor 'name'".
 TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64_t buffer_size) {
-  if (!v.is_object()) {
+  if (!v.is_object())
     throw FormatError(where + ": entry must be an object, got " + json_excerpt(v));
-  }
   TensorInfo info;
 
   auto dt = v.find("dtype");

@@ -209,6 +209,36 @@ TEST(Safetensors, EntryNotAnObject) {
   expect_error<FormatError>([&] { SafetensorsFile::open(p); }, {"entry.safetensors", "w.bias"});
 }
 
+// A header value nested 100k deep is refused with a short message naming the
+// tensor (the message used to dump() the value, recursing once per level: a
+// stack overflow), and a long list is cut in the message.
+TEST(Safetensors, DeepOrLongHeaderValuesGetShortMessages) {
+  TempDir dir;
+  const fs::path p = dir / "deep.safetensors";
+  const int depth = 100000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  write_raw(p, R"({"w": )" + deep + "}", "");
+  expect_error<FormatError>([&] { SafetensorsFile::open(p); },
+                            {"deep.safetensors", "nested deeper than the limit of 16"});
+  write_raw(p, R"({"w": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", "");
+  expect_error<FormatError>(
+      [&] { SafetensorsFile::open(p); },
+      {"deep.safetensors", "nested deeper than the limit of 16", "/w/shape/0"});
+  std::string list = "[1";
+  for (int i = 0; i < 1000; ++i) list += ", -1";
+  write_raw(p, R"({"w": {"dtype": "F32", "shape": )" + list + R"(], "data_offsets": [0, 0]}})", "");
+  try {
+    SafetensorsFile::open(p);
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'shape' must be a list of non-negative integers, got [1,-1,-1,"),
+              std::string::npos)
+        << what;
+    EXPECT_LT(what.size(), p.string().size() + 300) << what;  // an excerpt, not the whole list
+  }
+}
+
 TEST(Safetensors, UnknownDtype) {
   TempDir dir;
   const fs::path p = dir / "dtype.safetensors";

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "models/bert.h"
+#include "models/config_fields.h"
 #include "models/model_info.h"
 
 namespace hubzoo {
@@ -36,7 +37,7 @@ BertConfig parse_bert_config(const JsonObject& c, bool roberta) {
   BertConfig cfg;  // defaults: transformers' BertConfig / RobertaConfig
   cfg.vocab_size = positive("vocab_size", roberta ? 50265 : 30522);
   cfg.hidden_size = positive("hidden_size", 768);
-  cfg.num_layers = positive("num_hidden_layers", 12);
+  cfg.num_layers = layer_count(c, 12);
   cfg.num_heads = positive("num_attention_heads", 12);
   cfg.intermediate_size = positive("intermediate_size", 3072);
   cfg.max_position_embeddings = positive("max_position_embeddings", 512);
@@ -49,7 +50,7 @@ BertConfig parse_bert_config(const JsonObject& c, bool roberta) {
                       " is not a multiple of num_attention_heads " + std::to_string(cfg.num_heads));
   }
   cfg.head_dim = cfg.hidden_size / cfg.num_heads;
-  if (roberta && (cfg.pad_token_id < 0 || cfg.pad_token_id + 1 >= cfg.max_position_embeddings)) {
+  if (roberta && (cfg.pad_token_id < 0 || cfg.pad_token_id >= cfg.max_position_embeddings - 1)) {
     throw ConfigError(c.where() + ": pad_token_id " + std::to_string(cfg.pad_token_id) +
                       " leaves no positions below max_position_embeddings");
   }

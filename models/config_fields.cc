@@ -10,6 +10,15 @@ int64_t positive(const JsonObject& c, const char* key, int64_t fallback) {
   return x;
 }
 
+int64_t layer_count(const JsonObject& c, int64_t fallback) {
+  const int64_t n = positive(c, "num_hidden_layers", fallback);
+  if (n > kMaxLayers) {
+    throw ConfigError(c.where() + ": field 'num_hidden_layers' " + std::to_string(n) +
+                      " is over the supported maximum of " + std::to_string(kMaxLayers));
+  }
+  return n;
+}
+
 int64_t required_positive(const JsonObject& c, const char* key, const std::string& what) {
   if (!c.has(key) || c.json()[key].is_null()) {
     throw ConfigError(c.where() + ": " + what + " needs field '" + key + "'");

@@ -13,6 +13,12 @@ namespace hubzoo {
 // An integer field that must be positive; `fallback` when absent.
 int64_t positive(const JsonObject& c, const char* key, int64_t fallback);
 
+// num_hidden_layers: positive and at most kMaxLayers (`fallback` when absent).
+// Checked before anything is built per layer: 10^15 layers used to allocate
+// per-layer specs until memory ran out (std::bad_alloc after minutes).
+inline constexpr int64_t kMaxLayers = 1024;  // the largest Hub models have ~130
+int64_t layer_count(const JsonObject& c, int64_t fallback);
+
 // An integer field that `what` needs: present, not null, and positive.
 int64_t required_positive(const JsonObject& c, const char* key, const std::string& what);
 

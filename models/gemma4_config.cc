@@ -214,7 +214,7 @@ Gemma4Config parse_gemma4_config(const JsonObject& c) {
   cfg.vocab_size = positive(c, "vocab_size", 262144);
   cfg.hidden_size = positive(c, "hidden_size", 2304);
   const int64_t intermediate = positive(c, "intermediate_size", 9216);
-  cfg.num_layers = positive(c, "num_hidden_layers", 30);
+  cfg.num_layers = layer_count(c, 30);
   cfg.max_position_embeddings = positive(c, "max_position_embeddings", 131072);
   cfg.num_heads = positive(c, "num_attention_heads", 8);
   const int64_t kv_heads = positive(c, "num_key_value_heads", 4);

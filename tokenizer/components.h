@@ -64,6 +64,16 @@ std::string clean_up_tokenization(std::string text);
 
 // Shared JSON helpers: a required field, or FormatError naming it.
 const Json& field(const Json& j, const char* key, const Source& src);
+// Integers from tokenizer.json. nlohmann's get<integer>() converts silently: a
+// float out of range (1e30 as an id: undefined behaviour), a fraction, a
+// negative number into an unsigned type (-1 -> 4294967295). These take JSON
+// integers only, in [0, max] / int64; else FormatError naming `what`.
+uint64_t to_uint(const Json& v, const std::string& what, const Source& src, uint64_t max);
+int64_t to_int(const Json& v, const std::string& what, const Source& src);
+// Optional integer fields of object `j`: `fallback` when absent or null.
+uint64_t uint_or(const Json& j, const char* key, uint64_t fallback, uint64_t max,
+                 const Source& src);
+int64_t int_or(const Json& j, const char* key, int64_t fallback, const Source& src);
 std::string type_of(const Json& j, const char* what, const Source& src);
 [[noreturn]] void unknown_type(const char* what, const std::string& type, const Source& src);
 SplitBehavior parse_behavior(const Json& j, const Source& src);

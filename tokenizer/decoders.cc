@@ -2,6 +2,7 @@
 // of token strings to a new list; the tokenizer joins the final list.
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "base/error.h"
@@ -249,8 +250,9 @@ std::unique_ptr<Decoder> make_decoder(const Json& j, const Source& src) {
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
     return std::make_unique<StripDecoder>(
-        one_char(field(j, "content", src).get<std::string>(), src), j.value("start", size_t{0}),
-        j.value("stop", size_t{0}));
+        one_char(field(j, "content", src).get<std::string>(), src),
+        uint_or(j, "start", 0, std::numeric_limits<size_t>::max(), src),
+        uint_or(j, "stop", 0, std::numeric_limits<size_t>::max(), src));
   }
   if (type == "Replace") {
     return std::make_unique<ReplaceDecoder>(parse_pattern(field(j, "pattern", src), src),

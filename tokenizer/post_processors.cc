@@ -149,7 +149,7 @@ class SequenceProcessor : public PostProcessor {
 SpecialToken token_pair(const Json& j, const Source& src) {
   if (!j.is_array() || j.size() != 2)
     throw FormatError(src.file + ": expected [token, id], got " + json_excerpt(j));
-  return {{j[1].get<int64_t>()}, {j[0].get<std::string>()}};
+  return {{to_int(j[1], "special token id", src)}, {j[0].get<std::string>()}};
 }
 
 }  // namespace
@@ -180,12 +180,12 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const Source& 
     for (const Json& p : field(j, "single", src)) {
       if (p.contains("Sequence")) {
         single.push_back({true, p["Sequence"].value("id", std::string("A")),
-                          p["Sequence"].value("type_id", int64_t{0})});
+                          int_or(p["Sequence"], "type_id", 0, src)});
       } else if (p.contains("SpecialToken")) {
         const std::string id = p["SpecialToken"].at("id").get<std::string>();
         if (!specials.count(id))
           throw FormatError(src.file + ": template uses undeclared special token '" + id + "'");
-        single.push_back({false, id, p["SpecialToken"].value("type_id", int64_t{0})});
+        single.push_back({false, id, int_or(p["SpecialToken"], "type_id", 0, src)});
       } else {
         throw FormatError(src.file + ": unknown template piece " + json_excerpt(p));
       }

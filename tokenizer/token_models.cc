@@ -1,6 +1,7 @@
 #include "tokenizer/token_models.h"
 
 #include <cstdio>
+#include <limits>
 
 #include "base/error.h"
 
@@ -58,7 +59,10 @@ VocabMap parse_vocab_object(const Json& j, const Source& src) {
   if (!j.is_object()) throw FormatError(src.file + ": model 'vocab' must be an object");
   VocabMap vocab;
   vocab.reserve(j.size());
-  for (const auto& [token, id] : j.items()) vocab[token] = id.get<uint32_t>();
+  for (const auto& [token, id] : j.items()) {
+    vocab[token] = static_cast<uint32_t>(
+        to_uint(id, "vocab id of '" + token + "'", src, std::numeric_limits<uint32_t>::max()));
+  }
   return vocab;
 }
 

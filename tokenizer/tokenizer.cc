@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <limits>
+
 #include "base/error.h"
 #include "io/json.h"
 
@@ -9,6 +11,10 @@ using tok::Json;
 using tok::Source;
 
 namespace {
+
+// Padding lengths tokenizer.json may ask for (Fixed, pad_to_multiple_of): every
+// encoding is padded to them, so 10^18 would allocate until memory runs out.
+constexpr uint64_t kMaxPadLength = uint64_t{1} << 20;
 
 // Byte offsets in `text` -> character offsets (HF BytesToCharOffsetConverter).
 class CharOffsets {
@@ -61,7 +67,9 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
   }
   Tokenizer t;
   try {
-    auto get = [&](const char* key) { return j.contains(key) ? j[key] : Json(); };
+    // A reference, not a copy: copying a JSON value recurses once per nesting level.
+    static const Json kNull;
+    auto get = [&](const char* key) -> const Json& { return j.contains(key) ? j[key] : kNull; };
     t.normalizer_ = tok::make_normalizer(get("normalizer"), src);
     t.pre_tokenizer_ = tok::make_pre_tokenizer(get("pre_tokenizer"), src);
     t.model_ = tok::make_model(get("model"), src);
@@ -82,23 +90,25 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
     }
     t.added_.add(added, *t.model_, t.normalizer_.get());
 
-    if (const Json tr = get("truncation"); !tr.is_null()) {
+    if (const Json& tr = get("truncation"); !tr.is_null()) {
       Truncation trunc;
-      trunc.max_length = tok::field(tr, "max_length", src).get<size_t>();
+      trunc.max_length = tok::to_uint(tok::field(tr, "max_length", src), "truncation 'max_length'",
+                                      src, std::numeric_limits<size_t>::max());
       trunc.left = tr.value("direction", std::string("Right")) == "Left";
       t.truncation_ = trunc;
     }
-    if (const Json pd = get("padding"); !pd.is_null()) {
+    if (const Json& pd = get("padding"); !pd.is_null()) {
       Padding pad;
       const Json& strategy = tok::field(pd, "strategy", src);
       if (strategy.is_object() && strategy.contains("Fixed"))
-        pad.fixed = strategy["Fixed"].get<size_t>();
+        pad.fixed = tok::to_uint(strategy["Fixed"], "padding 'Fixed'", src, kMaxPadLength);
       if (pd.contains("pad_to_multiple_of") && pd["pad_to_multiple_of"].is_number()) {
-        pad.multiple_of = pd["pad_to_multiple_of"].get<size_t>();
+        pad.multiple_of =
+            tok::to_uint(pd["pad_to_multiple_of"], "'pad_to_multiple_of'", src, kMaxPadLength);
       }
       pad.left = pd.value("direction", std::string("Right")) == "Left";
-      pad.pad_id = pd.value("pad_id", int64_t{0});
-      pad.pad_type_id = pd.value("pad_type_id", int64_t{0});
+      pad.pad_id = tok::int_or(pd, "pad_id", 0, src);
+      pad.pad_type_id = tok::int_or(pd, "pad_type_id", 0, src);
       pad.pad_token = pd.value("pad_token", std::string("[PAD]"));
       t.padding_ = pad;
     }

@@ -220,6 +220,62 @@ TEST(TokenizerErrors, DeepTokenizerJsonIsRefused) {
   EXPECT_THROW(Tokenizer::from_json(j, "mem"), FormatError);
 }
 
+// Integers are JSON integers in range, not whatever nlohmann's get<>() casts
+// them to (found by fuzz/tokenizer_fuzz.cc: a vocab id of 3.7e29 was undefined
+// behaviour), and padding lengths are bounded before any encoding is padded.
+TEST(TokenizerErrors, IntegersAreCheckedNotCast) {
+  const auto expect_format_error = [](const std::string& json, const std::string& words) {
+    try {
+      Tokenizer::from_json(Json::parse(json), "/x/tokenizer.json");
+      ADD_FAILURE() << "expected FormatError for " << json;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const std::string model = R"("model":{"type":"WordPiece","unk_token":"a","vocab":{"a":)";
+  expect_format_error("{" + model + "3.7e29}}}", "vocab id of 'a' must be an integer");
+  expect_format_error("{" + model + "-1}}}", "vocab id of 'a' must be an integer");
+  expect_format_error("{" + model + "1.5}}}", "vocab id of 'a' must be an integer");
+  expect_format_error("{" + model + "4294967296}}}", "vocab id of 'a'");
+  expect_format_error("{" + model + R"(0}},"padding":{"strategy":{"Fixed":1000000000000000000}}})",
+                      "padding 'Fixed' must be an integer in [0, 1048576]");
+  expect_format_error("{" + model + R"(0}},"padding":{"strategy":"BatchLongest","pad_id":1e300}})",
+                      "'pad_id' must be a 64-bit integer");
+  expect_format_error("{" + model + R"(0}},"truncation":{"max_length":-5}})",
+                      "truncation 'max_length'");
+  // Valid integers still load.
+  const Tokenizer ok = Tokenizer::from_json(
+      Json::parse("{" + model + R"(0,"b":4294967295}},"padding":{"strategy":{"Fixed":4}}})"));
+  EXPECT_EQ(ok.token_to_id("b"), 4294967295);
+  EXPECT_EQ(ok.encode("a").ids.size(), 4u);
+  // A signed JSON integer (as C++ code builds it, apply_tokenizer_config) is accepted too.
+  Json j = Json::parse("{" + model + "0}}}");
+  j["truncation"] = {{"max_length", int64_t{1}}};
+  EXPECT_EQ(Tokenizer::from_json(j).encode("a a a").ids.size(), 1u);
+}
+
+// A deep value in an error message is quoted as a bounded excerpt (dump()
+// recursed once per level and copied it whole); past the depth limit the
+// value is refused before anything recurses over it.
+TEST(TokenizerErrors, DeepValuesInMessagesDoNotRecurse) {
+  const auto split_behavior = [](int depth) {
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    try {
+      Tokenizer::from_json(Json::parse(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+        "pre_tokenizer":{"type":"Split","pattern":{"String":" "},"behavior":)" +
+                                       deep + "}}"));
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string shallow = split_behavior(100);
+  EXPECT_NE(shallow.find("unknown split behavior [[[["), std::string::npos) << shallow;
+  EXPECT_LT(shallow.size(), 300u) << shallow;
+  const std::string deep = split_behavior(100000);
+  EXPECT_NE(deep.find("nested deeper than the limit"), std::string::npos) << deep;
+}
+
 TEST(TokenizerSmolLM2, EncodesSpecialTokensAndCharOffsets) {
   const Tokenizer t = Tokenizer::from_pretrained(kRepo / "models" / "SmolLM2-135M-Instruct");
   const Encoding e = t.encode("<|im_start|>user\nHi \xF0\x9F\x91\x8D there<|im_end|>");

@@ -2,6 +2,7 @@
 // total piece score over a lattice of vocabulary matches; unknown characters
 // cost min_score - 10 and consecutive unknowns fuse into one token.
 #include <cstdio>
+#include <limits>
 
 #include "base/error.h"
 #include "io/json.h"
@@ -66,7 +67,10 @@ class Unigram : public Model {
     }
     for (double s : scores_) min_score_ = std::min(min_score_, s);
     set_vocab(std::move(map));
-    if (j.contains("unk_id") && j["unk_id"].is_number()) unk_id_ = j["unk_id"].get<uint32_t>();
+    if (j.contains("unk_id") && j["unk_id"].is_number()) {
+      unk_id_ = static_cast<uint32_t>(
+          to_uint(j["unk_id"], "Unigram 'unk_id'", src, std::numeric_limits<uint32_t>::max()));
+    }
     byte_fallback_ = j.value("byte_fallback", false);
   }
 

@@ -2,6 +2,7 @@
 // pieces prefixed with "##"; a word with no full cover becomes [UNK].
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,7 +67,8 @@ class WordPiece : public Model {
     set_vocab(parse_vocab_object(field(j, "vocab", src), src));
     unk_ = j.value("unk_token", std::string("[UNK]"));
     prefix_ = j.value("continuing_subword_prefix", std::string("##"));
-    max_chars_ = j.value("max_input_chars_per_word", size_t{100});
+    max_chars_ =
+        uint_or(j, "max_input_chars_per_word", 100, std::numeric_limits<size_t>::max(), src);
     for (const auto& [token, id] : vocab_)
       max_token_bytes_ = std::max(max_token_bytes_, token.size());
     flat_ = FlatVocab(vocab_);

@@ -146,6 +146,13 @@ def inconsistent_heads(d):
     return "ConfigError", ["num_key_value_heads"]
 
 
+def too_many_layers(d):
+    # Checked before anything is built per layer: 10^15 layers used to allocate
+    # per-layer specs until std::bad_alloc.
+    edit_config(d, num_hidden_layers=10**15)
+    return "ConfigError", ["num_hidden_layers", "1000000000000000", "1024"]
+
+
 def missing_config(d):
     (d / "config.json").unlink()
     return "FileError", ["config.json"]
@@ -169,6 +176,7 @@ CORRUPTIONS = [
     unknown_architecture,
     unsupported_rope_type,
     inconsistent_heads,
+    too_many_layers,
     missing_config,
     config_not_json,
 ]

@@ -348,6 +348,15 @@ def test_unknown_pooling_mode(hz, st_paths, tmp_path):
         hz.Embedder.from_pretrained(path)
 
 
+def test_roberta_huge_pad_token_id_is_a_config_error(hz, tmp_path):
+    # pad_token_id + 1 overflowed int64 (undefined behaviour) instead of failing the check.
+    path = tiny_encoders.build_encoder("roberta", tmp_path / "r")
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, "pad_token_id": 2**63 - 1}))
+    with pytest.raises(hz.ConfigError, match=r"pad_token_id 9223372036854775807 leaves no positions"):
+        hz.Encoder.from_pretrained(path)
+
+
 def test_dense_pickle_is_a_clear_error(hz, st_paths, tmp_path):
     def edit(d):
         (d / "2_Dense" / "model.safetensors").rename(d / "2_Dense" / "pytorch_model.bin")
