@@ -91,6 +91,7 @@ TEST(JinjaSandboxMemory, AmplifyingFiltersAndMethodsHitTheBudget) {
       "{{ big | replace('x', 'yyyyyyyyyy' * 100) }}",
       "{{ big.replace('', 'abc' * 100) }}",
       "{{ ('a ' * 1000000) | wordwrap(1, wrapstring='x' * 10000) }}",
+      "{{ ('x' * 10000000) | wordwrap(1) }}",
       "{{ ('\n' * 1000000) | indent('x' * 1000, blank=true) }}",
       "{{ ([big] * 1000) | tojson }}",
       "{{ ([big] * 1000) | string }}",
@@ -245,6 +246,26 @@ TEST(JinjaSandboxCpu, ExponentialMacroRecursionStops) {
       "{% set ns.l = ns.l + [j] %}{% endfor %}{% endfor %}",
       "max_", limits, 5);
   EXPECT_GT(RenderLimits{}.max_cpu_seconds, 0);
+}
+
+TEST(JinjaSandboxCpu, SubstringSearchIsLinearForLongNeedles) {
+  // std::string::find would compare ~10M x 1M bytes here; one call, so the
+  // CPU limit could not stop it.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(
+      render("{% set s = 'a' * 10000000 %}{% set n = 'a' * 1000000 ~ 'b' %}"
+             "{{ s.count(n) }} {{ n in s }} {{ s.rfind('b' ~ n[:-1]) }} {{ s.split(n) | length }}"
+             " {{ s.rsplit(n) | length }} {{ s.find(n) }} {{ s.replace(n, '') | length }}"),
+      "0 False -1 1 1 -1 10000000");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  // Same answers as Python for needles past the short-needle cut-over.
+  EXPECT_EQ(
+      render("{% set s = 'ab' * 100 ~ 'x' ~ 'ab' * 100 %}{% set n = 'ab' * 40 %}"
+             "{{ s.rfind(n) }} {{ s.find('b' ~ n) }} {{ s.count(n) }} {{ s.rfind(n, 0, 250) }} "
+             "{{ s.index('x' ~ n) }} {{ s.split('b' ~ n) | length }} "
+             "{{ s.rsplit('a' ~ n[:-1] ~ 'x', 1)[0][-3:] }} {{ s.partition('x' ~ n)[2][:4] }} "
+             "{{ s.rpartition(n ~ 'x')[0][-2:] }} {{ ('x' ~ n) in s }}"),
+      "321 1 4 120 200 5 bab abab ab True");
 }
 
 }  // namespace
