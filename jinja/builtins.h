@@ -71,6 +71,11 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends);
 // str.split(sep, maxsplit); sep None/Undefined splits on whitespace runs.
 std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_t maxsplit);
 int64_t py_len(const Value& v);
+// s.find(sub, from) and s.rfind(sub, pos) as std::string's, but in linear
+// time for long needles (std::string searches in O(n*m): a template could
+// stall a render inside one call, where the CPU limit cannot stop it).
+size_t py_find(const std::string& s, const std::string& sub, size_t from = 0);
+size_t py_rfind(const std::string& s, const std::string& sub, size_t pos = std::string::npos);
 // The str methods templates may call (a table, name -> handler, in
 // str_methods.cc), and the call itself.
 bool has_str_method(const std::string& name);

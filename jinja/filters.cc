@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "jinja/builtins.h"
 
@@ -354,7 +355,8 @@ std::vector<std::string> wrap_line(const std::vector<char32_t>& s, int64_t width
     int k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
     return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
   };
-  std::vector<std::vector<char32_t>> chunks;
+  // Chunks are views into `s`: breaking a long word drops a prefix in O(1).
+  std::vector<std::u32string_view> chunks;
   for (size_t k = 0; k < s.size();) {
     size_t j = k;
     bool ws = is_py_space(s[k]);
@@ -366,21 +368,21 @@ std::vector<std::string> wrap_line(const std::vector<char32_t>& s, int64_t width
         break;
       }
     }
-    chunks.emplace_back(s.begin() + k, s.begin() + j);
+    check_bytes((chunks.size() + 1) * sizeof(std::u32string_view), "wordwrap's chunks");
+    chunks.emplace_back(s.data() + k, j - k);
     k = j;
   }
-  auto blank = [](const std::vector<char32_t>& c) {
-    return std::all_of(c.begin(), c.end(), is_py_space);
-  };
+  auto blank = [](std::u32string_view c) { return std::all_of(c.begin(), c.end(), is_py_space); };
   std::vector<std::string> lines;
+  size_t line_bytes = 0;
   std::reverse(chunks.begin(), chunks.end());
   while (!chunks.empty()) {
-    std::vector<std::vector<char32_t>> line;
+    std::vector<std::u32string_view> line;
     int64_t len = 0;
     if (blank(chunks.back()) && !lines.empty()) chunks.pop_back();
     while (!chunks.empty() && len + static_cast<int64_t>(chunks.back().size()) <= width) {
       len += static_cast<int64_t>(chunks.back().size());
-      line.push_back(std::move(chunks.back()));
+      line.push_back(chunks.back());
       chunks.pop_back();
     }
     if (!chunks.empty() && static_cast<int64_t>(chunks.back().size()) > width) {
@@ -396,17 +398,21 @@ std::vector<std::string> wrap_line(const std::vector<char32_t>& s, int64_t width
             break;
           }
         }
-        line.emplace_back(chunk.begin(), chunk.begin() + end);
-        chunk.erase(chunk.begin(), chunk.begin() + end);
+        line.push_back(chunk.substr(0, end));
+        chunk.remove_prefix(end);
       } else if (line.empty()) {
-        line.push_back(std::move(chunk));
+        line.push_back(chunk);
         chunks.pop_back();
       }
     }
     if (!line.empty() && blank(line.back())) line.pop_back();
     if (!line.empty()) {
       std::string text;
-      for (const auto& c : line) text += utf8_encode(c);
+      for (std::u32string_view c : line) {
+        for (char32_t cp : c) utf8_append(text, cp);
+      }
+      line_bytes += text.size() + sizeof(std::string);
+      check_bytes(line_bytes, "wordwrap's lines");
       lines.push_back(std::move(text));
     }
   }
@@ -424,7 +430,6 @@ Value f_wordwrap(const Value& v, const CallArgs& a, const RenderLimits&) {
   std::string out;
   bool first = true;
   for (const std::string& para : py_splitlines(soft_str(v), false)) {
-    check_bytes(out.size() + sep.size() + para.size() * 8, "wordwrap's result");
     if (!first) out += sep;
     first = false;
     auto lines = wrap_line(utf8_decode(para), width, break_long, hyphens);

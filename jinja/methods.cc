@@ -249,7 +249,7 @@ bool contains(const Value& container, const Value& item) {
         throw TemplateError("TypeError: 'in <string>' requires string as left operand, not " +
                             type_name(item));
       }
-      return container.str().find(item.str()) != std::string::npos;
+      return py_find(container.str(), item.str()) != std::string::npos;
     case Kind::List:
     case Kind::Tuple:
       for (const Value& v : *container.list) {

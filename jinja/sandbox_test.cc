@@ -21,6 +21,21 @@ std::string render(const std::string& src, const RenderLimits& limits = {},
   return Template(src).render(from_json(ctx), limits);
 }
 
+// Under ASan, freed memory sits in a quarantine (RSS says little) and code
+// runs several times slower: the RSS bound is skipped and times scaled.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+constexpr double kSlowdown = kSanitized ? 6 : 1;
+
 // A field of /proc/self/status in KiB (VmRSS, VmHWM); 0 if unreadable.
 int64_t status_kb(const std::string& field) {
   std::ifstream in("/proc/self/status");
@@ -58,8 +73,10 @@ void expect_bounded(const std::string& src, const std::string& bound,
   });
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(message.find(bound), std::string::npos) << "message: " << message;
-  EXPECT_LT(grew, 200.0);
-  EXPECT_LT(took, seconds);
+  if (!kSanitized) {
+    EXPECT_LT(grew, 200.0);
+  }
+  EXPECT_LT(took, seconds * kSlowdown);
 }
 
 // ---- finding 1: memory a template builds is bounded ----
@@ -91,6 +108,7 @@ TEST(JinjaSandboxMemory, AmplifyingFiltersAndMethodsHitTheBudget) {
       "{{ big | replace('x', 'yyyyyyyyyy' * 100) }}",
       "{{ big.replace('', 'abc' * 100) }}",
       "{{ ('a ' * 1000000) | wordwrap(1, wrapstring='x' * 10000) }}",
+      "{{ ('x' * 10000000) | wordwrap(1) }}",
       "{{ ('\n' * 1000000) | indent('x' * 1000, blank=true) }}",
       "{{ ([big] * 1000) | tojson }}",
       "{{ ([big] * 1000) | string }}",
@@ -128,9 +146,12 @@ TEST(JinjaSandboxMemory, LegitimateTemplatesOnLongConversationsRender) {
 
 TEST(JinjaSandboxMemory, BudgetIsLiveBytesNotEverythingEverBuilt) {
   // Rebuilding a 1 MB string 500 times allocates 500 MB in all but holds 1 MB.
+  RenderLimits patient;  // this test is about memory, not time
+  patient.max_cpu_seconds = 60;
   EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(500) %}"
                    "{% set ns.s = 'x' * 1000000 %}{% set ns.n = ns.n + ns.s | length %}"
-                   "{% endfor %}{{ ns.n }}"),
+                   "{% endfor %}{{ ns.n }}",
+                   patient),
             "500000000");
   RenderLimits small;
   small.max_value_bytes = 1 << 20;
@@ -245,6 +266,27 @@ TEST(JinjaSandboxCpu, ExponentialMacroRecursionStops) {
       "{% set ns.l = ns.l + [j] %}{% endfor %}{% endfor %}",
       "max_", limits, 5);
   EXPECT_GT(RenderLimits{}.max_cpu_seconds, 0);
+}
+
+TEST(JinjaSandboxCpu, SubstringSearchIsLinearForLongNeedles) {
+  // std::string::find would compare ~10M x 1M bytes here; one call, so the
+  // CPU limit could not stop it.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(
+      render("{% set s = 'a' * 10000000 %}{% set n = 'a' * 1000000 ~ 'b' %}"
+             "{{ s.count(n) }} {{ n in s }} {{ s.rfind('b' ~ n[:-1]) }} {{ s.split(n) | length }}"
+             " {{ s.rsplit(n) | length }} {{ s.find(n) }} {{ s.replace(n, '') | length }}"),
+      "0 False -1 1 1 -1 10000000");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+            10.0 * kSlowdown);
+  // Same answers as Python for needles past the short-needle cut-over.
+  EXPECT_EQ(
+      render("{% set s = 'ab' * 100 ~ 'x' ~ 'ab' * 100 %}{% set n = 'ab' * 40 %}"
+             "{{ s.rfind(n) }} {{ s.find('b' ~ n) }} {{ s.count(n) }} {{ s.rfind(n, 0, 250) }} "
+             "{{ s.index('x' ~ n) }} {{ s.split('b' ~ n) | length }} "
+             "{{ s.rsplit('a' ~ n[:-1] ~ 'x', 1)[0][-3:] }} {{ s.partition('x' ~ n)[2][:4] }} "
+             "{{ s.rpartition(n ~ 'x')[0][-2:] }} {{ ('x' ~ n) in s }}"),
+      "321 1 4 120 200 5 bab abab ab True");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <functional>
+#include <iterator>
 #include <map>
 
 #include "jinja/builtins.h"
@@ -117,7 +119,7 @@ std::vector<std::string> py_rsplit(const std::string& s, const Value& sep, int64
     if (d.empty()) throw TemplateError("ValueError: empty separator");
     size_t end = s.size();
     while (true) {
-      size_t p = end >= d.size() ? s.rfind(d, end - d.size()) : std::string::npos;
+      size_t p = end >= d.size() ? py_rfind(s, d, end - d.size()) : std::string::npos;
       if (p == std::string::npos ||
           (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
         out.push_back(s.substr(0, end));
@@ -276,7 +278,9 @@ Value find_method(const std::string& s, const std::string& name, const CallArgs&
   CPs cps = utf8_decode(s);
   auto [b, e] = window(a, 1, static_cast<int64_t>(cps.size()));
   std::string part = sub(cps, b, e);
-  size_t p = b > e ? std::string::npos : name[0] == 'r' ? part.rfind(needle) : part.find(needle);
+  size_t p = b > e            ? std::string::npos
+             : name[0] == 'r' ? py_rfind(part, needle)
+                              : py_find(part, needle);
   if (p == std::string::npos) {
     if (name == "index" || name == "rindex") throw TemplateError("ValueError: substring not found");
     return Value::integer(-1);
@@ -293,8 +297,8 @@ Value count_method(const std::string& s, const std::string& name, const CallArgs
   if (b > e) return Value::integer(0);
   if (needle.empty()) return Value::integer(e - b + 1);
   int64_t c = 0;
-  for (size_t p = part.find(needle); p != std::string::npos;
-       p = part.find(needle, p + needle.size()))
+  for (size_t p = py_find(part, needle); p != std::string::npos;
+       p = py_find(part, needle, p + needle.size()))
     ++c;
   return Value::integer(c);
 }
@@ -315,7 +319,7 @@ Value remove_affix_method(const std::string& s, const std::string& name, const C
 Value partition_method(const std::string& s, const std::string& name, const CallArgs& a) {
   const std::string& sep = str_arg(a, 0, "sep", name);
   if (sep.empty()) throw TemplateError("ValueError: empty separator");
-  size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+  size_t p = name == "partition" ? py_find(s, sep) : py_rfind(s, sep);
   if (p == std::string::npos) {
     return name == "partition"
                ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
@@ -506,7 +510,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
   if (d.empty()) throw TemplateError("ValueError: empty separator");
   size_t start = 0;
   while (true) {
-    size_t p = s.find(d, start);
+    size_t p = py_find(s, d, start);
     if (p == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
       out.push_back(s.substr(start));
       return out;
@@ -533,6 +537,50 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
   return out;
 }
 
+namespace {
+constexpr size_t kShortNeedle = 32;  // std::string's search is fine below this: O(32 n)
+
+// Knuth-Morris-Pratt: the first match of [pat, pat_end) in [first, last), or
+// `last`; O(n + m) whatever the input (std::boyer_moore_searcher builds its
+// tables in O(m^2) for some needles).
+template <class It>
+It kmp_search(It first, It last, It pat, It pat_end) {
+  const size_t m = static_cast<size_t>(pat_end - pat);
+  check_bytes(m * sizeof(uint32_t), "a substring search");
+  std::vector<uint32_t> fail(m, 0);  // longest proper border of pat[0..i]
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k && pat[i] != pat[k]) k = fail[k - 1];
+    if (pat[i] == pat[k]) ++k;
+    fail[i] = static_cast<uint32_t>(k);
+  }
+  size_t k = 0;
+  for (It it = first; it != last; ++it) {
+    while (k && *it != pat[k]) k = fail[k - 1];
+    if (*it == pat[k]) ++k;
+    if (k == m) return it - static_cast<ptrdiff_t>(m - 1);
+  }
+  return last;
+}
+}  // namespace
+
+size_t py_find(const std::string& s, const std::string& sub, size_t from) {
+  if (sub.size() <= kShortNeedle || from >= s.size()) return s.find(sub, from);
+  auto it = kmp_search(s.begin() + static_cast<ptrdiff_t>(from), s.end(), sub.begin(), sub.end());
+  return it == s.end() ? std::string::npos : static_cast<size_t>(it - s.begin());
+}
+
+size_t py_rfind(const std::string& s, const std::string& sub, size_t pos) {
+  if (sub.size() <= kShortNeedle) return s.rfind(sub, pos);
+  if (sub.size() > s.size()) return std::string::npos;
+  const size_t end = std::min(pos, s.size() - sub.size()) + sub.size();  // matches end by here
+  const auto first = std::make_reverse_iterator(s.begin() + static_cast<ptrdiff_t>(end));
+  const auto last = std::make_reverse_iterator(s.begin());
+  auto it = kmp_search(first, last, sub.rbegin(), sub.rend());
+  if (it == last) return std::string::npos;
+  // The reversed match starts at the forward match's last byte: it ends at it.base().
+  return static_cast<size_t>(it.base() - s.begin()) - sub.size();
+}
+
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl,
                        int64_t count) {
   std::string out;
@@ -553,7 +601,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
   size_t start = 0;
   int64_t n = 0;
   while (count < 0 || n < count) {
-    size_t p = s.find(old, start);
+    size_t p = py_find(s, old, start);
     if (p == std::string::npos) break;
     check_bytes(out.size() + (p - start) + repl.size(), "replace's result");
     out.append(s, start, p - start);
