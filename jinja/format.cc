@@ -490,7 +490,9 @@ std::string percent_int(const Spec& sp, char conv, const Value& v) {
   if (sp.precision > static_cast<int64_t>(body.size())) {
     body = std::string(sp.precision - body.size(), '0') + body;
   }
-  std::string prefix;
+  // A C string, not a std::string assigned from literals: GCC 12 warns about
+  // the latter (-Wmaybe-uninitialized/-Wrestrict false positives, PR 105329).
+  const char* prefix = "";
   if (sp.alt && base == 8) prefix = "0o";
   if (sp.alt && base == 16) prefix = conv == 'X' ? "0X" : "0x";
   return place_number(x < 0, prefix, body, sp);

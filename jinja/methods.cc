@@ -7,7 +7,11 @@ namespace hubzoo::jinja {
 namespace {
 
 std::string object_name(const Value& v) {
-  return v.is_none() ? "None" : "'" + type_name(v) + " object'";
+  if (v.is_none()) return "None";
+  std::string name = "'";  // appended, not operator+ on a literal (GCC 12 -Wrestrict, PR 105329)
+  name += type_name(v);
+  name += " object'";
+  return name;
 }
 
 Value no_attribute(const Value& obj, const std::string& name) {
