@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <gtest/gtest.h>
 #include <condition_variable>
@@ -270,27 +271,40 @@ TEST(HttpServer, ThousandIdleConnectionsDoNotStopHealthOrWork) {
   for (int f : idle) close(f);
 }
 
+// Sends `piece_size` bytes of `data` every 50 ms from a thread (a slow client)
+// while this thread reads the whole answer; returns it and how long it took.
+struct SlowClient {
+  std::string response;
+  Clock::duration took{};
+};
+SlowClient trickle(int fd, const std::string& data, size_t piece_size) {
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    for (size_t i = 0; i < data.size() && !done; i += piece_size) {
+      const size_t n = std::min(piece_size, data.size() - i);
+      if (send(fd, data.data() + i, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  SlowClient out;
+  const auto t0 = Clock::now();
+  out.response = read_all(fd);
+  out.took = Clock::now() - t0;
+  done = true;
+  slow.join();
+  return out;
+}
+
 TEST(HttpServer, SlowHeadIsCutAtTheDeadline) {
   HttpOptions o = small_options();
   o.header_timeout = milliseconds(400);
   Served s(o);
   const int fd = connect_to(s.port);
-  std::atomic<bool> done{false};
-  std::thread slow([&] {  // one byte per 50 ms, for up to 5 s
-    const std::string head = "GET /health HTTP/1.1\r\nX-Pad: " + std::string(100, 'a');
-    for (size_t i = 0; i < head.size() && !done; ++i) {
-      if (send(fd, &head[i], 1, MSG_NOSIGNAL) != 1) break;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-  });
-  const auto t0 = Clock::now();
-  const std::string got = read_all(fd);
-  const auto took = Clock::now() - t0;
-  done = true;
-  slow.join();
-  EXPECT_EQ(status_of(got), 408) << got;
-  EXPECT_GE(took, milliseconds(350));
-  EXPECT_LT(took, milliseconds(1500));
+  // One byte per 50 ms, for up to 6.5 s.
+  const SlowClient c = trickle(fd, "GET /health HTTP/1.1\r\nX-Pad: " + std::string(100, 'a'), 1);
+  EXPECT_EQ(status_of(c.response), 408) << c.response;
+  EXPECT_GE(c.took, milliseconds(350));
+  EXPECT_LT(c.took, milliseconds(1500));
   close(fd);
 }
 
@@ -303,20 +317,11 @@ TEST(HttpServer, SlowBodyIsCutByTheMinimumRate) {
   ASSERT_TRUE(send_str(fd,
                        "POST /echo HTTP/1.1\r\nAuthorization: Bearer k\r\n"
                        "Content-Length: 10000\r\n\r\n"));
-  std::atomic<bool> done{false};
-  std::thread slow([&] {  // 10 bytes per 50 ms: 200 B/s
-    for (int i = 0; i < 100 && !done; ++i) {
-      if (send(fd, "0123456789", 10, MSG_NOSIGNAL) != 10) break;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-  });
-  const auto t0 = Clock::now();
-  const std::string got = read_all(fd);
-  const auto took = Clock::now() - t0;
-  done = true;
-  slow.join();
-  EXPECT_EQ(status_of(got), 408) << got;
-  EXPECT_LT(took, milliseconds(2000));
+  std::string body;
+  for (int i = 0; i < 100; ++i) body += "0123456789";
+  const SlowClient c = trickle(fd, body, 10);  // 10 bytes per 50 ms: 200 B/s
+  EXPECT_EQ(status_of(c.response), 408) << c.response;
+  EXPECT_LT(c.took, milliseconds(2000));
   EXPECT_EQ(s.probe.echo_calls.load(), 0);
   close(fd);
 }
