@@ -1,0 +1,85 @@
+// Block-quantized weights in memory and their products with fp32 activations.
+//
+// A QuantMatrix is [n, k] in GGML's row layout (tensor/quant_type.h): row r
+// is k / block_elems blocks at data + r * row_bytes. The bytes may point into
+// a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
+// full matrix; kernels dequantize a block at a time in registers.
+//
+// Two numerics (docs/architecture.md, "Quantized weights"):
+// - exact (the default): activations stay fp32 and multiply the weights
+//   dequantized exactly as dequantize_row() gives them (bit for bit gguf-py's
+//   dequantize, i.e. what transformers loads from the same file).
+// - int8 activations (QuantMode::kInt8): each activation row is quantized per
+//   block to int8 with an fp32 scale (llama.cpp's Q8_0 / Q8_K), integer dot
+//   products per block, block results accumulated in fp32.
+//
+// Batch invariance (docs/design.md): in both modes every output element is
+// reduced in one fixed order that does not depend on m, on the tiling, on the
+// thread count or on the SIMD target: quant_matmul() equals
+// quant_matmul_reference() bit for bit on every target.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ops/thread_pool.h"
+#include "tensor/quant_type.h"
+
+namespace hubzoo {
+
+enum class QuantMode : uint8_t { kExact, kInt8 };
+
+struct QuantMatrix {
+  QuantType type = QuantType::Q8_0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;             // quant_row_bytes(type, k)
+  const uint8_t* data = nullptr;     // n * row_bytes bytes
+  std::shared_ptr<const void> keep;  // owns `data` (or keeps its mapping alive); may be null
+  // Optional input permutation (GPTQ desc_act): the product uses
+  // x[k_perm[j]] as column j's input. Empty: identity.
+  std::vector<int32_t> k_perm;
+
+  int64_t bytes() const { return n * row_bytes; }
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+  // W[r, :] dequantized exactly (columns in stored order, k_perm not applied).
+  void dequantize_row(int64_t r, float* out) const;
+};
+
+// Dequantizes `k` weights (a whole number of blocks) of type t, exactly as
+// gguf-py's quants.dequantize computes them in float32.
+void dequantize_row(QuantType t, const void* blocks, float* out, int64_t k);
+// Quantizes `k` floats (a whole number of blocks) to type t with llama.cpp's
+// reference quantizer (quantize_row_*_ref); bytes equal gguf-py's
+// quants.quantize where gguf-py implements the type. Throws InvalidArgument
+// for types without a quantizer here.
+void quantize_row(QuantType t, const float* x, void* blocks, int64_t k);
+// Whether quantize_row implements t (Q8_0, Q4_0, Q4_K at least).
+bool can_quantize(QuantType t);
+
+// An owned QuantMatrix quantized from row-major fp32 W [n, k].
+QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);
+// Rows of several matrices (same type and k) stacked into one owned matrix.
+QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts);
+// Rows reordered: out row i is w row rows[i] (GGUF's q/k permutation undone).
+QuantMatrix permute_rows(const QuantMatrix& w, const std::vector<int64_t>& rows);
+
+struct QuantMatmulArgs {
+  const float* x = nullptr;  // [m, k], row stride ldx
+  int64_t m = 0;
+  int64_t ldx = 0;
+  const QuantMatrix* w = nullptr;
+  const float* bias = nullptr;  // [n] or null, added last
+  float* y = nullptr;           // [m, n], row stride ldy
+  int64_t ldy = 0;
+  QuantMode mode = QuantMode::kExact;
+};
+
+void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool);
+// Scalar reference with the same per-element order.
+void quant_matmul_reference(const QuantMatmulArgs& a);
+// Name of the SIMD target the quantized kernels dispatch to (e.g. "AVX3_ZEN4").
+const char* quant_target_name();
+
+}  // namespace hubzoo
