@@ -29,7 +29,7 @@ DIR="$CACHE/llama.cpp-$VERSION-$SHA"
 SRC="$DIR/src"
 BIN="$DIR/bin"
 
-if [[ ! -x "$BIN/llama-bench" || ! -x "$BIN/llama-batched-bench" ]]; then
+if [[ ! -x "$BIN/llama-bench" || ! -x "$BIN/llama-batched-bench" || ! -x "$BIN/llama-quantize" ]]; then
   rm -rf "$SRC"
   mkdir -p "$SRC"
   tar xzf "$SDIST" -C "$SRC" --strip-components=3 \
@@ -39,9 +39,10 @@ if [[ ! -x "$BIN/llama-bench" || ! -x "$BIN/llama-batched-bench" ]]; then
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DBUILD_SHARED_LIBS=OFF >&2
   nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" \
-    --target llama-bench llama-batched-bench >&2
+    --target llama-bench llama-batched-bench llama-quantize >&2
   mkdir -p "$BIN"
-  cp "$DIR/build/bin/llama-bench" "$DIR/build/bin/llama-batched-bench" "$BIN/"
+  cp "$DIR/build/bin/llama-bench" "$DIR/build/bin/llama-batched-bench" \
+    "$DIR/build/bin/llama-quantize" "$BIN/"
 fi
 
 MODEL="${1:-$ROOT/models/SmolLM2-135M-Instruct}"

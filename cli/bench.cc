@@ -93,8 +93,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("-m,--model", a.model, "snapshot directory or repo id in the HF cache")
       ->required();
   cmd->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused"}));
+  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   cmd->add_option("--threads", a.threads, "worker threads (0: all cores)");
+  add_load_options(cmd, a.gguf_file, a.quantize);
   cmd->add_option("--prefill", a.prefill, "prompt lengths, comma-separated (empty: none)");
   cmd->add_option("--decode-batch", a.decode_batch, "decode batch sizes, comma-separated");
   cmd->add_option("--decode-tokens", a.decode_tokens, "new tokens per decode run")
@@ -148,7 +149,8 @@ nlohmann::json decode_figures(CausalLM& model, const BenchArgs& a, int64_t& max_
 
 int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_start) {
   const auto t_load = Clock::now();
-  auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
+  auto model =
+      load_causal_lm(a.model, load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file));
   const double load_s = since(t_load);
   const ModelInfo& info = model->info();
   const int64_t vocab = info.vocab_size;
@@ -183,7 +185,9 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
       {"threads", a.threads},
       {"matmul_target", matmul_target_name()},
       {"num_parameters", info.num_parameters},
-      {"weight_bytes", info.num_parameters * bytes_per_param},
+      {"weight_bytes",
+       info.weight_bytes > 0 ? info.weight_bytes : info.num_parameters * bytes_per_param},
+      {"quantized_matrices", info.quantized_matrices},
       {"max_kv_cache_bytes", max_cache_bytes},
       {"load_seconds", load_s},
       {"ttft_prompt_tokens", a.ttft_prompt},

@@ -25,9 +25,10 @@ class ChatSession {
  public:
   explicit ChatSession(const ChatArgs& a)
       : args_(a),
-        model_(load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)})),
-        tokenizer_(Tokenizer::from_pretrained(model_->info().snapshot)),
-        template_(ChatTemplate::from_snapshot(model_->info().snapshot)) {
+        model_(load_causal_lm(a.model,
+                              load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file))),
+        tokenizer_(Tokenizer::from_pretrained(model_->info().tokenizer_source())),
+        template_(ChatTemplate::from_snapshot(model_->info().tokenizer_source())) {
     reset();
   }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "models/causal_lm.h"
+
 namespace CLI {
 class App;
 }
@@ -16,8 +18,14 @@ struct ServerOptions;
 
 namespace hubzoo::cli {
 
+// --gguf-file NAME and --quantize TYPE (cli/options.cc).
+void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quantize);
+// LoadOptions from the shared flags; throws InvalidArgument naming a bad value.
+LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
+                         const std::string& quantize, const std::string& gguf_file);
+
 struct ChatArgs {
-  std::string model, message, system, dtype = "float32", mode = "fused";
+  std::string model, message, system, dtype = "float32", mode = "fused", gguf_file, quantize;
   int64_t max_new_tokens = 512;
   float temperature = 0.0f, top_p = 1.0f;
   int64_t top_k = 0;
@@ -47,7 +55,7 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& options);
 int run_serve(const server::ServerOptions& options);
 
 struct BenchArgs {
-  std::string model, dtype = "bfloat16", mode = "fused";
+  std::string model, dtype = "bfloat16", mode = "fused", gguf_file, quantize;
   std::string prefill = "128,512,2048", decode_batch = "1,4,16";
   int64_t decode_tokens = 64, ttft_prompt = 39;
   int repeats = 3;

@@ -40,6 +40,7 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 
 struct GenerateArgs {
   std::string model, ids, prompt, dtype = "float32", mode = "fused", format = "text";
+  std::string gguf_file, quantize;
   int64_t max_new_tokens = 32;
   float temperature = 0.0f, top_p = 1.0f;
   int64_t top_k = 0;
@@ -58,11 +59,14 @@ void print_speed(const Completion& c) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  auto model = load_causal_lm(a.model, {a.threads, Numerics::parse(a.dtype, a.mode)});
+  auto model = load_causal_lm(
+      a.model, cli::load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file));
   // With --ids a checkpoint without tokenizer.json still runs (text is then null).
   std::optional<Tokenizer> tokenizer;
-  if (!a.prompt.empty() || std::filesystem::exists(model->info().snapshot / "tokenizer.json")) {
-    tokenizer = Tokenizer::from_pretrained(model->info().snapshot);
+  const ModelInfo& info = model->info();
+  if (!a.prompt.empty() || !info.gguf_file.empty() ||
+      std::filesystem::exists(info.snapshot / "tokenizer.json")) {
+    tokenizer = Tokenizer::from_pretrained(info.tokenizer_source());
   }
   GenerationRequest request;
   // A text prompt is encoded as transformers' tokenizer(text) does (special tokens added).
@@ -100,8 +104,11 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
-int run_tokenize(const std::string& model_ref, const std::string& text, const std::string& format) {
-  const Tokenizer tokenizer = Tokenizer::from_pretrained(resolve_snapshot(model_ref));
+int run_tokenize(const std::string& model_ref, const std::string& gguf_file,
+                 const std::string& text, const std::string& format) {
+  const ModelSource src = resolve_model_source(model_ref, gguf_file);
+  const Tokenizer tokenizer =
+      Tokenizer::from_pretrained(src.gguf_file.empty() ? src.snapshot : src.gguf_file);
   const Encoding e = tokenizer.encode(text);
   if (format == "json") {
     nlohmann::json offsets = nlohmann::json::array();
@@ -116,15 +123,21 @@ int run_tokenize(const std::string& model_ref, const std::string& text, const st
   return 0;
 }
 
-int run_inspect(const std::string& model_ref, int threads, const Numerics& numerics) {
+int run_inspect(const std::string& model_ref, const LoadOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = load_causal_lm(model_ref, {threads, numerics});
+  auto model = load_causal_lm(model_ref, options);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelInfo& i = model->info();
   nlohmann::json out = {
       {"architecture", i.architecture},
       {"snapshot", i.snapshot.string()},
+      {"gguf_file",
+       i.gguf_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(i.gguf_file.string())},
+      {"quantized_matrices", i.quantized_matrices},
+      {"quantize", i.numerics.quantize
+                       ? nlohmann::json(std::string(quant_name(*i.numerics.quantize)))
+                       : nlohmann::json(nullptr)},
       {"num_layers", i.num_layers},
       {"hidden_size", i.hidden_size},
       {"vocab_size", i.vocab_size},
@@ -137,6 +150,7 @@ int run_inspect(const std::string& model_ref, int threads, const Numerics& numer
       {"dtype", i.numerics.dtype_name()},
       {"mode", i.numerics.mode_name()},
       {"matmul_target", matmul_target_name()},
+      {"quant_target", quant_target_name()},
       {"load_seconds", load_s},
       {"hubzoo_version", HUBZOO_VERSION},
       {"git_commit", HUBZOO_GIT_COMMIT},
@@ -155,7 +169,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
   ids_opt->excludes(prompt_opt);
   gen->add_option("--max-new-tokens", g.max_new_tokens)->check(CLI::NonNegativeNumber);
   gen->add_option("--dtype", g.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused"}));
+  gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   gen->add_option("--temperature", g.temperature)->check(CLI::NonNegativeNumber);
   gen->add_option("--top-k", g.top_k)->check(CLI::NonNegativeNumber);
   gen->add_option("--top-p", g.top_p)->check(CLI::Range(0.0, 1.0));
@@ -163,6 +177,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
   gen->add_option("--threads", g.threads, "worker threads (0: all cores)");
   gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
   gen->add_flag("--ignore-eos", g.ignore_eos, "generate all --max-new-tokens (benchmarks)");
+  cli::add_load_options(gen, g.gguf_file, g.quantize);
 
   return gen;
 }
@@ -176,13 +191,14 @@ CLI::App* add_chat_command(CLI::App& app, cli::ChatArgs& c) {
   chat->add_option("--system", c.system, "a system message opening the conversation");
   chat->add_option("--max-new-tokens", c.max_new_tokens)->check(CLI::NonNegativeNumber);
   chat->add_option("--dtype", c.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  chat->add_option("--mode", c.mode)->check(CLI::IsMember({"eager", "fused"}));
+  chat->add_option("--mode", c.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   chat->add_option("--temperature", c.temperature)->check(CLI::NonNegativeNumber);
   chat->add_option("--top-k", c.top_k)->check(CLI::NonNegativeNumber);
   chat->add_option("--top-p", c.top_p)->check(CLI::Range(0.0, 1.0));
   chat->add_option("--seed", c.seed);
   chat->add_option("--threads", c.threads, "worker threads (0: all cores)");
   chat->add_flag("--stats", c.stats, "print prompt size and speed of each answer on stderr");
+  cli::add_load_options(chat, c.gguf_file, c.quantize);
 
   return chat;
 }
@@ -195,9 +211,10 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   GenerateArgs g;
   auto* gen = add_generate_command(app, g);
 
-  std::string tok_model, tok_text, tok_format = "text";
+  std::string tok_model, tok_text, tok_format = "text", tok_gguf;
   auto* tokenize = app.add_subcommand("tokenize", "encode text with the model's tokenizer.json");
   tokenize->add_option("-m,--model", tok_model)->required();
+  tokenize->add_option("--gguf-file", tok_gguf, "one .gguf file of the snapshot folder or repo");
   tokenize->add_option("--format", tok_format)->check(CLI::IsMember({"text", "json"}));
   tokenize->add_option("text", tok_text)->required();
 
@@ -214,12 +231,14 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   auto* serve = cli::add_serve_command(app, serve_options);
 
   std::string inspect_model, inspect_dtype = "float32", inspect_mode = "fused";
+  std::string inspect_gguf, inspect_quantize;
   int inspect_threads = 0;
   auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
   inspect->add_option("-m,--model", inspect_model)->required();
   inspect->add_option("--threads", inspect_threads);
   inspect->add_option("--dtype", inspect_dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  inspect->add_option("--mode", inspect_mode)->check(CLI::IsMember({"eager", "fused"}));
+  inspect->add_option("--mode", inspect_mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  cli::add_load_options(inspect, inspect_gguf, inspect_quantize);
 
   try {
     app.parse(argc, argv);
@@ -241,8 +260,9 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   if (embed->parsed()) return cli::run_embed(e);
   if (serve->parsed()) return cli::run_serve(serve_options);
   if (bench->parsed()) return cli::run_bench(bench_args, process_start);
-  if (tokenize->parsed()) return run_tokenize(tok_model, tok_text, tok_format);
-  return run_inspect(inspect_model, inspect_threads, Numerics::parse(inspect_dtype, inspect_mode));
+  if (tokenize->parsed()) return run_tokenize(tok_model, tok_gguf, tok_text, tok_format);
+  return run_inspect(inspect_model, cli::load_options(inspect_threads, inspect_dtype, inspect_mode,
+                                                      inspect_quantize, inspect_gguf));
 }
 
 }  // namespace

@@ -45,13 +45,14 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused"}));
+  cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   cmd->add_option("--generation-config", o.generation_config,
                   "defaults for omitted sampling fields: auto (the model's "
                   "generation_config.json) or none (OpenAI's)")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "worker threads (0: all cores)");
+  add_load_options(cmd, o.gguf_file, o.quantize);
   cmd->add_flag("--metrics-public", o.metrics_public,
                 "serve /metrics without the API key (for a scraper on a private network)");
   cmd->add_option("--max-connections", o.max_connections,

@@ -285,32 +285,39 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
-  out.reserve(where_.size());
+  out.reserve(where_.size() + gguf_where_.size());
   for (const auto& [name, f] : where_) out.push_back(name);
+  for (const auto& [name, e] : gguf_where_) out.push_back(name);
   return out;
 }
 
-bool Checkpoint::contains(const std::string& name) const { return where_.count(name) != 0; }
+bool Checkpoint::contains(const std::string& name) const {
+  return where_.count(name) != 0 || gguf_where_.count(name) != 0;
+}
 
 const fs::path& Checkpoint::file_of(const std::string& name) const {
+  if (gguf_where_.count(name)) return gguf_path();
   auto it = where_.find(name);
   if (it == where_.end()) throw TensorMappingError("checkpoint has no tensor '" + name + "'");
   return it->second->path();
 }
 
 const TensorInfo& Checkpoint::info(const std::string& name) const {
+  if (auto g = gguf_where_.find(name); g != gguf_where_.end()) return g->second.info;
   auto it = where_.find(name);
   if (it == where_.end()) throw TensorMappingError("checkpoint has no tensor '" + name + "'");
   return it->second->tensors().at(name);
 }
 
 TensorView Checkpoint::view(const std::string& name) const {
+  if (auto g = gguf_where_.find(name); g != gguf_where_.end()) return gguf_view(g->second);
   auto it = where_.find(name);
   if (it == where_.end()) throw TensorMappingError("checkpoint has no tensor '" + name + "'");
   return it->second->view(name);
 }
 
 void Checkpoint::release(const std::string& name) const {
+  if (auto g = gguf_where_.find(name); g != gguf_where_.end()) return gguf_release(g->second);
   auto it = where_.find(name);
   if (it == where_.end()) throw TensorMappingError("checkpoint has no tensor '" + name + "'");
   it->second->release(name);

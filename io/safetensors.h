@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tensor/quant_type.h"
 #include "tensor/tensor.h"
 
 namespace hubzoo {
@@ -21,6 +23,15 @@ struct TensorInfo {
   Shape shape;
   uint64_t begin = 0;  // offsets into the data buffer
   uint64_t end = 0;
+  // A GGUF tensor stored in a block type (then dtype is U8 and a view's bytes
+  // are the blocks, rows of quant_row_bytes(*quant, shape.back())).
+  std::optional<QuantType> quant;
+  // Transforms a loader applies to a GGUF tensor (as transformers does when it
+  // reads the file): rows reordered, row i taken from stored row row_order[i]
+  // (llama.cpp's q/k permutation undone), and `add` added to every value
+  // (Gemma's norms, stored as 1 + w).
+  std::vector<int64_t> row_order;
+  float add = 0.0f;
 };
 
 // One mapped .safetensors file. Validates on open: header length bound
@@ -58,9 +69,23 @@ class SafetensorsFile {
 // listed by `model.safetensors.index.json` (weight_map), or (failing both) every
 // *.safetensors file in the directory. A tensor name present in two files, a
 // shard listed but missing, or an index naming a tensor its shard lacks is an error.
+class GgufFile;
+
+// A GGUF tensor under its Hugging Face name, with the transforms of TensorInfo.
+struct GgufTensorMapping {
+  std::string hf_name;
+  std::string gguf_name;
+  std::vector<int64_t> row_order;
+  float add = 0.0f;
+};
+
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);
+  // The tensors of one GGUF file under the names `mapping` gives them; every
+  // tensor of the file must be mapped (TensorMappingError naming the rest).
+  static Checkpoint from_gguf(std::shared_ptr<const GgufFile> file,
+                              const std::vector<GgufTensorMapping>& mapping);
 
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
@@ -73,6 +98,16 @@ class Checkpoint {
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;
+  struct GgufEntry {
+    TensorInfo info;
+    const void* data = nullptr;
+    std::string gguf_name;
+  };
+  std::shared_ptr<const GgufFile> gguf_;
+  std::map<std::string, GgufEntry> gguf_where_;
+  const std::filesystem::path& gguf_path() const;
+  TensorView gguf_view(const GgufEntry& e) const;
+  void gguf_release(const GgufEntry& e) const;
 };
 
 // Writes tensors (used by tests and tools). Data is copied from the views.

@@ -59,11 +59,12 @@ SparseMoe::SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOption
   // Routing is discrete: a probability rounded across a near-tie swaps an
   // expert, an error far above bf16's elsewhere. Fused mode therefore keeps
   // the router ([E, H], a tiny matrix) as stored; eager rounds it to bf16
-  // because transformers' bf16 model does.
+  // because transformers' bf16 model does. --quantize never quantizes it
+  // either (llama-quantize keeps ffn_gate_inp in F32 for the same reason).
   const bool gemma4 = opt_.router == MoeRouter::kGemma4;
   const std::string router = prefix + (gemma4 ? ".router.proj.weight" : ".gate.weight");
-  router_.weight = numerics_.bf16 && !numerics_.eager ? w.take_packed_fp32(router, e, h)
-                                                      : w.take_packed(router, e, h);
+  const bool as_stored = (numerics_.bf16 && !numerics_.eager) || numerics_.quantize;
+  router_.weight = as_stored ? w.take_packed_fp32(router, e, h) : w.take_packed(router, e, h);
   if (gemma4) {
     router_norm_ = RMSNorm::unscaled(h, opt_.rms_norm_eps, numerics_);
     router_scale_ = w.take(prefix + ".router.scale", {h});

@@ -18,29 +18,58 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/error.h"
 #include "ops/bf16.h"
+#include "tensor/quant_type.h"
 
 namespace hubzoo {
 
+// Quantized weights (GGUF blocks, the Hub's int4/int8, or --quantize) add a
+// third mode, "int8": activations are quantized per block to int8 for integer
+// dot products, as llama.cpp computes (ops/quant.h); under "fused" (the
+// default) quantized weights multiply fp32 activations exactly dequantized.
 struct Numerics {
   bool bf16 = false;
   bool eager = false;
+  bool int8 = false;  // mode "int8": int8 activations against quantized weights
+  // --quantize: fp32/bf16/f16 matrices are quantized to this block type at load.
+  std::optional<QuantType> quantize;
 
-  // dtype "float32" | "bfloat16", mode "eager" | "fused" (ignored for float32).
+  // dtype "float32" | "bfloat16", mode "eager" | "fused" | "int8" (eager is
+  // ignored for float32; int8 needs float32 and quantized weights).
   static Numerics parse(const std::string& dtype, const std::string& mode) {
     if (dtype != "float32" && dtype != "bfloat16") {
       throw InvalidArgument("dtype must be 'float32' or 'bfloat16', got '" + dtype + "'");
     }
-    if (mode != "eager" && mode != "fused") {
-      throw InvalidArgument("mode must be 'eager' or 'fused', got '" + mode + "'");
+    if (mode != "eager" && mode != "fused" && mode != "int8") {
+      throw InvalidArgument("mode must be 'eager', 'fused' or 'int8', got '" + mode + "'");
     }
-    return {dtype == "bfloat16", dtype == "bfloat16" && mode == "eager"};
+    if (mode == "int8" && dtype != "float32") {
+      throw InvalidArgument("mode 'int8' (int8 activations) runs with dtype float32");
+    }
+    Numerics n;
+    n.bf16 = dtype == "bfloat16";
+    n.eager = n.bf16 && mode == "eager";
+    n.int8 = mode == "int8";
+    return n;
+  }
+  // `name` ("q8_0", "q4_0", "q4_k", ...; empty: none) as the quantize option.
+  void set_quantize(const std::string& name) {
+    if (name.empty()) {
+      quantize.reset();
+      return;
+    }
+    quantize = parse_quant_name(name);
+    if (!quantize || quant_traits(*quantize).ggml_id < 0) {  // can_quantize() is checked at load
+      throw InvalidArgument(
+          "quantize must name a GGML block type such as q8_0, q4_0 or q4_k; got '" + name + "'");
+    }
   }
   const char* dtype_name() const { return bf16 ? "bfloat16" : "float32"; }
-  const char* mode_name() const { return eager ? "eager" : "fused"; }
+  const char* mode_name() const { return int8 ? "int8" : eager ? "eager" : "fused"; }
 
   // A value transformers' eager bf16 code rounds here.
   float round_eager(float x) const { return eager_bf16() ? round_bf16(x) : x; }

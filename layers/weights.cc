@@ -1,5 +1,7 @@
 #include "layers/weights.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace hubzoo {
@@ -10,6 +12,10 @@ WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numeric
 }
 
 bool WeightLoader::contains(const std::string& name) const { return used_.count(name) != 0; }
+
+bool WeightLoader::quantized(const std::string& name) const {
+  return contains(name) && (ckpt_->info(name).quant || numerics_.quantize);
+}
 
 const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
   auto it = used_.find(name);
@@ -24,7 +30,7 @@ const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shap
     throw TensorMappingError(file + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                              ", the config implies " + shape_str(shape));
   }
-  if (!is_float_weight_dtype(info.dtype)) {
+  if (!info.quant && !is_float_weight_dtype(info.dtype)) {
     throw TensorMappingError(file + ": tensor '" + name + "' has dtype " +
                              std::string(dtype_name(info.dtype)) +
                              "; weights must be F32, BF16 or F16");
@@ -35,35 +41,112 @@ const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shap
 
 FloatWeights WeightLoader::take(const std::string& name, const Shape& shape) {
   const TensorInfo& info = claim(name, shape);
-  TensorView v = ckpt_->view(name);
   FloatWeights w;
-  w.size_ = v.numel();
-  if (info.dtype == DType::F32 && !numerics_.bf16) {
-    w.data_ = static_cast<const float*>(v.data);
+  w.size_ = num_elements(info.shape);
+  if (info.dtype == DType::F32 && !numerics_.bf16 && !transformed(info)) {
+    w.data_ = static_cast<const float*>(ckpt_->view(name).data);
   } else {
-    w.owned_.resize(w.size_);
-    convert_to_f32(info.dtype, v.data, w.owned_.data(), w.size_);
+    w.owned_ = read_f32(name, info);
     numerics_.round_stored(w.owned_.data(), w.size_);
     w.data_ = w.owned_.data();
   }
+  bytes_ += w.size_ * static_cast<int64_t>(sizeof(float));
   return w;
 }
 
+bool WeightLoader::transformed(const TensorInfo& info) {
+  return !info.row_order.empty() || info.add != 0.0f;
+}
+
+std::vector<float> WeightLoader::read_f32(const std::string& name, const TensorInfo& info) const {
+  const TensorView v = ckpt_->view(name);
+  const int64_t numel = num_elements(info.shape);
+  const int64_t rows = info.shape.empty() ? 1 : info.shape[0];
+  const int64_t cols = rows > 0 ? numel / rows : 0;
+  std::vector<float> out(static_cast<size_t>(numel));
+  if (info.quant) {  // a small tensor (a norm) or an explicit fallback: dequantized rows
+    const int64_t row_bytes = quant_row_bytes(*info.quant, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(*info.quant, static_cast<const uint8_t*>(v.data) + r * row_bytes,
+                     out.data() + r * cols, cols);
+    }
+  } else {
+    convert_to_f32(info.dtype, v.data, out.data(), out.size());
+  }
+  if (!info.row_order.empty()) {
+    std::vector<float> stored = out;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(stored.data() + info.row_order[r] * cols, cols, out.data() + r * cols);
+    }
+  }
+  if (info.add != 0.0f) {
+    for (float& x : out) x += info.add;
+  }
+  return out;
+}
+
+// A quantized checkpoint tensor as a QuantMatrix: a view of the mapped blocks
+// (kept alive by the checkpoint), or a copy with its rows reordered.
+std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& name,
+                                                            const TensorInfo& info, int64_t n,
+                                                            int64_t k, int64_t first_row) const {
+  auto q = std::make_shared<QuantMatrix>();
+  q->type = *info.quant;
+  q->n = n;
+  q->k = k;
+  q->row_bytes = quant_row_bytes(q->type, k);
+  q->data = static_cast<const uint8_t*>(ckpt_->view(name).data) + first_row * q->row_bytes;
+  q->keep = ckpt_;
+  if (info.row_order.empty()) return q;
+  if (first_row != 0 || n != static_cast<int64_t>(info.row_order.size()))
+    throw TensorMappingError("tensor '" + name + "': a row order on a stacked tensor");
+  return std::make_shared<QuantMatrix>(permute_rows(*q, info.row_order));
+}
+
+PackedMatrix WeightLoader::pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const {
+  ++quantized_;
+  return pack_quantized(std::move(parts), numerics_.int8 ? QuantMode::kInt8 : QuantMode::kExact);
+}
+
+PackedMatrix WeightLoader::quantize_f32(const std::vector<float>& w, int64_t n, int64_t k) const {
+  const QuantType t = *numerics_.quantize;
+  if (!can_quantize(t)) {
+    throw InvalidArgument("quantize: hubzoo has no quantizer for " + std::string(quant_name(t)));
+  }
+  auto q =
+      std::make_shared<QuantMatrix>(quantize_matrix(t, w.data(), n, k, *ThreadPool::shared(0)));
+  return pack_quant({std::move(q)});
+}
+
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
-  return take_packed_as(name, n, k, numerics_.bf16);
+  PackedMatrix p = take_packed_as(name, n, k, numerics_.bf16);
+  bytes_ += p.bytes();
+  return p;
 }
 
 PackedMatrix WeightLoader::take_packed_fp32(const std::string& name, int64_t n, int64_t k) {
-  return take_packed_as(name, n, k, /*bf16=*/false);
+  bf16_fp32_only_ = true;  // not quantized either: kept exactly as stored
+  PackedMatrix p = take_packed_as(name, n, k, /*bf16=*/false);
+  bf16_fp32_only_ = false;
+  bytes_ += p.bytes();
+  return p;
 }
 
 PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, int64_t k,
                                           bool bf16) {
   const TensorInfo& info = claim(name, {n, k});
+  if (info.quant) return pack_quant({quant_view(name, info, n, k, 0)});
+  if (numerics_.quantize && !bf16_fp32_only_) {
+    PackedMatrix q = quantize_f32(read_f32(name, info), n, k);
+    ckpt_->release(name);
+    return q;
+  }
   TensorView v = ckpt_->view(name);
   const auto pack = bf16 ? pack_weights_bf16 : pack_weights;
   PackedMatrix packed;
-  if (info.dtype == DType::F32) {
+  if (transformed(info)) {
+    packed = pack(read_f32(name, info).data(), n, k);
+  } else if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data), n, k);
   } else if (info.dtype == DType::BF16) {  // widened while packing: no float32 copy
     packed = pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, bf16);
@@ -80,12 +163,34 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
                                               const std::vector<int64_t>& ns, int64_t k) {
   if (names.size() != ns.size())
     throw InvalidArgument("take_packed_concat: names and sizes differ");
+  bool any_quant = numerics_.quantize.has_value(), all_quant = true;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!contains(names[i])) break;  // claim() below names the missing tensor
+    const bool q = ckpt_->info(names[i]).quant.has_value();
+    any_quant = any_quant || q;
+    all_quant = all_quant && q;
+  }
+  if (any_quant && (all_quant || numerics_.quantize)) {
+    // Quantized parts stay as they are, side by side (their block types may differ).
+    std::vector<PackedMatrix> parts;
+    for (size_t i = 0; i < names.size(); ++i) parts.push_back(take_packed(names[i], ns[i], k));
+    std::vector<const PackedMatrix*> ptrs;
+    for (const PackedMatrix& p : parts) ptrs.push_back(&p);
+    PackedMatrix fused = concat_packed(ptrs);
+    quantized_ -= static_cast<int64_t>(parts.size()) - 1;  // one matrix
+    return fused;
+  }
   std::vector<std::vector<float>> converted(names.size());
   std::vector<WeightRows> parts;
   for (size_t i = 0; i < names.size(); ++i) {
     const TensorInfo& info = claim(names[i], {ns[i], k});
     TensorView v = ckpt_->view(names[i]);
-    if (info.dtype == DType::F32) {
+    if (info.quant || transformed(info)) {
+      // A file mixing float and block-quantized parts of one fused projection:
+      // the quantized part is dequantized into the float matrix (exact values).
+      converted[i] = read_f32(names[i], info);
+      parts.push_back({converted[i].data(), ns[i]});
+    } else if (info.dtype == DType::F32) {
       parts.push_back({static_cast<const float*>(v.data), ns[i]});
     } else if (info.dtype == DType::BF16) {
       parts.push_back({nullptr, ns[i], static_cast<const uint16_t*>(v.data)});
@@ -97,6 +202,7 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   }
   PackedMatrix packed = pack_weights_concat(parts, k, numerics_.bf16);
   for (const auto& name : names) ckpt_->release(name);  // the packed copy is the only one kept
+  bytes_ += packed.bytes();
   return packed;
 }
 
@@ -107,9 +213,19 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
                              " rows do not split into " + std::to_string(parts) + " parts");
   }
   const TensorInfo& info = claim(name, {count, n, k});
+  const int64_t rows = n / parts;
+  if (info.quant) {  // each matrix a view of its rows of the mapped blocks
+    std::vector<PackedMatrix> out;
+    for (int64_t b = 0; b < count * parts; ++b) {
+      out.push_back(pack_quant({quant_view(name, info, rows, k, b * rows)}));
+      bytes_ += out.back().bytes();
+    }
+    return out;
+  }
+  if (transformed(info))
+    throw TensorMappingError("tensor '" + name + "': a stacked tensor with a row order");
   TensorView v = ckpt_->view(name);
   const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
-  const int64_t rows = n / parts;
   const size_t block = static_cast<size_t>(rows * k);
   std::vector<float> tmp(block);
   std::vector<PackedMatrix> out;
@@ -117,7 +233,8 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   for (int64_t b = 0; b < count * parts; ++b) {
     const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
     convert_to_f32(info.dtype, src, tmp.data(), block);
-    out.push_back(pack(tmp.data(), rows, k));
+    out.push_back(numerics_.quantize ? quantize_f32(tmp, rows, k) : pack(tmp.data(), rows, k));
+    bytes_ += out.back().bytes();
   }
   ckpt_->release(name);
   return out;

@@ -53,6 +53,8 @@ class WeightLoader {
   const Numerics& numerics() const { return numerics_; }
 
   bool contains(const std::string& name) const;
+  // Whether take_packed(name) gives a block-quantized matrix (stored so, or --quantize).
+  bool quantized(const std::string& name) const;
   // Takes a tensor of exactly `shape` (F32, BF16 or F16) as float32.
   FloatWeights take(const std::string& name, const Shape& shape);
   // Takes a [n, k] linear weight and packs it for matmul; the mapped pages of
@@ -77,12 +79,26 @@ class WeightLoader {
   void finish() const;
 
   const std::map<std::string, std::string>& ignored() const { return ignored_; }
+  // Matrices taken block-quantized (from the file or quantized on load).
+  int64_t quantized_matrices() const { return quantized_; }
+  // Bytes of every weight taken, as kept for compute (packed, quantized or float32).
+  int64_t bytes() const { return bytes_; }
 
  private:
   const TensorInfo& claim(const std::string& name, const Shape& shape);
   PackedMatrix take_packed_as(const std::string& name, int64_t n, int64_t k, bool bf16);
+  static bool transformed(const TensorInfo& info);
+  // The tensor as float32 with its transforms applied (quantized: dequantized rows).
+  std::vector<float> read_f32(const std::string& name, const TensorInfo& info) const;
+  std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,
+                                                int64_t n, int64_t k, int64_t first_row) const;
+  PackedMatrix pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const;
+  PackedMatrix quantize_f32(const std::vector<float>& w, int64_t n, int64_t k) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
+  mutable int64_t quantized_ = 0;
+  int64_t bytes_ = 0;
+  bool bf16_fp32_only_ = false;
   std::map<std::string, bool> used_;
   std::map<std::string, std::string> ignored_;
 };

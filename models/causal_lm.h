@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "layers/batch.h"
 #include "layers/kv_cache.h"
 #include "layers/numerics.h"
@@ -22,6 +23,10 @@ namespace hubzoo {
 struct ModelInfo {
   std::string architecture;
   std::filesystem::path snapshot;
+  // The GGUF file the model was loaded from (then config, tokenizer and chat
+  // template come from its metadata); empty for a safetensors snapshot.
+  std::filesystem::path gguf_file;
+  std::string config_json;  // the config.json the model was built from (derived for a GGUF)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
@@ -31,8 +36,13 @@ struct ModelInfo {
   int64_t pad_token_id = -1;
   std::map<std::string, std::string> ignored_tensors;  // name -> reason
   int64_t num_parameters = 0;
-  int64_t weight_bytes = 0;  // resident, as packed for compute
+  int64_t weight_bytes = 0;        // resident, as packed for compute
+  int64_t quantized_matrices = 0;  // matrices kept block-quantized
   Numerics numerics;
+  // Where the tokenizer comes from: the GGUF file, else the snapshot folder.
+  const std::filesystem::path& tokenizer_source() const {
+    return gguf_file.empty() ? snapshot : gguf_file;
+  }
 };
 
 struct ForwardOptions {
@@ -72,6 +82,10 @@ struct LoadContext {
   // checkpoint without lm_head (e.g. an untied LlamaModel saved by
   // sentence-transformers) then loads, and forward() returns no logits.
   bool needs_lm_head = true;
+  // Set for a GGUF file: its tensors under Hugging Face names (else the
+  // snapshot's safetensors are opened), and the file itself.
+  std::shared_ptr<const Checkpoint> checkpoint;
+  std::filesystem::path gguf_file;
 };
 
 // Architectures (config.json `architectures[0]`) this build can load.
@@ -80,10 +94,23 @@ std::vector<std::string> supported_causal_lms();
 struct LoadOptions {
   // 0: all cores. Models asking for the same count share one pool (ThreadPool::shared).
   int num_threads = 0;
-  Numerics numerics;  // float32 unless asked (Numerics::parse)
+  Numerics numerics;  // float32 unless asked (Numerics::parse); quantize on load
+  // One .gguf file of the snapshot folder to load (a plain file name), as
+  // transformers' gguf_file=; empty: the folder's safetensors, or `model`
+  // itself when it is a .gguf path.
+  std::string gguf_file;
 };
 
-// Loads the snapshot at `model` (a directory or a repo id in the HF cache).
+// Where a model reference points: a snapshot folder, and the GGUF file in it
+// when the model is one (a .gguf path, or a folder with gguf_file). A folder
+// holding .gguf files but no config.json asks for gguf_file, listing them.
+struct ModelSource {
+  std::filesystem::path snapshot;
+  std::filesystem::path gguf_file;  // empty: safetensors
+};
+ModelSource resolve_model_source(const std::string& model, const std::string& gguf_file);
+
+// Loads the snapshot at `model` (a directory, a .gguf file or a repo id in the HF cache).
 // Throws ConfigError for an unknown architecture, naming it and the supported ones.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOptions& options = {});
 

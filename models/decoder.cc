@@ -86,6 +86,8 @@ void Decoder::embed(const TokenBatch& batch, float* x) const {
     float* row = x + t * h;
     if (spec_.tie_word_embeddings) {
       lm_head_.weight.copy_row(batch.ids[t], row);
+    } else if (embed_quantized_.is_quantized()) {
+      embed_quantized_.copy_row(batch.ids[t], row);
     } else {
       std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, row);
     }

@@ -98,9 +98,10 @@ class Decoder final : public CausalLM {
   ModelInfo info_;
   float embed_scale_ = 1.0f, ple_embed_scale_ = 1.0f;
   std::unique_ptr<Rope> rope_full_, rope_sliding_;
-  FloatWeights embed_tokens_;  // (V, H), untied only
-  Linear lm_head_;             // (V, H)
-  bool has_lm_head_ = true;    // false: loaded as an encoder from a base model without one
+  FloatWeights embed_tokens_;     // (V, H), untied only
+  PackedMatrix embed_quantized_;  // (V, H), untied and block-quantized: instead of embed_tokens_
+  Linear lm_head_;                // (V, H)
+  bool has_lm_head_ = true;       // false: loaded as an encoder from a base model without one
   FloatWeights embed_tokens_per_layer_;  // PLE: (V_ple, L * P)
   Linear per_layer_model_projection_;    // PLE: (L * P, H)
   RMSNorm per_layer_projection_norm_;    // PLE: (P)

@@ -32,7 +32,8 @@ std::unique_ptr<Rope> rope_for(const DecoderSpec& spec, RopeKind kind) {
 
 Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
     : pool_(ctx.pool), spec_(spec), numerics_(ctx.numerics) {
-  auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(ctx.snapshot));
+  auto ckpt = ctx.checkpoint ? ctx.checkpoint
+                             : std::make_shared<const Checkpoint>(Checkpoint::open(ctx.snapshot));
   checkpoint_ = ckpt;
   WeightLoader w(ckpt, ctx.numerics);
   rope_full_ = rope_for(spec_, RopeKind::kFull);
@@ -56,6 +57,13 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   build_capture_names();
   info_ = decoder_model_info(ctx, *ckpt, w.ignored(), spec_.vocab_size, spec_.hidden_size, nl,
                              spec_.max_position_embeddings);
+  info_.quantized_matrices = w.quantized_matrices();
+  info_.weight_bytes = w.bytes();
+  if (ctx.numerics.int8 && info_.quantized_matrices == 0) {
+    throw ConfigError(
+        "mode 'int8' (int8 activations) needs quantized weights: a GGUF file, a "
+        "GPTQ/AWQ/compressed-tensors checkpoint, or --quantize");
+  }
 }
 
 void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m) {
@@ -66,7 +74,11 @@ void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std
     lm_head_.weight = w.take_packed(m + "embed_tokens.weight", v, h);
     w.ignore("lm_head.weight", "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
   } else {
-    embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
+    if (w.quantized(m + "embed_tokens.weight")) {  // rows dequantized at lookup
+      embed_quantized_ = w.take_packed(m + "embed_tokens.weight", v, h);
+    } else {
+      embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
+    }
     has_lm_head_ = ctx.needs_lm_head || w.contains("lm_head.weight");
     if (has_lm_head_) lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
   }

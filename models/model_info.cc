@@ -29,6 +29,8 @@ ModelInfo decoder_model_info(const LoadContext& ctx, const Checkpoint& checkpoin
   ModelInfo info;
   info.architecture = ctx.config.get<std::vector<std::string>>("architectures")[0];
   info.snapshot = ctx.snapshot;
+  info.gguf_file = ctx.gguf_file;
+  info.config_json = ctx.config.json().dump();
   info.vocab_size = vocab_size;
   info.hidden_size = hidden_size;
   info.num_layers = num_layers;
@@ -53,7 +55,9 @@ void read_special_token_ids(const LoadContext& ctx, ModelInfo& info) {
   info.bos_token_id = get_id(c, "bos_token_id", -1);
   info.pad_token_id = get_id(c, "pad_token_id", -1);
   const auto gen_path = ctx.snapshot / "generation_config.json";
-  if (std::filesystem::exists(gen_path)) {
+  // A GGUF file carries its own ids (in the config made from its metadata);
+  // a generation_config.json beside it may belong to another model.
+  if (ctx.gguf_file.empty() && std::filesystem::exists(gen_path)) {
     JsonObject g(read_json_file(gen_path), gen_path.string());
     if (g.has("eos_token_id")) info.eos_token_ids = id_list(g.json()["eos_token_id"], g.where());
     info.bos_token_id = get_id(g, "bos_token_id", info.bos_token_id);

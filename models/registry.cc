@@ -1,9 +1,12 @@
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "base/error.h"
 #include "hub/snapshot.h"
 #include "models/encoder.h"
 #include "models/families.h"
+#include "models/gguf_model.h"
 
 namespace hubzoo {
 namespace {
@@ -108,9 +111,52 @@ std::vector<std::string> supported_causal_lms() {
   return names;
 }
 
+ModelSource resolve_model_source(const std::string& model, const std::string& gguf_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  ModelSource src;
+  if (fs::path(model).extension() == ".gguf" && fs::is_regular_file(model, ec)) {
+    if (!gguf_file.empty())
+      throw InvalidArgument("gguf_file '" + gguf_file + "' given with a .gguf path: " + model);
+    src.gguf_file = model;
+    src.snapshot = fs::path(model).parent_path();
+    return src;
+  }
+  src.snapshot = resolve_snapshot(model);
+  if (!gguf_file.empty()) {
+    const fs::path name(gguf_file);
+    if (name.has_parent_path() || name.is_absolute() || gguf_file == "." || gguf_file == "..")
+      throw InvalidArgument("gguf_file must be a file name inside the snapshot, got '" + gguf_file +
+                            "'");
+    src.gguf_file = src.snapshot / name;
+    if (!fs::is_regular_file(src.gguf_file, ec))
+      throw FileError(src.gguf_file.string() + ": no such GGUF file in " + src.snapshot.string());
+    return src;
+  }
+  if (!fs::exists(src.snapshot / "config.json", ec)) {  // a GGUF repo: which file?
+    std::vector<std::string> ggufs;
+    for (const auto& e : fs::directory_iterator(src.snapshot, ec)) {
+      if (e.path().extension() == ".gguf") ggufs.push_back(e.path().filename().string());
+    }
+    std::sort(ggufs.begin(), ggufs.end());
+    if (!ggufs.empty()) {
+      std::string list;
+      for (const auto& g : ggufs) list += (list.empty() ? "" : ", ") + g;
+      throw InvalidArgument(src.snapshot.string() +
+                            " holds GGUF files but no config.json; pick one "
+                            "with --gguf-file NAME (gguf_file=): " +
+                            list);
+    }
+  }
+  return src;
+}
+
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOptions& options) {
-  const std::filesystem::path dir = resolve_snapshot(model);
-  const JsonObject config = read_snapshot_config(dir);
+  const ModelSource src = resolve_model_source(model, options.gguf_file);
+  const std::filesystem::path& dir = src.snapshot;
+  GgufModel gguf;
+  if (!src.gguf_file.empty()) gguf = open_gguf_model(src.gguf_file);
+  const JsonObject config = src.gguf_file.empty() ? read_snapshot_config(dir) : gguf.config;
   const auto archs = config.get<std::vector<std::string>>("architectures");
   if (archs.empty()) throw ConfigError(config.where() + ": field 'architectures' is empty");
   auto it = registry().find(archs[0]);
@@ -128,6 +174,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
                       "' is not supported (supported: " + supported + ")");
   }
   LoadContext ctx{dir, config, ThreadPool::shared(options.num_threads), options.numerics};
+  ctx.checkpoint = gguf.checkpoint;
+  ctx.gguf_file = src.gguf_file;
   return it->second(ctx);
 }
 

@@ -468,7 +468,7 @@ void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert 
 }
 
 void check_args(const MatmulArgs& a) {
-  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16))
+  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16 && a.w->quant.empty()))
     throw InvalidArgument("matmul: weights are not packed");
   if (a.m < 0) throw InvalidArgument("matmul: negative row count");
   if (a.m > 0 && a.w->n > 0 && (!a.y || (a.w->k > 0 && !a.x)))
@@ -479,14 +479,64 @@ void check_args(const MatmulArgs& a) {
                           " < n " + std::to_string(a.w->n) + ")");
 }
 
+// The quantized part holding `row`, and the row's index inside it.
+std::pair<const QuantMatrix*, int64_t> quant_part(const PackedMatrix& p, int64_t row) {
+  for (const auto& part : p.quant) {
+    if (row < part->n) return {part.get(), row};
+    row -= part->n;
+  }
+  throw InvalidArgument("PackedMatrix: row " + std::to_string(row) + " out of range");
+}
+
+// Runs quant_matmul part by part, each writing its own columns of y.
+void matmul_quantized(const MatmulArgs& a, ThreadPool* pool) {
+  int64_t row0 = 0;
+  for (const auto& part : a.w->quant) {
+    QuantMatmulArgs q;
+    q.x = a.x;
+    q.m = a.m;
+    q.ldx = a.ldx;
+    q.w = part.get();
+    q.bias = a.bias ? a.bias + row0 : nullptr;
+    q.y = a.y + row0;
+    q.ldy = a.ldy;
+    q.mode = a.w->quant_mode;
+    if (pool) {
+      quant_matmul(q, *pool);
+    } else {
+      quant_matmul_reference(q);
+    }
+    row0 += part->n;
+  }
+}
+
 }  // namespace
 
+int64_t PackedMatrix::bytes() const {
+  if (is_quantized()) {
+    int64_t total = 0;
+    for (const auto& part : quant) total += part->bytes();
+    return total;
+  }
+  return num_panels() * k * kPanel * (is_bf16() ? 2 : 4);
+}
+
 float PackedMatrix::at(int64_t row, int64_t col) const {
+  if (is_quantized()) {
+    std::vector<float> values(static_cast<size_t>(k));
+    copy_row(row, values.data());
+    return values[col];
+  }
   const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
   return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
 }
 
 void PackedMatrix::copy_row(int64_t row, float* out) const {
+  if (is_quantized()) {
+    const auto [part, r] = quant_part(*this, row);
+    part->dequantize_row(r, out);
+    return;
+  }
   const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
   if (is_bf16()) {
     for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bf16[first + c * kPanel]);
@@ -512,6 +562,21 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
   p.k = k;
   p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
   pack_into(w, n, k, p.bf16.get(), 0, [](float v) { return bf16_bits(v); });
+  return p;
+}
+
+PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> parts, QuantMode mode) {
+  if (parts.empty()) throw InvalidArgument("pack_quantized: no parts");
+  PackedMatrix p;
+  p.k = parts[0]->k;
+  for (const auto& part : parts) {
+    if (!part || part->k != p.k) throw InvalidArgument("pack_quantized: parts differ in k");
+    if (!part->k_perm.empty() && part->k_perm != parts[0]->k_perm)
+      throw InvalidArgument("pack_quantized: parts differ in their input permutation");
+    p.n += part->n;
+  }
+  p.quant = std::move(parts);
+  p.quant_mode = mode;
   return p;
 }
 
@@ -548,11 +613,20 @@ PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k
 
 PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
   if (parts.empty()) throw InvalidArgument("concat_packed: no parts");
+  if (parts[0]->is_quantized()) {
+    std::vector<std::shared_ptr<const QuantMatrix>> all;
+    for (const PackedMatrix* part : parts) {
+      if (!part->is_quantized() || part->quant_mode != parts[0]->quant_mode)
+        throw InvalidArgument("concat_packed: quantized and unquantized parts, or two modes");
+      all.insert(all.end(), part->quant.begin(), part->quant.end());
+    }
+    return pack_quantized(std::move(all), parts[0]->quant_mode);
+  }
   const int64_t k = parts[0]->k;
   const bool bf16 = parts[0]->is_bf16();
   bool aligned = true;  // every part but the last fills whole panels
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i]->k != k || parts[i]->is_bf16() != bf16) {
+    if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
       throw InvalidArgument("concat_packed: parts differ in k or dtype");
     }
     if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
@@ -589,6 +663,7 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
 
 void matmul_reference(const MatmulArgs& a) {
   check_args(a);
+  if (a.w->is_quantized()) return matmul_quantized(a, nullptr);
   const PackedMatrix& w = *a.w;
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t n = 0; n < w.n; ++n) {
@@ -604,6 +679,7 @@ void matmul_reference(const MatmulArgs& a) {
 void matmul(const MatmulArgs& a, ThreadPool& pool) {
   check_args(a);
   if (a.m == 0 || a.w->n == 0) return;
+  if (a.w->is_quantized()) return matmul_quantized(a, &pool);
   HWY_DYNAMIC_DISPATCH(Matmul)(a, pool);
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "ops/quant.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -28,15 +29,23 @@ constexpr int64_t kKBlock = 64;  // k per FMA chain; fixed, whatever the shape
 // Weights packed as float32 or as bf16 (bit patterns, converted exactly to
 // float32 in registers): the same layout, the same reduction order, so a bf16
 // matrix gives exactly the result of its float32 widening.
+//
+// Or block-quantized (ops/quant.h): `quant` holds one or more QuantMatrix
+// parts stacked by rows (a fused projection whose parts have different block
+// types, e.g. q/k in Q4_K and v in Q6_K), each kept in GGML's row layout,
+// often straight in the mapped file; matmul runs quant_matmul per part.
 struct PackedMatrix {
   int64_t n = 0;  // output features (rows of W)
   int64_t k = 0;  // input features
-  // Exactly one of these holds the panels (64-byte aligned).
+  // Exactly one of these holds the weights: panels (64-byte aligned) or quantized parts.
   std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};
   std::unique_ptr<uint16_t[], void (*)(uint16_t*)> bf16{nullptr, nullptr};
+  std::vector<std::shared_ptr<const QuantMatrix>> quant;
+  QuantMode quant_mode = QuantMode::kExact;
   bool is_bf16() const { return bf16 != nullptr; }
+  bool is_quantized() const { return !quant.empty(); }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
-  int64_t bytes() const { return num_panels() * k * kPanel * (is_bf16() ? 2 : 4); }
+  int64_t bytes() const;
   // Element W[row, col] read back from the packed layout (embedding lookup of tied weights).
   float at(int64_t row, int64_t col) const;
   void copy_row(int64_t row, float* out) const;  // W[row, :] -> out[0..k)
@@ -46,6 +55,9 @@ struct PackedMatrix {
 PackedMatrix pack_weights(const float* w, int64_t n, int64_t k);
 // Packs row-major W [n, k] as bf16, rounding to nearest even (as torch's .to(bfloat16)).
 PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k);
+// A quantized matrix made of `parts` stacked by rows (same k); the parts are shared, not copied.
+PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> parts,
+                            QuantMode mode = QuantMode::kExact);
 
 // Row-major [rows, k] float32 blocks stacked into one matrix, packed once
 // (float32, or bf16 rounded to nearest even): the packing of the
@@ -59,7 +71,8 @@ struct WeightRows {
 };
 PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16);
 // Packed matrices (same k and dtype) stacked by rows into one: the panels
-// copied where every part but the last fills whole panels, else repacked.
+// copied where every part but the last fills whole panels, else repacked;
+// quantized matrices share their parts (same k and mode).
 PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts);
 
 // x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).

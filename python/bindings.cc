@@ -46,14 +46,28 @@ struct Row {
 class PyCausalLM {
  public:
   PyCausalLM(const std::string& model, int threads, const std::string& dtype,
-             const std::string& mode)
-      : model_(load_causal_lm(model, {threads, Numerics::parse(dtype, mode)})) {}
+             const std::string& mode, const std::string& gguf_file, const std::string& quantize)
+      : model_(load_causal_lm(model, options(threads, dtype, mode, gguf_file, quantize))) {}
+
+  static LoadOptions options(int threads, const std::string& dtype, const std::string& mode,
+                             const std::string& gguf_file, const std::string& quantize) {
+    LoadOptions o;
+    o.num_threads = threads;
+    o.numerics = Numerics::parse(dtype, mode);
+    o.numerics.set_quantize(quantize);
+    o.gguf_file = gguf_file;
+    return o;
+  }
 
   nb::dict info() const {
     const ModelInfo& i = model_->info();
     nb::dict d;
     d["architecture"] = i.architecture;
     d["snapshot"] = i.snapshot.string();
+    d["gguf_file"] = i.gguf_file.string();
+    d["config"] = i.config_json;
+    d["quantized_matrices"] = i.quantized_matrices;
+    d["weight_bytes"] = i.weight_bytes;
     d["vocab_size"] = i.vocab_size;
     d["hidden_size"] = i.hidden_size;
     d["num_layers"] = i.num_layers;
@@ -242,9 +256,10 @@ NB_MODULE(_hubzoo, m) {
   bind_embed(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
-      .def(nb::init<const std::string&, int, const std::string&, const std::string&>(),
+      .def(nb::init<const std::string&, int, const std::string&, const std::string&,
+                    const std::string&, const std::string&>(),
            nb::arg("model"), nb::arg("threads") = 0, nb::arg("dtype") = "float32",
-           nb::arg("mode") = "fused")
+           nb::arg("mode") = "fused", nb::arg("gguf_file") = "", nb::arg("quantize") = "")
       .def("info", &PyCausalLM::info)
       .def("capture_names", &PyCausalLM::capture_names)
       .def("kv_cache_stats", &PyCausalLM::kv_cache_stats)

@@ -26,8 +26,10 @@ EncodingTuple to_tuple(hubzoo::Encoding&& e) {
 class PyTokenizer {
  public:
   explicit PyTokenizer(const std::string& path)
-      : tokenizer_(std::filesystem::is_directory(path) ? hubzoo::Tokenizer::from_pretrained(path)
-                                                       : hubzoo::Tokenizer::from_file(path)) {}
+      : tokenizer_(std::filesystem::is_directory(path) ||
+                           std::filesystem::path(path).extension() == ".gguf"
+                       ? hubzoo::Tokenizer::from_pretrained(path)
+                       : hubzoo::Tokenizer::from_file(path)) {}
 
   EncodingTuple encode(const std::string& text, bool add_special_tokens) const {
     nb::gil_scoped_release release;

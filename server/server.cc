@@ -74,17 +74,25 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   if (opt.max_queue < 0) throw InvalidArgument("--max-queue must be >= 0");
   if (opt.max_body_bytes <= 0) throw InvalidArgument("--max-body-bytes must be > 0");
   model_id = opt.served_model_name.empty() ? model_id_of(opt.model) : opt.served_model_name;
-  const Numerics numerics = Numerics::parse(opt.dtype, opt.mode);
-  model = load_causal_lm(opt.model, {opt.threads, numerics});
-  tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(model->info().snapshot));
+  LoadOptions load;
+  load.num_threads = opt.threads;
+  load.numerics = Numerics::parse(opt.dtype, opt.mode);
+  load.numerics.set_quantize(opt.quantize);
+  load.gguf_file = opt.gguf_file;
+  model = load_causal_lm(opt.model, load);
+  const ModelInfo& info = model->info();
+  tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(info.tokenizer_source()));
   if (opt.generation_config == "auto") {
-    sampling_defaults = sampling_defaults_from(model->info().snapshot / "generation_config.json");
+    // A GGUF file carries no generation defaults; a generation_config.json beside it may
+    // belong to another model.
+    if (info.gguf_file.empty())
+      sampling_defaults = sampling_defaults_from(info.snapshot / "generation_config.json");
   } else if (opt.generation_config != "none") {
     throw InvalidArgument("--generation-config must be 'auto' or 'none', got '" +
                           opt.generation_config + "'");
   }
   try {
-    chat_template = ChatTemplate::from_snapshot(model->info().snapshot);
+    chat_template = ChatTemplate::from_snapshot(info.tokenizer_source());
   } catch (const Error& e) {
     chat_template_missing = e.what();
   }
@@ -95,7 +103,9 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   so.max_batch_tokens = opt.max_batch_tokens;
   scheduler = std::make_unique<Scheduler>(*model, tokenizer.get(), so);
   if (!opt.embedding_model.empty()) {
-    embedder = Embedder::load(opt.embedding_model, {opt.threads, numerics});
+    embedder = Embedder::load(
+        opt.embedding_model,
+        {opt.threads, Numerics::parse(opt.dtype, opt.mode == "int8" ? "fused" : opt.mode)});
     embedding_id = model_id_of(opt.embedding_model);
   }
   created = std::chrono::duration_cast<std::chrono::seconds>(

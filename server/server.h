@@ -22,6 +22,8 @@ struct ServerOptions {
   int64_t max_context = 0;         // tokens per request (prompt + new); 0: the model's
   int64_t max_batch_tokens = 256;  // prefill tokens per forward pass
   std::string dtype = "float32", mode = "fused";
+  std::string gguf_file;  // one .gguf of the model's folder (--gguf-file)
+  std::string quantize;   // quantize on load: "q8_0", "q4_0", "q4_k", ... (empty: no)
   // Defaults for the sampling fields a request omits: "auto" reads the model's
   // generation_config.json, "none" uses OpenAI's.
   std::string generation_config = "auto";

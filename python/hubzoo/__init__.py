@@ -28,7 +28,7 @@ __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
 
 _DTYPES = ("float32", "bfloat16")
-_MODES = ("eager", "fused")
+_MODES = ("eager", "fused", "int8")
 
 
 def _as_ids(input_ids, name="input_ids") -> np.ndarray:
@@ -54,17 +54,23 @@ class CausalLM:
         self.num_layers = info["num_layers"]
         self.vocab_size = info["vocab_size"]
         self.eos_token_ids = list(info["eos_token_ids"])
-        with open(os.path.join(info["snapshot"], "config.json")) as f:
-            self.config = json.load(f)
+        self.config = json.loads(info["config"])
 
     @classmethod
     def from_pretrained(cls, path_or_id, dtype: str = "float32", mode: str = "fused",
-                        num_threads: int = 0) -> "CausalLM":
+                        num_threads: int = 0, gguf_file: str | None = None,
+                        quantize: str | None = None) -> "CausalLM":
+        """path_or_id: a snapshot folder, a repo id in the HF cache, or a .gguf file.
+        gguf_file picks one .gguf of a folder (as transformers' gguf_file=); quantize
+        ("q8_0", "q4_0", "q4_k", ...) quantizes fp32/bf16/f16 weights on load; mode "int8"
+        runs quantized weights with int8 activations (as llama.cpp)."""
         if dtype not in _DTYPES:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
         if mode not in _MODES:
             raise InvalidArgument(f"mode must be one of {_MODES}, got {mode!r}")
-        return cls(_hubzoo.CausalLM(str(path_or_id), num_threads, dtype, mode), dtype, mode)
+        native = _hubzoo.CausalLM(str(path_or_id), num_threads, dtype, mode, gguf_file or "",
+                                  quantize or "")
+        return cls(native, dtype, mode)
 
     def _inputs(self, input_ids, attention_mask):
         ids = _as_ids(input_ids)
@@ -150,8 +156,15 @@ class Tokenizer:
         self.snapshot = snapshot
 
     @classmethod
-    def from_pretrained(cls, path_or_id) -> "Tokenizer":
+    def from_pretrained(cls, path_or_id, gguf_file: str | None = None) -> "Tokenizer":
+        """From a snapshot folder or repo id, a .gguf file (or gguf_file= of a folder:
+        its own tokenizer metadata, as transformers' AutoTokenizer(gguf_file=)), or a
+        tokenizer.json."""
         path = str(path_or_id)
+        if gguf_file:
+            path = os.path.join(_hubzoo.resolve_snapshot(path), gguf_file)
+        if path.endswith(".gguf") and os.path.isfile(path):
+            return cls(_hubzoo.Tokenizer(path), path)
         if os.path.isfile(path):  # a tokenizer.json itself
             return cls(_hubzoo.Tokenizer(path), None)
         snapshot = _hubzoo.resolve_snapshot(path)

@@ -1,0 +1,171 @@
+"""Quantized weights, side by side (issue 16): hubzoo and llama.cpp on the same GGUF files.
+
+    .venv/bin/python bench/quant.py                 # every file, 3 rounds (~40 min on 2 cores)
+    .venv/bin/python bench/quant.py --quick         # one round, fewer figures (smoke test)
+
+Files: the real GGUFs that setup prepares (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M,
+Gemma-3-270M Q4_K_M) and Q8_0 / Q4_0 / Q4_K files llama.cpp's own llama-quantize makes from
+SmolLM2's F32 GGUF (bench/build_llama_cpp.sh). Engines, each a fresh process per figure and
+round, rounds alternating the engines so a change in machine load hits all alike:
+  hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
+  hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
+  llama.cpp      llama-bench and llama-batched-bench on the same file
+Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time, peak
+RSS; ratios against llama.cpp; decode against the bandwidth bound (file bytes read per token /
+read bandwidth measured in the same run by build/bench/machine_bench).
+Writes bench/results/quant.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import (ROOT, llama_cpp_engine, log, machine_description,  # noqa: E402
+                 machine_limits, median_engine, run_process)
+
+MODELS = ROOT / "models"
+
+
+def real_ggufs() -> dict[str, Path]:
+    """The GGUF files scripts/prepare_models.py links under models/."""
+    out = {}
+    for p in sorted(MODELS.glob("**/*.gguf")):
+        out[p.stem] = p.resolve()
+    return out
+
+
+def quantized_from_f32(llama_dir: Path, f32: Path, types: list[str]) -> dict[str, Path]:
+    """Q8_0/Q4_0/Q4_K files made by llama-quantize from an F32 GGUF (cached beside it)."""
+    out = {}
+    for t in types:
+        dst = f32.with_name(f32.name.replace("-f32.gguf", f"-{t.lower()}.gguf"))
+        if not dst.is_file():
+            tmp = dst.with_suffix(".tmp")
+            run_process([str(llama_dir / "bin/llama-quantize"), str(f32), str(tmp), t])
+            tmp.rename(dst)
+        out[dst.stem] = dst
+    return out
+
+
+def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
+    cmd = [str(build / "hubzoo"), "bench", "-m", str(gguf), "--dtype", "float32", "--mode", mode,
+           "--threads", str(a.threads), "--prefill", a.prefill, "--decode-batch", a.decode_batch,
+           "--decode-tokens", str(a.decode_tokens), "--repeats", "1"]
+    out, spawn = run_process(cmd)
+    r = json.loads(out)
+    r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
+    return r
+
+
+def fig(engine: dict, figure: str, key: str, value: int):
+    return next((x["tok_s"] for x in engine.get(figure, []) if x[key] == value), None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", default="512")
+    ap.add_argument("--decode-batch", default="1,4,16")
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--files", default="", help="comma list of file stems (default: all)")
+    ap.add_argument("--modes", default="fused,int8")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/quant"))
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.decode_batch, a.decode_tokens = 1, "1,4", 16
+    build = Path(a.build)
+
+    log("llama.cpp build (cached)")
+    out, _ = run_process(["bash", str(ROOT / "bench/build_llama_cpp.sh"), str(MODELS / "SmolLM2-135M-Instruct")])
+    llama_dir = Path(out.strip().splitlines()[-1])
+    sha = llama_dir.name.rsplit("-", 1)[1]
+    f32 = llama_dir.parent / "gguf" / f"SmolLM2-135M-Instruct-{sha}-f32.gguf"
+    files = real_ggufs()
+    files.update(quantized_from_f32(llama_dir, f32, ["Q8_0", "Q4_0", "Q4_K"]))
+    if a.files:
+        keep = set(a.files.split(","))
+        files = {k: v for k, v in files.items() if k in keep}
+
+    report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "threads": a.threads,
+              "rounds": a.rounds, "machine": machine_description(), "load_average_start": os.getloadavg(),
+              "llama_cpp_dir": str(llama_dir), "files": {}}
+    log("machine limits")
+    report["machine_limits"] = machine_limits(build, a.threads)
+    modes = [m for m in a.modes.split(",") if m]
+    for name, path in files.items():
+        engines = {f"hubzoo {m}": (lambda m=m, p=path: hubzoo_gguf(build, p, m, a)) for m in modes}
+        engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a)
+        runs = {e: [] for e in engines}
+        for rnd in range(a.rounds):
+            for e, fn in engines.items():
+                log(f"{name}: round {rnd + 1}/{a.rounds}: {e}")
+                try:
+                    runs[e].append(fn())
+                except RuntimeError as err:  # recorded, not hidden: the table shows the failure
+                    runs[e].append({"error": str(err)[-2000:]})
+        med = {}
+        for e, r in runs.items():
+            ok = [x for x in r if "error" not in x]
+            med[e] = median_engine(ok) if ok else {"error": r[0]["error"]}
+        report["files"][name] = {"path": str(path), "bytes": path.stat().st_size, "engines": med}
+    report["load_average_end"] = os.getloadavg()
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    write_markdown(report, out.with_suffix(".md"))
+    print(out.with_suffix(".md").read_text())
+
+
+def write_markdown(r: dict, path: Path) -> None:
+    thr = r["threads"]
+    lim = next(x for x in r["machine_limits"]["threads"] if x["threads"] == thr)
+    m = r["machine"]
+    lines = [f"# Quantized weights: hubzoo vs llama.cpp on the same GGUF files, {thr} threads", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, SIMD {' '.join(m['simd'])}; hubzoo {m['git_commit']}; "
+             f"read bandwidth {lim['read_gbs']:.1f} GB/s measured in the same run. Medians of {r['rounds']} "
+             f"rounds, engines alternating. Load average {' '.join(f'{x:.2f}' for x in r['load_average_start'])} "
+             f"at the start, {' '.join(f'{x:.2f}' for x in r['load_average_end'])} at the end. "
+             f"Command: `{r['command']}`.", "",
+             "| file | MB | engine | decode b1 | b4 | b16 | prefill 512 | load s | peak RSS MB | "
+             "b1 / llama.cpp | b4 | b16 | prefill / llama.cpp | b1 / bandwidth bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, f in r["files"].items():
+        ll = f["engines"].get("llama.cpp", {})
+        bound = lim["read_gbs"] * 1e9 / f["bytes"]
+        for e, x in f["engines"].items():
+            if "error" in x:
+                lines.append(f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | failed: {x['error'][-120:]!r} |"
+                             + " |" * 10)
+                continue
+            d = [fig(x, "decode", "batch", b) for b in (1, 4, 16)]
+            p = fig(x, "prefill", "tokens", 512)
+            dl = [fig(ll, "decode", "batch", b) for b in (1, 4, 16)] if "error" not in ll else [None] * 3
+            pl = fig(ll, "prefill", "tokens", 512) if "error" not in ll else None
+
+            def ratio(u, v):
+                return f"{u / v:.2f}" if u and v else "-"
+
+            def val(v, spec=".1f"):
+                return "-" if v is None else format(v, spec)
+
+            rss = x.get("peak_rss_bytes")
+            lines.append(
+                f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
+                f"{val(x.get('load_seconds'), '.2f')} | {val(rss / 1e6 if rss else None, '.0f')} | "
+                + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if e != "llama.cpp" else "- | - | -")
+                + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | {ratio(d[0], bound)} |")
+    lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step)."]
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+// Options every model-loading subcommand shares.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace hubzoo::cli {
+
+void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quantize) {
+  cmd->add_option("--gguf-file", gguf_file,
+                  "one .gguf file of the snapshot folder or repo to load (as gguf_file=)");
+  cmd->add_option(
+      "--quantize", quantize,
+      "quantize fp32/bf16/f16 weights on load to a GGUF block type: q8_0, q4_0, q4_k, ...");
+}
+
+LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
+                         const std::string& quantize, const std::string& gguf_file) {
+  LoadOptions o;
+  o.num_threads = threads;
+  o.numerics = Numerics::parse(dtype, mode);
+  o.numerics.set_quantize(quantize);
+  o.gguf_file = gguf_file;
+  return o;
+}
+
+}  // namespace hubzoo::cli
