@@ -11,7 +11,8 @@
 // allocation, alignment a power of two, every tensor's offset aligned and its
 // bytes inside the file, no two tensors overlapping, element counts that fit
 // int64, rows a whole number of blocks, unknown value types and unknown tensor
-// types rejected by name (ggml_type_name).
+// types rejected by name (ggml_type_name). Every error is a FormatError
+// (FileError for I/O) starting "<path>: " and naming the key or tensor.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,8 @@
 #include "tensor/tensor.h"
 
 namespace hubzoo {
+
+class GgufParser;  // io/gguf.cc
 
 struct GgufTensorInfo {
   std::string name;
@@ -53,6 +56,7 @@ class GgufFile {
     uint64_t max_array_elems = 1u << 24;       // tokenizer vocabularies are ~260 K
     uint64_t max_metadata_bytes = 1ull << 30;  // sum over all metadata
     uint32_t max_dims = 4;
+    uint64_t max_name_bytes = 63;  // a tensor name; ggml's GGML_MAX_NAME is 64 with the NUL
   };
   static std::unique_ptr<GgufFile> open(const std::filesystem::path& path, const Limits& limits);
   static std::unique_ptr<GgufFile> open(const std::filesystem::path& path) {
@@ -67,6 +71,10 @@ class GgufFile {
 
   const std::filesystem::path& path() const { return path_; }
   uint32_t version() const { return version_; }
+  // `general.alignment` (default 32) and the data section's offset in the file
+  // (a tensor's bytes start at data_offset() + offset).
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
   // Every metadata key in file order. Values: integers and floats as JSON
   // numbers (u64 stays unsigned), bools, strings (bytes as stored; invalid
   // UTF-8 is a FormatError), arrays as JSON arrays.
@@ -80,6 +88,7 @@ class GgufFile {
   void release(const GgufTensorInfo& t) const;
 
  private:
+  friend class GgufParser;
   GgufFile() = default;
   std::filesystem::path path_;
   const uint8_t* map_ = nullptr;  // owned mapping (null when parsed from memory)
@@ -88,6 +97,8 @@ class GgufFile {
   size_t size_ = 0;
   const uint8_t* data_ = nullptr;  // start of the data section
   uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   nlohmann::ordered_json metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> index_;

@@ -235,6 +235,8 @@ void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
 void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
 void bind_ops(nb::module_& m);            // python/ops_bindings.cc
 void bind_embed(nb::module_& m);          // python/embed_bindings.cc
+void bind_quant(nb::module_& m);          // python/quant_bindings.cc
+void bind_gguf_import(nb::module_& m);    // python/gguf_import_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -252,8 +254,10 @@ NB_MODULE(_hubzoo, m) {
       nb::arg("ref"));
   bind_tokenizer(m);
   bind_chat_template(m);
+  bind_quant(m);
   bind_ops(m);
   bind_embed(m);
+  bind_gguf_import(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,

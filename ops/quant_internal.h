@@ -1,0 +1,104 @@
+// Internals shared by ops/quant_blocks.cc (formats, reference) and
+// ops/quant_matmul.cc (kernels): fp16 conversion, the int8-mode decoding of a
+// weight block and the int8 quantization of activations. Not installed API.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#include "ops/quant.h"
+
+namespace hubzoo::quant {
+
+// IEEE binary16 -> float32 (exact, as numpy's astype(float32) and F16C).
+inline float fp16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+  // Zero or subnormal: mant * 2^-24, exact in float32.
+  const float v = static_cast<float>(mant) * 0x1p-24f;
+  return sign ? -v : v;
+}
+
+// float32 -> binary16, round to nearest even (numpy's astype(float16), ggml's
+// GGML_FP32_TO_FP16 on F16C); overflow to inf, NaN stays a quiet NaN.
+inline uint16_t float_to_fp16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint32_t o;
+  if (x >= (143u << 23)) {  // >= 65536 (or inf / NaN)
+    o = x > 0x7F800000u ? 0x7E00u | ((x >> 13) & 0x3FFu) : 0x7C00u;
+  } else if (x < (113u << 23)) {  // below 2^-14: subnormal half, rounded by a float add
+    constexpr uint32_t kMagic = ((127 - 15) + (23 - 10) + 1) << 23;
+    const float v = std::bit_cast<float>(x) + std::bit_cast<float>(kMagic);
+    o = std::bit_cast<uint32_t>(v) - kMagic;
+  } else {
+    const uint32_t odd = (x >> 13) & 1u;
+    x += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFFu + odd;
+    o = x >> 13;
+  }
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+inline float load_fp16(const uint8_t* p) { return fp16_to_float(load_u16(p)); }
+
+// ---- int8 mode (quant.h) ------------------------------------------------
+//
+// A weight block of B = block_elems weights (32, or 256 for the K types) is
+// read as integers q[B] (int8) in groups of 16 with integer coefficients per
+// group, and two float scales a and c, such that for an activation block
+// quantized as x ~ dx * qx:
+//   I = sum_g (sc[g] * dot_g + off[g] * bsum_g),   dot_g = sum_{l in g} q[l] * qx[l]
+//   J = sum_g mn[g] * bsum_g,                      bsum_g = sum_{l in g} qx[l]
+//   r = (a * dx) * float(I)                         (types without a min)
+//   r = (a * dx) * float(I) + (c * dx) * float(J)   (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
+// I and J are exact integers (int32, no overflow), so any summation order
+// gives the same I and J; only the float steps above are ordered.
+constexpr int kMaxGroups = 16;
+
+struct Int8Block {
+  int8_t q[256];
+  int32_t sc[kMaxGroups];
+  int32_t off[kMaxGroups];
+  int32_t mn[kMaxGroups];
+  float a = 0.0f;
+  float c = 0.0f;
+};
+
+// Whether the int8 mode of t has the (c * dx) * J term.
+bool int8_has_min(QuantType t);
+// Block `block` of type t read as above (groups = block_elems / 16).
+void decode_int8(QuantType t, const uint8_t* block, Int8Block* out);
+
+// An activation row quantized per block of B floats: qx[k], dx[k / B],
+// bsum[k / 16] (sums of qx over 16). dx = amax / 127; qx = nearest-even of
+// x * (1 / dx) clamped to [-127, 127] (0 for an all-zero block).
+struct Int8Row {
+  int8_t* qx;
+  float* dx;
+  int32_t* bsum;
+};
+void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out);
+
+// The per-block float combination (the only rounding steps of the int8 mode).
+inline float int8_block_result(bool has_min, float a, float c, float dx, int32_t i, int32_t j) {
+  const float r = (a * dx) * static_cast<float>(i);
+  if (!has_min) return r;
+  return r + (c * dx) * static_cast<float>(j);
+}
+
+// The exact-mode per-element order of quant.h, in scalar code: 16 lane chains
+// (lane = column mod 16) with std::fma, reduced by the fixed tree.
+float exact_lane_dot(const float* x, const float* w, int64_t k);
+inline float lane_tree(const float* acc) {
+  float s8[8], s4[4], s2[2];
+  for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
+  return s2[0] + s2[1];
+}
+
+}  // namespace hubzoo::quant

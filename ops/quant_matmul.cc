@@ -1,0 +1,478 @@
+// quant_matmul: the scalar references of both modes (quant.h) and the
+// Highway kernels, compiled once per SIMD target and dispatched at run time.
+//
+// Exact mode, per output element (quant.h): 16 lane chains, lane = column j
+// mod 16, each a std::fma chain over its columns in order from 0.0f, reduced
+// by the tree of quant::lane_tree, then + bias. A vector of 16 lanes (AVX-512)
+// or two of 8 (AVX2) is exactly those 16 chains, so every target agrees.
+//
+// Work split: threads take columns (weight rows) and rows of x, never k. A
+// thread dequantizes kNR weight rows over a k range of kKC columns into an L1
+// buffer once per chunk of rows of x, then runs register tiles of kMR rows x
+// kNR weight rows over it; the lane accumulators of a tile are kept in a
+// buffer between k ranges (the chains continue, the order is unchanged).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+#include "ops/quant.h"
+#include "ops/quant_internal.h"
+
+#ifndef HUBZOO_OPS_QUANT_MATMUL_SHARED
+#define HUBZOO_OPS_QUANT_MATMUL_SHARED
+namespace hubzoo::quant {
+
+constexpr int64_t kNR = 4;     // weight rows per tile
+constexpr int64_t kKC = 512;   // k per range (a multiple of 256 and of 16)
+constexpr int64_t kRows = 32;  // rows of x per chunk (x chunk stays in L2)
+
+// Rows of x after k_perm: x row r, gathered into `buf` when w has a permutation.
+inline const float* gathered_row(const QuantMatmulArgs& a, int64_t r, float* buf) {
+  const float* x = a.x + r * a.ldx;
+  if (a.w->k_perm.empty()) return x;
+  for (int64_t j = 0; j < a.w->k; ++j) buf[j] = x[a.w->k_perm[j]];
+  return buf;
+}
+
+// Activations of every row quantized for the int8 mode (rows of x after k_perm).
+struct Int8Acts {
+  int64_t k = 0, block = 0;
+  std::vector<int8_t> qx;
+  std::vector<float> dx;
+  std::vector<int32_t> bsum;
+  Int8Row row(int64_t r) {
+    return {qx.data() + r * k, dx.data() + r * (k / block), bsum.data() + r * (k / 16)};
+  }
+};
+
+// Exact mode over rows [r0, r1) x columns [n0, n1), scalar (the reference's arithmetic).
+inline void exact_scalar(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  const int64_t k = a.w->k;
+  std::vector<float> w(k), xg(k);
+  for (int64_t n = n0; n < n1; ++n) {
+    a.w->dequantize_row(n, w.data());
+    for (int64_t r = r0; r < r1; ++r) {
+      const float s = exact_lane_dot(gathered_row(a, r, xg.data()), w.data(), k);
+      a.y[r * a.ldy + n] = a.bias ? s + a.bias[n] : s;
+    }
+  }
+}
+
+// Int8 mode over rows [r0, r1) x columns [n0, n1), scalar.
+inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, int64_t r1,
+                        int64_t n0, int64_t n1) {
+  const QuantMatrix& w = *a.w;
+  const QuantTraits& tr = quant_traits(w.type);
+  const int64_t blocks = w.k / tr.block_elems, groups = tr.block_elems / 16;
+  const bool has_min = int8_has_min(w.type);
+  std::vector<Int8Block> dec(blocks);
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < blocks; ++b)
+      decode_int8(w.type, w.row(n) + b * tr.block_bytes, &dec[b]);
+    for (int64_t r = r0; r < r1; ++r) {
+      const Int8Row x = acts.row(r);
+      float total = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const Int8Block& d = dec[b];
+        int32_t i = 0, j = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int8_t* qx = x.qx + b * tr.block_elems + g * 16;
+          int32_t dot = 0;
+          for (int l = 0; l < 16; ++l) dot += d.q[g * 16 + l] * qx[l];
+          const int32_t bs = x.bsum[b * groups + g];
+          i += d.sc[g] * dot + d.off[g] * bs;
+          j += d.mn[g] * bs;
+        }
+        total += int8_block_result(has_min, d.a, d.c, x.dx[b], i, j);
+      }
+      a.y[r * a.ldy + n] = a.bias ? total + a.bias[n] : total;
+    }
+  }
+}
+
+}  // namespace hubzoo::quant
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/quant_matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using quant::kKC;
+using quant::kNR;
+using quant::kRows;
+
+int64_t QuantDispatchedTarget() { return HWY_TARGET; }
+
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using V = hn::Vec<DF>;
+constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
+static_assert(16 % kN == 0, "16 lanes must be whole vectors");
+constexpr int kV = static_cast<int>(16 / kN);  // vectors per 16 lanes
+// Rows of x per register tile: kMR * kNR * kV accumulators + kNR weights + 1 x
+// within the register file (32 zmm on AVX-512, 16 ymm on AVX2).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kMR = 1;
+#else
+constexpr int kMR = 4;
+#endif
+
+// N bytes at p widened to int32 lanes.
+HWY_INLINE hn::Vec<DI> LoadU8(const uint8_t* p) {
+  const hn::Rebind<uint8_t, DI> d8;
+  return hn::BitCast(DI(), hn::PromoteTo(hn::Rebind<uint32_t, DF>(), hn::LoadU(d8, p)));
+}
+HWY_INLINE hn::Vec<DI> LoadI8(const uint8_t* p) {
+  const hn::Rebind<int8_t, DI> d8;
+  return hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+}
+HWY_INLINE V ToF(hn::Vec<DI> q) { return hn::ConvertTo(DF(), q); }
+// Nibble (low for element e < 16, high otherwise) of qs[e % 16].
+HWY_INLINE hn::Vec<DI> Nibbles(const uint8_t* qs, int64_t e) {
+  const auto b = LoadU8(qs + e % 16);
+  return e < 16 ? hn::And(b, hn::Set(DI(), 0xF)) : hn::ShiftRight<4>(b);
+}
+
+// One block dequantized exactly as dequantize_row() (quant_blocks.cc): the
+// same float expressions, vectorised. w = a * q - b uses MulSub: a * q is
+// exact in float32 (an fp16 scale times a small integer), so the fused form
+// rounds once, as the separate one does.
+void DequantBlock(QuantType t, const uint8_t* b, float* HWY_RESTRICT y) {
+  const DF df;
+  const DI di;
+  switch (t) {
+    case QuantType::Q8_0: {
+      const V d = hn::Set(df, quant::load_fp16(b));
+      for (int64_t e = 0; e < 32; e += kN) hn::Store(hn::Mul(ToF(LoadI8(b + 2 + e)), d), df, y + e);
+      return;
+    }
+    case QuantType::Q4_0: {
+      const V d = hn::Set(df, quant::load_fp16(b));
+      for (int64_t e = 0; e < 32; e += kN) {
+        hn::Store(hn::Mul(d, ToF(hn::Sub(Nibbles(b + 2, e), hn::Set(di, 8)))), df, y + e);
+      }
+      return;
+    }
+    case QuantType::Q4_1: {
+      const V d = hn::Set(df, quant::load_fp16(b)), m = hn::Set(df, quant::load_fp16(b + 2));
+      for (int64_t e = 0; e < 32; e += kN)
+        hn::Store(hn::MulAdd(d, ToF(Nibbles(b + 4, e)), m), df, y + e);
+      return;
+    }
+    case QuantType::Q4_K:
+    case QuantType::Q5_K: {
+      const bool five = t == QuantType::Q5_K;
+      const float d = quant::load_fp16(b), dmin = quant::load_fp16(b + 2);
+      const uint8_t* s = b + 4;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const V dl = hn::Set(df, d * static_cast<float>(sc));
+        const V ml = hn::Set(df, dmin * static_cast<float>(m));
+        for (int64_t e = 0; e < 32; e += kN) {
+          auto q = LoadU8(qs + (j / 2) * 32 + e);
+          q = (j % 2) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 0xF));
+          if (five) {
+            const auto h = hn::And(hn::ShiftRightSame(LoadU8(b + 16 + e), j), hn::Set(di, 1));
+            q = hn::Or(q, hn::ShiftLeft<4>(h));
+          }
+          hn::Store(hn::MulSub(dl, ToF(q), ml), df, y + j * 32 + e);
+        }
+      }
+      return;
+    }
+    case QuantType::Q6_K: {
+      const float d = quant::load_fp16(b + 208);
+      for (int64_t g = 0; g < 16; ++g) {
+        const V dl = hn::Set(df, d * static_cast<float>(static_cast<int8_t>(b[192 + g])));
+        for (int64_t e = g * 16; e < g * 16 + 16; e += kN) {
+          const int64_t half = e / 128, r = e % 128;
+          const auto low = hn::And(hn::ShiftRightSame(LoadU8(b + half * 64 + r % 64), 4 * (r / 64)),
+                                   hn::Set(di, 0xF));
+          const auto high =
+              hn::And(hn::ShiftRightSame(LoadU8(b + 128 + half * 32 + r % 32), 2 * (r / 32)),
+                      hn::Set(di, 3));
+          const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(di, 32));
+          hn::Store(hn::Mul(dl, ToF(q)), df, y + e);
+        }
+      }
+      return;
+    }
+    case QuantType::Q4_G:
+    case QuantType::Q8_G: {
+      float sv;
+      std::memcpy(&sv, b, 4);
+      const V s = hn::Set(df, sv);
+      const auto zero = hn::Set(di, static_cast<int8_t>(b[4]));
+      for (int64_t e = 0; e < 32; e += kN) {
+        const auto q = t == QuantType::Q4_G ? Nibbles(b + 8, e) : LoadI8(b + 8 + e);
+        hn::Store(hn::Mul(s, ToF(hn::Sub(q, zero))), df, y + e);
+      }
+      return;
+    }
+    default:  // Q5_0, Q5_1, Q2_K, Q3_K: the scalar decoding
+      dequantize_row(t, b, y, quant_traits(t).block_elems);
+      return;
+  }
+}
+
+// kNR weight rows [n, n + kNR) over columns [k0, k0 + kc) into wbuf (row
+// stride kc); rows past n_end are zero (their outputs are not stored).
+void DequantRows(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0, int64_t kc,
+                 float* HWY_RESTRICT wbuf) {
+  const QuantTraits& tr = quant_traits(w.type);
+  for (int64_t j = 0; j < kNR; ++j) {
+    float* out = wbuf + j * kc;
+    if (n + j >= n_end) {
+      std::fill(out, out + kc, 0.0f);
+      continue;
+    }
+    const uint8_t* row = w.row(n + j) + k0 / tr.block_elems * tr.block_bytes;
+    for (int64_t b = 0; b < kc / tr.block_elems; ++b) {
+      DequantBlock(w.type, row + b * tr.block_bytes, out + b * tr.block_elems);
+    }
+  }
+}
+
+struct TileOut {
+  float* acc;  // [kMR][kNR][16] lane accumulators kept between k ranges
+  bool first, last;
+  const float* bias;  // at column n, or null
+  float* y;           // y at row r, column n
+  int64_t ldy, n_valid;
+};
+
+// MR rows x kNR weight rows over kc columns: x rows xr[r] (at k0), weights
+// wbuf (stride kc). Lanes continue from acc (unless first); the last range
+// reduces them by the tree and stores y (+ bias).
+template <int MR>
+HWY_NOINLINE void ExactTile(const float* const* xr, const float* HWY_RESTRICT wbuf, int64_t kc,
+                            const TileOut& o) {
+  const DF df;
+  V acc[MR][kNR][kV];
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < kNR; ++j) {
+      for (int v = 0; v < kV; ++v) {
+        acc[r][j][v] = o.first ? hn::Zero(df) : hn::Load(df, o.acc + (r * kNR + j) * 16 + v * kN);
+      }
+    }
+  }
+  for (int64_t s = 0; s < kc; s += 16) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) {
+      V wv[kNR];
+      for (int j = 0; j < kNR; ++j) wv[j] = hn::Load(df, wbuf + j * kc + s + v * kN);
+      for (int r = 0; r < MR; ++r) {
+        const V xv = hn::LoadU(df, xr[r] + s + v * kN);
+        for (int j = 0; j < kNR; ++j) acc[r][j][v] = hn::MulAdd(xv, wv[j], acc[r][j][v]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < kNR; ++j) {
+      alignas(64) float lanes[16];
+      for (int v = 0; v < kV; ++v)
+        hn::Store(acc[r][j][v], df, (o.last ? lanes : o.acc + (r * kNR + j) * 16) + v * kN);
+      if (!o.last || j >= o.n_valid) continue;
+      const float t = quant::lane_tree(lanes);
+      o.y[r * o.ldy + j] = o.bias ? t + o.bias[j] : t;
+    }
+  }
+}
+
+using TileFn = void (*)(const float* const*, const float*, int64_t, const TileOut&);
+template <size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> MakeTiles(std::index_sequence<I...>) {
+  return {&ExactTile<static_cast<int>(I) + 1>...};
+}
+constexpr auto kTiles = MakeTiles(std::make_index_sequence<kMR>());
+
+// Exact mode over rows [r0, r1) x columns [n0, n1).
+void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  const QuantMatrix& w = *a.w;
+  const int64_t k = w.k;
+  thread_local std::vector<float> wbuf, accbuf, xg;
+  wbuf.resize(kNR * kKC + 16);
+  accbuf.resize(kRows * kNR * 16 + 16);
+  const bool perm = !w.k_perm.empty();
+  if (perm) xg.resize(kRows * k);
+  float* wb =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wbuf.data()) + 63) & ~uintptr_t{63});
+  float* ab =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(accbuf.data()) + 63) & ~uintptr_t{63});
+  for (int64_t rc = r0; rc < r1; rc += kRows) {
+    const int64_t rc_end = std::min(r1, rc + kRows);
+    const float* rows[kRows];
+    for (int64_t r = rc; r < rc_end; ++r) {
+      rows[r - rc] = perm ? quant::gathered_row(a, r, xg.data() + (r - rc) * k) : a.x + r * a.ldx;
+    }
+    for (int64_t n = n0; n < n1; n += kNR) {
+      for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+        const int64_t kc = std::min(kKC, k - k0);
+        DequantRows(w, n, n1, k0, kc, wb);
+        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
+          const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
+          const float* xr[kMR];
+          for (int64_t r = 0; r < mr; ++r) xr[r] = rows[rb - rc + r] + k0;
+          const TileOut o{
+              ab + (rb - rc) * kNR * 16, k0 == 0, k0 + kc == k, a.bias ? a.bias + n : nullptr,
+              a.y + rb * a.ldy + n,      a.ldy,   n1 - n};
+          kTiles[mr - 1](xr, wb, kc, o);
+        }
+      }
+    }
+  }
+}
+
+#else  // no native FMA: the scalar chains of the reference
+
+void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  quant::exact_scalar(a, r0, r1, n0, n1);
+}
+
+#endif
+
+void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t n0,
+               int64_t n1) {
+  quant::int8_scalar(a, acts, r0, r1, n0, n1);
+}
+
+// Splits the output into tiles over columns (preferred: each thread streams
+// only its own weights) and rows.
+void QuantMatmul(const QuantMatmulArgs& a, quant::Int8Acts* acts, ThreadPool& pool) {
+  const int64_t n = a.w->n, m = a.m;
+  const int64_t col_blocks = (n + kNR - 1) / kNR;
+  int64_t threads = pool.num_threads();
+  if (m == 1) threads = std::clamp<int64_t>(a.w->bytes() / (64 * 1024), 1, threads);
+  const int64_t col_groups = std::min(col_blocks, threads);
+  const int64_t row_groups = std::clamp<int64_t>(threads / col_groups, 1, m);
+  pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t rg = t / col_groups, cg = t % col_groups;
+      const int64_t r0 = rg * m / row_groups, r1 = (rg + 1) * m / row_groups;
+      const int64_t n0 = std::min(n, cg * col_blocks / col_groups * kNR);
+      const int64_t n1 = std::min(n, (cg + 1) * col_blocks / col_groups * kNR);
+      if (r0 >= r1 || n0 >= n1) continue;
+      if (acts) {
+        Int8Range(a, *acts, r0, r1, n0, n1);
+      } else {
+        ExactRange(a, r0, r1, n0, n1);
+      }
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hubzoo {
+
+HWY_EXPORT(QuantMatmul);
+HWY_EXPORT(QuantDispatchedTarget);
+
+namespace {
+
+void check_args(const QuantMatmulArgs& a) {
+  if (!a.w) throw InvalidArgument("quant_matmul: no weights");
+  const QuantMatrix& w = *a.w;
+  if (w.n < 0) throw InvalidArgument("quant_matmul: negative row count of the weights");
+  if (w.row_bytes != quant_row_bytes(w.type, w.k)) {  // also checks k
+    throw InvalidArgument("quant_matmul: row_bytes " + std::to_string(w.row_bytes) +
+                          " does not match " + std::string(quant_name(w.type)) + " with k " +
+                          std::to_string(w.k));
+  }
+  if (w.n > 0 && !w.data) throw InvalidArgument("quant_matmul: the weights have no data");
+  if (a.m < 0) throw InvalidArgument("quant_matmul: negative row count");
+  if (a.m > 0 && w.n > 0 && (!a.x || !a.y)) {
+    throw InvalidArgument("quant_matmul: null input or output");
+  }
+  if (a.m > 0 && (a.ldx < w.k || a.ldy < w.n)) {
+    throw InvalidArgument("quant_matmul: row stride smaller than the row (ldx " +
+                          std::to_string(a.ldx) + " < k " + std::to_string(w.k) + " or ldy " +
+                          std::to_string(a.ldy) + " < n " + std::to_string(w.n) + ")");
+  }
+  if (!w.k_perm.empty()) {
+    if (static_cast<int64_t>(w.k_perm.size()) != w.k) {
+      throw InvalidArgument("quant_matmul: k_perm has " + std::to_string(w.k_perm.size()) +
+                            " entries, expected k = " + std::to_string(w.k));
+    }
+    for (int32_t p : w.k_perm) {
+      if (p < 0 || p >= w.k) {
+        throw InvalidArgument("quant_matmul: k_perm entry " + std::to_string(p) + " outside [0, " +
+                              std::to_string(w.k) + ")");
+      }
+    }
+  }
+  if (a.mode != QuantMode::kExact && a.mode != QuantMode::kInt8) {
+    throw InvalidArgument("quant_matmul: unknown mode");
+  }
+}
+
+// Every row of x (after k_perm) quantized for the int8 mode.
+quant::Int8Acts quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool) {
+  quant::Int8Acts acts;
+  acts.k = a.w->k;
+  acts.block = quant_traits(a.w->type).block_elems;
+  acts.qx.resize(a.m * acts.k);
+  acts.dx.resize(a.m * (acts.k / acts.block));
+  acts.bsum.resize(a.m * (acts.k / 16));
+  const auto rows = [&](int64_t r0, int64_t r1) {
+    std::vector<float> xg(acts.k);
+    for (int64_t r = r0; r < r1; ++r) {
+      quant::quantize_activations(quant::gathered_row(a, r, xg.data()), acts.k, acts.block,
+                                  acts.row(r));
+    }
+  };
+  if (pool && a.m > 1) {
+    pool->parallel_for(a.m, 1, rows);
+  } else {
+    rows(0, a.m);
+  }
+  return acts;
+}
+
+}  // namespace
+
+void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool) {
+  check_args(a);
+  if (a.m == 0 || a.w->n == 0) return;
+  if (a.mode == QuantMode::kInt8) {
+    quant::Int8Acts acts = quantize_rows(a, &pool);
+    HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, &acts, pool);
+  } else {
+    HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, nullptr, pool);
+  }
+}
+
+void quant_matmul_reference(const QuantMatmulArgs& a) {
+  check_args(a);
+  if (a.m == 0 || a.w->n == 0) return;
+  if (a.mode == QuantMode::kInt8) {
+    quant::Int8Acts acts = quantize_rows(a, nullptr);
+    quant::int8_scalar(a, acts, 0, a.m, 0, a.w->n);
+  } else {
+    quant::exact_scalar(a, 0, a.m, 0, a.w->n);
+  }
+}
+
+const char* quant_target_name() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(QuantDispatchedTarget)());
+}
+
+}  // namespace hubzoo
+#endif  // HWY_ONCE

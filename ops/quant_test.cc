@@ -1,0 +1,330 @@
+#include "ops/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "hwy/targets.h"
+#include "ops/quant_internal.h"
+#include "ops/test_values.h"
+
+namespace hubzoo {
+namespace {
+
+using test::bits;
+
+constexpr QuantType kAll[] = {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                              QuantType::Q8_0, QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K,
+                              QuantType::Q5_K, QuantType::Q6_K, QuantType::Q4_G, QuantType::Q8_G};
+constexpr QuantMode kModes[] = {QuantMode::kExact, QuantMode::kInt8};
+
+float sentinel() {
+  const uint32_t u = 0x7fc0beefu;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Byte offsets of the fp16 scales of a GGML block (set to finite values).
+std::vector<int> fp16_fields(QuantType t) {
+  switch (t) {
+    case QuantType::Q4_1:
+    case QuantType::Q5_1:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+      return {0, 2};
+    case QuantType::Q2_K:
+      return {80, 82};
+    case QuantType::Q3_K:
+      return {108};
+    case QuantType::Q6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+// n rows of random blocks: random quants, finite scales over many binades.
+struct Weights {
+  std::vector<uint8_t> bytes;
+  QuantMatrix w;
+};
+Weights random_weights(QuantType t, int64_t n, int64_t k, uint32_t seed) {
+  const QuantTraits& tr = quant_traits(t);
+  std::mt19937 rng(seed);
+  Weights out;
+  out.bytes.resize(n * quant_row_bytes(t, k));
+  for (auto& b : out.bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-16, 2);
+  for (size_t at = 0; at < out.bytes.size(); at += tr.block_bytes) {
+    uint8_t* b = out.bytes.data() + at;
+    if (t == QuantType::Q4_G || t == QuantType::Q8_G) {
+      const float s = std::ldexp(mant(rng), expo(rng));
+      std::memcpy(b, &s, 4);
+      if (t == QuantType::Q4_G) b[4] = static_cast<uint8_t>(rng() % 16);
+      continue;
+    }
+    for (int f : fp16_fields(t)) {
+      const uint16_t h = quant::float_to_fp16(std::ldexp(mant(rng), expo(rng)));
+      b[f] = static_cast<uint8_t>(h & 0xFF);
+      b[f + 1] = static_cast<uint8_t>(h >> 8);
+    }
+  }
+  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}};
+  return out;
+}
+
+struct Shape {
+  int64_t m, n, k;
+  bool bias = true, strided = true;
+  int64_t ldx() const { return strided ? k + 3 : k; }
+  int64_t ldy() const { return strided ? n + 5 : n; }
+};
+
+std::vector<float> run(const Shape& s, const std::vector<float>& x, const QuantMatrix& w,
+                       const std::vector<float>& bias, QuantMode mode, ThreadPool* pool) {
+  std::vector<float> y(s.m * s.ldy(), sentinel());
+  const QuantMatmulArgs a{x.data(), s.m,     s.ldx(), &w, s.bias ? bias.data() : nullptr,
+                          y.data(), s.ldy(), mode};
+  if (pool) {
+    quant_matmul(a, *pool);
+  } else {
+    quant_matmul_reference(a);
+  }
+  return y;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (bits(a[i]) != bits(b[i]) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": " << a[i] << " vs " << b[i];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// Runs body once per SIMD target this machine and build offer.
+template <typename Body>
+void every_target(Body body) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    EXPECT_STREQ(quant_target_name(), hwy::TargetName(target));
+    body();
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
+  ThreadPool pool(3);
+  for (QuantType t : kAll) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const int64_t n = 37, k = 512;
+    const Weights w = random_weights(t, n, k, 1);
+    for (int64_t m : {1, 2, 3, 7, 16, 33}) {
+      const Shape s{m, n, k};
+      const auto x = test::spread_values(m * s.ldx(), 2 + m, -6, 6);
+      const auto bias = test::spread_values(n, 3, -4, 4);
+      for (QuantMode mode : kModes) {
+        const auto ref = run(s, x, w.w, bias, mode, nullptr);
+        every_target([&] { expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref); });
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, BatchInvariant) {
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
+    const int64_t n = 41, k = 768, m = 33;
+    const Weights w = random_weights(t, n, k, 5);
+    const Shape all{m, n, k, true, false};
+    const auto x = test::spread_values(m * k, 6, -6, 6);
+    const auto bias = test::spread_values(n, 7, -4, 4);
+    for (QuantMode mode : kModes) {
+      const auto y = run(all, x, w.w, bias, mode, &pool);
+      for (int64_t r : {0, 5, 32}) {
+        const Shape one{1, n, k, true, false};
+        const std::vector<float> xr(x.begin() + r * k, x.begin() + (r + 1) * k);
+        const auto yr = run(one, xr, w.w, bias, mode, &pool);
+        expect_same_bits(yr, std::vector<float>(y.begin() + r * n, y.begin() + (r + 1) * n));
+      }
+    }
+  }
+}
+
+// Exact mode against dequantize_row + a double dot product: within the
+// rounding bound of the order, (k / 16 + 5) * 2^-24 * (sum |x w| + |bias|).
+// Int8 mode against the same: plus half an int8 step of x per block times sum |w|.
+TEST(QuantMatmul, CloseToDoubleProduct) {
+  ThreadPool pool(2);
+  for (QuantType t : kAll) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const int64_t n = 19, k = 1024, m = 3, be = quant_traits(t).block_elems;
+    const Weights w = random_weights(t, n, k, 9);
+    const Shape s{m, n, k, true, false};
+    std::mt19937 rng(10);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(m * k), bias(n), wr(k);
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : bias) v = normal(rng);
+    for (QuantMode mode : kModes) {
+      const auto y = run(s, x, w.w, bias, mode, &pool);
+      for (int64_t c = 0; c < n; ++c) {
+        w.w.dequantize_row(c, wr.data());
+        for (int64_t r = 0; r < m; ++r) {
+          double ref = bias[c], mag = std::abs(bias[c]), q8 = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            ref += double(x[r * k + j]) * wr[j];
+            mag += std::abs(double(x[r * k + j]) * wr[j]);
+          }
+          for (int64_t b = 0; b < k; b += be) {
+            double amax = 0, wsum = 0;
+            for (int64_t j = b; j < b + be; ++j)
+              amax = std::max(amax, double(std::abs(x[r * k + j])));
+            for (int64_t j = b; j < b + be; ++j) wsum += std::abs(wr[j]);
+            q8 += amax / 127 * 0.50001 * wsum;
+          }
+          double tol = (k / 16 + 5) * std::ldexp(1.0, -24) * mag;
+          if (mode == QuantMode::kInt8) tol += q8 * 1.001;
+          EXPECT_LE(std::abs(y[r * n + c] - ref), tol) << "row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, KPermGathersX) {
+  ThreadPool pool(2);
+  const int64_t n = 9, k = 256, m = 4;
+  Weights w = random_weights(QuantType::Q4_G, n, k, 12);
+  std::vector<int32_t> perm(k);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(13));
+  const auto x = test::spread_values(m * k, 14, -4, 4);
+  std::vector<float> xp(m * k);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < k; ++j) xp[r * k + j] = x[r * k + perm[j]];
+  }
+  const Shape s{m, n, k, false, false};
+  for (QuantMode mode : kModes) {
+    const auto plain = run(s, xp, w.w, {}, mode, &pool);
+    QuantMatrix permuted = w.w;
+    permuted.k_perm = perm;
+    expect_same_bits(run(s, x, permuted, {}, mode, &pool), plain);
+    expect_same_bits(run(s, x, permuted, {}, mode, nullptr), plain);
+  }
+}
+
+TEST(QuantMatmul, BadArguments) {
+  ThreadPool pool(1);
+  Weights w = random_weights(QuantType::Q4_K, 4, 256, 1);
+  std::vector<float> x(256), y(4);
+  QuantMatmulArgs a{x.data(), 1, 256, &w.w, nullptr, y.data(), 4};
+  EXPECT_NO_THROW(quant_matmul(a, pool));
+  QuantMatrix bad_k = w.w;
+  bad_k.k = 200;  // not a whole number of 256-blocks
+  a.w = &bad_k;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  EXPECT_THROW(quant_matmul_reference(a), InvalidArgument);
+  QuantMatrix no_data = w.w;
+  no_data.data = nullptr;
+  a.w = &no_data;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  a.w = nullptr;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  a.w = &w.w;
+  a.x = nullptr;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  a.x = x.data();
+  a.ldx = 100;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  a.ldx = 256;
+  QuantMatrix bad_perm = w.w;
+  bad_perm.k_perm = {0, 1, 2};
+  a.w = &bad_perm;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  bad_perm.k_perm.assign(256, 0);
+  bad_perm.k_perm[7] = 256;
+  EXPECT_THROW(quant_matmul(a, pool), InvalidArgument);
+  EXPECT_THROW(dequantize_row(QuantType::Q8_0, w.bytes.data(), y.data(), 33), InvalidArgument);
+  EXPECT_THROW(dequantize_row(QuantType::Q8_0, nullptr, y.data(), 32), InvalidArgument);
+  EXPECT_THROW(quantize_row(QuantType::Q3_K, x.data(), w.bytes.data(), 256), InvalidArgument);
+  EXPECT_THROW(quantize_row(QuantType::Q8_0, x.data(), w.bytes.data(), 48), InvalidArgument);
+  EXPECT_THROW(w.w.dequantize_row(4, x.data()), InvalidArgument);
+}
+
+TEST(Quantize, RoundTripAndMatrix) {
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int64_t n = 7, k = 512;
+  std::vector<float> w(n * k);
+  for (auto& v : w) v = normal(rng);
+  for (QuantType t : kAll) {
+    if (!can_quantize(t)) continue;
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const QuantMatrix q = quantize_matrix(t, w.data(), n, k, pool);
+    std::vector<uint8_t> row(q.row_bytes);
+    std::vector<float> back(k);
+    double err = 0, norm = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      quantize_row(t, w.data() + r * k, row.data(), k);
+      EXPECT_EQ(std::memcmp(row.data(), q.row(r), q.row_bytes), 0);
+      q.dequantize_row(r, back.data());
+      for (int64_t j = 0; j < k; ++j) {
+        err += std::pow(back[j] - w[r * k + j], 2);
+        norm += std::pow(w[r * k + j], 2);
+      }
+    }
+    // rms error: 8-bit well under 1%, 5-bit under 6%, 4-bit under 12%.
+    const double bound = t == QuantType::Q8_0                             ? 0.006
+                         : (t == QuantType::Q5_0 || t == QuantType::Q5_1) ? 0.06
+                                                                          : 0.12;
+    EXPECT_LT(std::sqrt(err / norm), bound);
+  }
+  EXPECT_FALSE(can_quantize(QuantType::Q6_K));
+  EXPECT_TRUE(can_quantize(QuantType::Q4_K));
+}
+
+TEST(QuantMatrix, ConcatAndPermuteRows) {
+  const Weights a = random_weights(QuantType::Q6_K, 3, 256, 1);
+  const Weights b = random_weights(QuantType::Q6_K, 2, 256, 2);
+  const QuantMatrix c = concat_quant({&a.w, &b.w});
+  ASSERT_EQ(c.n, 5);
+  EXPECT_EQ(std::memcmp(c.row(0), a.w.row(0), 3 * a.w.row_bytes), 0);
+  EXPECT_EQ(std::memcmp(c.row(3), b.w.row(0), 2 * b.w.row_bytes), 0);
+  const QuantMatrix p = permute_rows(c, {4, 0, 2});
+  ASSERT_EQ(p.n, 3);
+  EXPECT_EQ(std::memcmp(p.row(0), c.row(4), c.row_bytes), 0);
+  EXPECT_EQ(std::memcmp(p.row(1), c.row(0), c.row_bytes), 0);
+  EXPECT_EQ(std::memcmp(p.row(2), c.row(2), c.row_bytes), 0);
+  EXPECT_THROW(permute_rows(c, {5}), InvalidArgument);
+  const Weights other = random_weights(QuantType::Q4_K, 2, 256, 3);
+  EXPECT_THROW(concat_quant({&a.w, &other.w}), InvalidArgument);
+  EXPECT_THROW(concat_quant({}), InvalidArgument);
+}
+
+TEST(Fp16, ConversionsRoundTripEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = quant::fp16_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(quant::float_to_fp16(f), h);
+  }
+  EXPECT_EQ(quant::float_to_fp16(65520.0f), 0x7C00);          // rounds to inf
+  EXPECT_EQ(quant::float_to_fp16(65519.0f), 0x7BFF);          // max half
+  EXPECT_EQ(quant::float_to_fp16(std::ldexp(1.0f, -25)), 0);  // tie to even: 0
+  EXPECT_EQ(quant::float_to_fp16(std::ldexp(3.0f, -25)), 2);  // 1.5 ulp -> 2
+}
+
+}  // namespace
+}  // namespace hubzoo
