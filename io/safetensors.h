@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,10 +72,13 @@ class SafetensorsFile {
 // shard listed but missing, or an index naming a tensor its shard lacks is an error.
 class GgufFile;
 
-// A GGUF tensor under its Hugging Face name, with the transforms of TensorInfo.
-struct GgufTensorMapping {
+// A checkpoint tensor made of GGUF tensors: one (`gguf_names` of size 1), or
+// several [E, r, ...] tensors stacked along dimension 1 per leading index
+// (Qwen3-MoE's gate and up experts as HF's fused gate_up_proj [E, 2r, ...]);
+// with the transforms of TensorInfo.
+struct GgufCheckpointTensor {
   std::string hf_name;
-  std::string gguf_name;
+  std::vector<std::string> gguf_names;
   std::vector<int64_t> row_order;
   float add = 0.0f;
 };
@@ -83,9 +87,11 @@ class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);
   // The tensors of one GGUF file under the names `mapping` gives them; every
-  // tensor of the file must be mapped (TensorMappingError naming the rest).
+  // tensor of the file must be mapped or listed in `unused` (GGUF names of
+  // tensors transformers does not load either), else TensorMappingError naming it.
   static Checkpoint from_gguf(std::shared_ptr<const GgufFile> file,
-                              const std::vector<GgufTensorMapping>& mapping);
+                              const std::vector<GgufCheckpointTensor>& mapping,
+                              const std::set<std::string>& unused = {});
 
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
@@ -101,7 +107,8 @@ class Checkpoint {
   struct GgufEntry {
     TensorInfo info;
     const void* data = nullptr;
-    std::string gguf_name;
+    std::vector<std::string> gguf_names;
+    std::shared_ptr<std::vector<uint8_t>> owned;  // stacked parts, copied once at open
   };
   std::shared_ptr<const GgufFile> gguf_;
   std::map<std::string, GgufEntry> gguf_where_;

@@ -32,6 +32,8 @@ namespace hubzoo {
 // dot products, as llama.cpp computes (ops/quant.h); under "fused" (the
 // default) quantized weights multiply fp32 activations exactly dequantized.
 struct Numerics {
+  constexpr Numerics() = default;
+  constexpr Numerics(bool bf16_, bool eager_) : bf16(bf16_), eager(eager_) {}
   bool bf16 = false;
   bool eager = false;
   bool int8 = false;  // mode "int8": int8 activations against quantized weights

@@ -113,6 +113,10 @@ PackedMatrix WeightLoader::quantize_f32(const std::vector<float>& w, int64_t n, 
   if (!can_quantize(t)) {
     throw InvalidArgument("quantize: hubzoo has no quantizer for " + std::string(quant_name(t)));
   }
+  if (k % quant_traits(t).block_elems != 0) {
+    // Rows that are not whole blocks stay as they are (llama-quantize falls back too).
+    return numerics_.bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
+  }
   auto q =
       std::make_shared<QuantMatrix>(quantize_matrix(t, w.data(), n, k, *ThreadPool::shared(0)));
   return pack_quant({std::move(q)});

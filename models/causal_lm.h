@@ -75,7 +75,7 @@ class CausalLM {
 // Everything a model family's loader gets.
 struct LoadContext {
   std::filesystem::path snapshot;
-  JsonObject config;
+  JsonObject config{nlohmann::json::object(), "config.json"};
   std::shared_ptr<ThreadPool> pool;
   Numerics numerics;
   // False when the model is loaded as an encoder (embeddings only): a base-model
@@ -92,6 +92,8 @@ struct LoadContext {
 std::vector<std::string> supported_causal_lms();
 
 struct LoadOptions {
+  LoadOptions() = default;
+  LoadOptions(int threads, Numerics n) : num_threads(threads), numerics(n) {}
   // 0: all cores. Models asking for the same count share one pool (ThreadPool::shared).
   int num_threads = 0;
   Numerics numerics;  // float32 unless asked (Numerics::parse); quantize on load

@@ -89,8 +89,12 @@ std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOption
     }
     arch = type->second;
   }
-  LoadContext ctx{dir, config, ThreadPool::shared(options.num_threads), options.numerics,
-                  /*needs_lm_head=*/false};
+  LoadContext ctx;
+  ctx.snapshot = dir;
+  ctx.config = config;
+  ctx.pool = ThreadPool::shared(options.num_threads);
+  ctx.numerics = options.numerics;
+  ctx.needs_lm_head = false;
   const auto base = base_decoders().find(arch);
   const auto decoder = registry().find(base == base_decoders().end() ? arch : base->second);
   if (decoder != registry().end()) return decoder_as_encoder(decoder->second(ctx));
@@ -173,7 +177,11 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
     throw ConfigError(config.where() + ": architecture '" + archs[0] +
                       "' is not supported (supported: " + supported + ")");
   }
-  LoadContext ctx{dir, config, ThreadPool::shared(options.num_threads), options.numerics};
+  LoadContext ctx;
+  ctx.snapshot = dir;
+  ctx.config = config;
+  ctx.pool = ThreadPool::shared(options.num_threads);
+  ctx.numerics = options.numerics;
   ctx.checkpoint = gguf.checkpoint;
   ctx.gguf_file = src.gguf_file;
   return it->second(ctx);

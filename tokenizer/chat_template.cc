@@ -1,5 +1,8 @@
 #include "tokenizer/chat_template.h"
 
+#include "io/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
+
 #include "base/error.h"
 #include "io/json.h"
 
@@ -61,6 +64,20 @@ ChatTemplate ChatTemplate::from_string(const std::string& source,
 
 ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   ChatTemplate t;
+  std::error_code ec;
+  if (dir.extension() == ".gguf" && fs::is_regular_file(dir, ec)) {
+    // A GGUF file: tokenizer.chat_template and the special tokens from its metadata.
+    const ojson config = gguf_tokenizer_files(GgufFile::open(dir)->metadata()).config;
+    for (const char* key : kSpecialTokens) {
+      std::string v;
+      if (config.contains(key) && token_content(config[key], v)) t.special_tokens_[key] = v;
+    }
+    if (config.contains("chat_template") && config["chat_template"].is_string())
+      t.sources_["default"] = config["chat_template"].get<std::string>();
+    if (t.sources_.empty()) throw FileError("no chat template in " + dir.string());
+    t.compile_sources(dir.string());
+    return t;
+  }
   ojson config = ojson::object();
   if (fs::exists(dir / "tokenizer_config.json"))
     config = read_ordered_json_file(dir / "tokenizer_config.json");
@@ -106,14 +123,18 @@ ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
     }
   }
   if (t.sources_.empty()) throw FileError("no chat template in " + dir.string());
-  for (const auto& [name, src] : t.sources_) {
+  t.compile_sources(dir.string());
+  return t;
+}
+
+void ChatTemplate::compile_sources(const std::string& where) {
+  for (const auto& [name, src] : sources_) {
     try {
-      t.compiled_[name] = std::make_shared<const jinja::Template>(src);
+      compiled_[name] = std::make_shared<const jinja::Template>(src);
     } catch (const FormatError& e) {
-      throw FormatError(dir.string() + ": chat template '" + name + "': " + e.what());
+      throw FormatError(where + ": chat template '" + name + "': " + e.what());
     }
   }
-  return t;
 }
 
 namespace {

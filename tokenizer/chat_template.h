@@ -51,6 +51,7 @@ class ChatTemplate {
   const std::map<std::string, std::string>& sources() const { return sources_; }
 
  private:
+  void compile_sources(const std::string& where);  // sources_ -> compiled_
   std::map<std::string, std::string> sources_;
   std::map<std::string, std::shared_ptr<const jinja::Template>> compiled_;
   std::map<std::string, std::string> special_tokens_;

@@ -1,5 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
+#include "io/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
+
 #include <limits>
 
 #include "base/error.h"
@@ -47,6 +50,10 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 }
 
 Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (dir.extension() == ".gguf" && std::filesystem::is_regular_file(dir, ec)) {
+    return tokenizer_from_gguf_metadata(GgufFile::open(dir)->metadata(), dir.string());
+  }
   const std::filesystem::path file = dir / "tokenizer.json";
   if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
   Tokenizer t = from_file(file);

@@ -1,0 +1,185 @@
+"""GGUF models on the fp32 ladder (issue 16): hubzoo runs the blocks as they are stored and
+must match transformers' model loaded from the same file (which dequantizes every tensor).
+
+Tiny random Llama/Qwen2 files in every GGML block type (python/tests/_gguf_models.py):
+per-layer rtol/atol 1e-4, equal argmax, cached decode, batch invariance bit for bit, in both
+numerics modes (fused: exact; int8: int8 activations, held to its own measured bound).
+The real GGUF files (models/gguf/, scripts/prepare_models.py): logits atol 1e-3 with equal
+argmax and 64 greedy tokens equal to transformers'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import _gguf_models as gm
+import _util
+from _util import allclose_failure, assert_argmax_equal, capture_names, hf_forward
+
+PROMPT = np.array([1, 17, 254, 33, 90, 5, 299, 128, 64, 3, 200, 41, 77, 150, 9, 260], dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """(arch, qtype, tied) -> (path, transformers reference model), built once."""
+    root = tmp_path_factory.mktemp("gguf")
+    cache = {}
+
+    def get(arch, qtype, tied=True):
+        key = (arch, qtype, tied)
+        if key not in cache:
+            d = root / f"{arch}-{qtype}-{'tied' if tied else 'untied'}"
+            d.mkdir()
+            hf = gm.build_hf(arch, tied)
+            path = gm.write_gguf(hf, arch, d / "model.gguf", qtype)
+            cache[key] = (path, gm.load_reference(path))
+        return cache[key]
+
+    return get
+
+
+def _check_layers(ours_captured, ref_captured, rtol, atol, key):
+    failures = []
+    for name in capture_names(gm.LAYERS):
+        _util.record_error(key, name, ours_captured[name], ref_captured[name][0])
+        f = allclose_failure(name, ours_captured[name], ref_captured[name][0], rtol, atol)
+        if f:
+            failures.append(f)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("qtype", gm.GGML_TYPES)
+def test_tiny_llama_every_block_type(hz, tiny_gguf, qtype):
+    """Per-layer parity at 1e-4 and equal argmax: the blocks are dequantized exactly."""
+    path, ref = tiny_gguf("llama", qtype)
+    model = hz.CausalLM.from_pretrained(path)
+    assert model.info["quantized_matrices"] > 0
+    names = capture_names(gm.LAYERS)
+    logits, got = model.forward(PROMPT[None], capture=names)
+    ref_logits, ref_captured = hf_forward(ref, PROMPT[None])
+    _check_layers({n: got[n][0] for n in names}, ref_captured, 1e-4, 1e-4, f"gguf/llama-{qtype}")
+    assert_argmax_equal(logits, ref_logits)
+
+
+@pytest.mark.parametrize("arch,qtype,tied", [("llama", "Q4_K", False), ("qwen2", "Q8_0", True),
+                                             ("qwen2", "Q5_K", False)])
+def test_tiny_untied_and_qwen2(hz, tiny_gguf, arch, qtype, tied):
+    """Untied files (a quantized embedding table looked up row by row, output in Q6_K) and
+    Qwen2 (q/k/v biases, no q/k permutation)."""
+    path, ref = tiny_gguf(arch, qtype, tied)
+    model = hz.CausalLM.from_pretrained(path)
+    names = capture_names(gm.LAYERS)
+    logits, got = model.forward(PROMPT[None], capture=names)
+    ref_logits, ref_captured = hf_forward(ref, PROMPT[None])
+    _check_layers({n: got[n][0] for n in names}, ref_captured, 1e-4, 1e-4, f"gguf/{arch}-{qtype}-{tied}")
+    assert_argmax_equal(logits, ref_logits)
+
+
+@pytest.mark.parametrize("mode", ["fused", "int8"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_cached_decode_and_batch_invariance(hz, tiny_gguf, qtype, mode):
+    """Cached decode equals the full forward; each prompt's logits are bit-identical alone
+    and inside a batch, in any slot (both modes: the int8 path quantizes each activation row
+    on its own)."""
+    path, _ = tiny_gguf("llama", qtype)
+    model = hz.CausalLM.from_pretrained(path, mode=mode)
+    full = model.forward(PROMPT[None])
+    inc = model.forward_incremental(PROMPT[None], 5)
+    err = float(np.max(np.abs(inc - full)))
+    assert err <= 1e-4, f"cached decode differs by {err}"
+    assert_argmax_equal(inc, full)
+    prompts = [PROMPT, PROMPT[3:11], np.array([5, 6, 7, 8], dtype=np.int64)]
+    alone = [model.forward(p[None])[0] for p in prompts]
+    for order in ([0, 1, 2], [2, 0, 1]):
+        ids, mask = _util.left_pad([prompts[i] for i in order], 0)
+        logits = model.forward(ids, attention_mask=mask)
+        for slot, i in enumerate(order):
+            pad = ids.shape[1] - len(prompts[i])
+            assert np.array_equal(logits[slot, pad:], alone[i]), f"prompt {i} in slot {slot} differs"
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_int8_mode_error_is_bounded(hz, tiny_gguf, qtype):
+    """int8 activations against the same reference: logits within a small multiple of the
+    logits' scale, and the same top-1 token at (almost) every position."""
+    path, ref = tiny_gguf("llama", qtype)
+    ours = hz.CausalLM.from_pretrained(path, mode="int8").forward(PROMPT[None])
+    ref_logits, _ = hf_forward(ref, PROMPT[None], capture=False)
+    scale = float(np.abs(ref_logits).max())
+    err = float(np.abs(ours - ref_logits).max())
+    _util.record_error(f"gguf/llama-{qtype}-int8", "logits", ours, ref_logits)
+    assert err <= 0.05 * scale, f"int8 logits off by {err} (scale {scale})"
+    agree = float((ours.argmax(-1) == ref_logits.argmax(-1)).mean())
+    assert agree >= 0.9, f"top-1 agreement {agree}"
+
+
+def test_fused_is_closer_than_int8(hz, tiny_gguf):
+    """The exact mode's error is far below the int8 mode's: a mode mix-up cannot pass both."""
+    path, ref = tiny_gguf("llama", "Q4_K")
+    ref_logits, _ = hf_forward(ref, PROMPT[None], capture=False)
+    exact = hz.CausalLM.from_pretrained(path).forward(PROMPT[None])
+    int8 = hz.CausalLM.from_pretrained(path, mode="int8").forward(PROMPT[None])
+    e_exact = float(np.abs(exact - ref_logits).max())
+    e_int8 = float(np.abs(int8 - ref_logits).max())
+    assert e_exact < 1e-4 and e_int8 > 10 * e_exact, (e_exact, e_int8)
+
+
+def test_gguf_file_option_and_folder_errors(hz, tiny_gguf, tmp_path):
+    """gguf_file= picks a file of a folder; a folder of GGUFs without it names them; a path
+    with directories in gguf_file is refused."""
+    path, _ = tiny_gguf("llama", "Q8_0")
+    a = hz.CausalLM.from_pretrained(path.parent, gguf_file=path.name).forward(PROMPT[None])
+    b = hz.CausalLM.from_pretrained(path).forward(PROMPT[None])
+    assert np.array_equal(a, b)
+    with pytest.raises(Exception, match="model.gguf"):
+        hz.CausalLM.from_pretrained(path.parent)
+    with pytest.raises(Exception, match="file name inside the snapshot"):
+        hz.CausalLM.from_pretrained(path.parent, gguf_file="../model.gguf")
+
+
+# ---- real files ----------------------------------------------------------------------------
+
+REAL = {
+    "smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf", "Once upon a time, in a small village by the sea,"),
+    "qwen2.5-coder": ("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf", "def quicksort(items):\n    \"\"\""),
+    "gemma3": ("gemma-3-270m-Q4_K_M.gguf", "The capital of France is"),
+}
+
+
+def _real_path(name):
+    path = _util.REPO / "models" / "gguf" / REAL[name][0]
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run scripts/prepare_models.py", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_reference():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            import transformers
+
+            path = _real_path(name)
+            tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            ids = np.asarray(tok(REAL[name][1])["input_ids"], dtype=np.int64)
+            cache[name] = (path, gm.load_reference(path), ids)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_real_gguf_logits_and_greedy(hz, real_reference, name):
+    path, ref, ids = real_reference(name)
+    model = hz.CausalLM.from_pretrained(path)
+    ours = model.forward(ids[None])
+    ref_logits, _ = hf_forward(ref, ids[None], capture=False)
+    err = _util.record_error(f"gguf/{name}", "logits", ours, ref_logits)
+    assert err <= 1e-3, f"logits max abs error {err}"
+    assert_argmax_equal(ours, ref_logits)
+    got = model.generate(ids[None], max_new_tokens=64)
+    want = _util.hf_generate(ref, ids[None], max_new_tokens=64)
+    assert got.tolist() == want.tolist()
