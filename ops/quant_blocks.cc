@@ -255,6 +255,18 @@ void decode_int8(QuantType t, const uint8_t* b, Int8Block* o) {
   throw InvalidArgument("decode_int8: unknown QuantType");
 }
 
+void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out) {
+  Int8Block d;
+  decode_int8(t, block, &d);
+  const int64_t elems = quant_traits(t).block_elems;
+  for (int64_t l = 0; l < elems; ++l) {
+    out.w16[l] = static_cast<int16_t>(d.sc[l / 16] * d.q[l] + d.off[l / 16]);
+    if (out.mn16) out.mn16[l] = static_cast<int16_t>(d.mn[l / 16]);
+  }
+  *out.a = d.a;
+  *out.c = d.c;
+}
+
 void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out) {
   for (int64_t b0 = 0; b0 < k; b0 += block) {
     float amax = 0.0f;
@@ -267,11 +279,27 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
       out.qx[i] = static_cast<int8_t>(v);
     }
   }
-  for (int64_t g = 0; g < k / 16; ++g) {
-    int32_t s = 0;
-    for (int l = 0; l < 16; ++l) s += out.qx[g * 16 + l];
-    out.bsum[g] = s;
+}
+
+float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                    const float* c, int64_t k, int64_t block) {
+  float acc[16] = {};
+  for (int64_t b = 0; b < k / block; ++b) {
+    const float ad = a[b] * x.dx[b];
+    const float cd = mn16 ? c[b] * x.dx[b] : 0.0f;
+    for (int lane = 0; lane < 16; ++lane) {
+      int32_t i = 0, j = 0;
+      for (int64_t s = b * block; s < (b + 1) * block; s += 32) {
+        for (int64_t e = s + 2 * lane; e < s + 2 * lane + 2; ++e) {
+          i += w16[e] * x.qx[e];
+          if (mn16) j += mn16[e] * x.qx[e];
+        }
+      }
+      acc[lane] = std::fma(ad, static_cast<float>(i), acc[lane]);
+      if (mn16) acc[lane] = std::fma(cd, static_cast<float>(j), acc[lane]);
+    }
   }
+  return lane_tree(acc);
 }
 
 float exact_lane_dot(const float* x, const float* w, int64_t k) {
