@@ -130,7 +130,15 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
       } else {
         raw.resize(s.n * quant_row_bytes(t, s.k));
         std::mt19937 rng(3);
-        for (auto& b : raw) b = static_cast<uint8_t>(rng() & 0x3F);  // small, finite scales
+        for (auto& b : raw) b = static_cast<uint8_t>(rng() & 0x3F);  // small, finite fp16 scales
+        if (t == QuantType::Q4_G || t == QuantType::Q8_G) {  // f32 scales (not denormals), zero 8
+          const int64_t bb = quant_traits(t).block_bytes;
+          for (size_t at = 0; at < raw.size(); at += bb) {
+            const float scale = 0.01f;
+            std::memcpy(raw.data() + at, &scale, 4);
+            raw[at + 4] = 8;
+          }
+        }
         q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}};
       }
       const int64_t copies = m == 1 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;

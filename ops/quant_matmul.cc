@@ -316,18 +316,151 @@ float* AlignUp(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
 
-// kNR weight rows from n in the int8 form (rows past n_end decoded as zeros).
+// ---- int8 decoding: quant::decode_int8_wide, vectorised for the common
+// types (16 int16 lanes at a time; CappedTag keeps AVX-512 at 256 bits).
+using D16 = hn::CappedTag<int16_t, 16>;
+HWY_INLINE hn::Vec<D16> Bytes16(const uint8_t* p) {
+  return hn::BitCast(
+      D16(), hn::PromoteTo(hn::Rebind<uint16_t, D16>(), hn::LoadU(hn::Rebind<uint8_t, D16>(), p)));
+}
+HWY_INLINE hn::Vec<D16> Low4(hn::Vec<D16> v) { return hn::And(v, hn::Set(D16(), 0xF)); }
+HWY_INLINE void Put16(hn::Vec<D16> v, int16_t* p) { hn::StoreU(v, D16(), p); }
+
+// One block into w16/mn16 (a and c through the pointers); false: not vectorised here.
+template <QuantType t>
+HWY_INLINE bool DecodeInt8Fast(const uint8_t* b, int16_t* w16, int16_t* mn16, float* a, float* c) {
+  const D16 d;
+  switch (t) {
+    case QuantType::Q8_0:
+      *a = quant::load_fp16(b), *c = 0.0f;
+      for (int e = 0; e < 32; e += 16) {
+        Put16(hn::PromoteTo(d, hn::LoadU(hn::Rebind<int8_t, D16>(),
+                                         reinterpret_cast<const int8_t*>(b + 2 + e))),
+              w16 + e);
+      }
+      return true;
+    case QuantType::Q4_0:
+    case QuantType::Q4_1: {
+      const bool one = t == QuantType::Q4_1;
+      *a = quant::load_fp16(b), *c = one ? quant::load_fp16(b + 2) : 0.0f;
+      const auto v = Bytes16(b + (one ? 4 : 2));
+      const auto bias = hn::Set(d, one ? 0 : 8);
+      Put16(hn::Sub(Low4(v), bias), w16);
+      Put16(hn::Sub(hn::ShiftRight<4>(v), bias), w16 + 16);
+      if (one) Put16(hn::Set(d, 1), mn16), Put16(hn::Set(d, 1), mn16 + 16);
+      return true;
+    }
+    case QuantType::Q4_K:
+    case QuantType::Q5_K: {
+      const bool five = t == QuantType::Q5_K;
+      *a = quant::load_fp16(b), *c = -quant::load_fp16(b + 2);
+      const uint8_t* s = b + 4;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        for (int e = 0; e < 32; e += 16) {
+          const auto v = Bytes16(qs + (j / 2) * 32 + e);
+          auto q = (j % 2) ? hn::ShiftRight<4>(v) : Low4(v);
+          if (five) {
+            const auto h = hn::And(hn::ShiftRightSame(Bytes16(b + 16 + e), j), hn::Set(d, 1));
+            q = hn::Or(q, hn::ShiftLeft<4>(h));
+          }
+          Put16(hn::Mul(q, hn::Set(d, static_cast<int16_t>(sc))), w16 + j * 32 + e);
+          Put16(hn::Set(d, static_cast<int16_t>(m)), mn16 + j * 32 + e);
+        }
+      }
+      return true;
+    }
+    case QuantType::Q6_K:
+      *a = quant::load_fp16(b + 208), *c = 0.0f;
+      for (int g = 0; g < 16; ++g) {
+        const int e = g * 16, half = e / 128, r = e % 128;
+        const auto low = Low4(hn::ShiftRightSame(Bytes16(b + half * 64 + r % 64), 4 * (r / 64)));
+        const auto high = hn::And(
+            hn::ShiftRightSame(Bytes16(b + 128 + half * 32 + r % 32), 2 * (r / 32)), hn::Set(d, 3));
+        const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(d, 32));
+        Put16(hn::Mul(q, hn::Set(d, static_cast<int16_t>(static_cast<int8_t>(b[192 + g])))),
+              w16 + e);
+      }
+      return true;
+    case QuantType::Q4_G:
+    case QuantType::Q8_G: {
+      std::memcpy(a, b, 4);
+      *c = 0.0f;
+      const auto zero = hn::Set(d, static_cast<int16_t>(static_cast<int8_t>(b[4])));
+      if (t == QuantType::Q4_G) {
+        const auto v = Bytes16(b + 8);
+        Put16(hn::Sub(Low4(v), zero), w16);
+        Put16(hn::Sub(hn::ShiftRight<4>(v), zero), w16 + 16);
+      } else {
+        for (int e = 0; e < 32; e += 16) {
+          const auto q = hn::PromoteTo(
+              d, hn::LoadU(hn::Rebind<int8_t, D16>(), reinterpret_cast<const int8_t*>(b + 8 + e)));
+          Put16(hn::Sub(q, zero), w16 + e);
+        }
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// kNR weight rows from n over [k0, k0 + kc) in the int8 form (rows past
+// n_end are zeros).
+template <QuantType t>
+HWY_NOINLINE void DecodeRowsInt8T(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0,
+                                  int64_t kc, quant::Int8Weights& out) {
+  const QuantTraits& tr = quant_traits(t);
+  const int64_t nb = kc / tr.block_elems;
+  const bool has_min = quant::int8_has_min(t);
+  out.w16.resize(kNR * kc);
+  out.mn16.resize(has_min ? kNR * kc : 0);
+  out.a.resize(kNR * nb);
+  out.c.resize(kNR * nb);
+  for (int64_t j = 0; j < kNR; ++j) {
+    if (n + j >= n_end) {
+      std::fill(out.w16.begin() + j * kc, out.w16.begin() + (j + 1) * kc, 0);
+      std::fill(out.a.begin() + j * nb, out.a.begin() + (j + 1) * nb, 0.0f);
+      std::fill(out.c.begin() + j * nb, out.c.begin() + (j + 1) * nb, 0.0f);
+      continue;
+    }
+    const uint8_t* row = w.row(n + j) + k0 / tr.block_elems * tr.block_bytes;
+    const int64_t bytes = nb * tr.block_bytes;
+    for (int64_t p = 0; p < bytes; p += 64) hwy::Prefetch(row + bytes + p);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t at = j * kc + b * tr.block_elems;
+      int16_t* mn = has_min ? out.mn16.data() + at : nullptr;
+      float* a = out.a.data() + j * nb + b;
+      float* c = out.c.data() + j * nb + b;
+      if (!DecodeInt8Fast<t>(row + b * tr.block_bytes, out.w16.data() + at, mn, a, c)) {
+        quant::decode_int8_wide(t, row + b * tr.block_bytes, {out.w16.data() + at, mn, a, c});
+      }
+    }
+  }
+}
+
 void DecodeRowsInt8(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0, int64_t kc,
                     quant::Int8Weights& out) {
-  const int64_t rows = std::min(kNR, n_end - n);
-  quant::decode_rows_int8(w, n, rows, k0, kc, out);
-  const int64_t nb = kc / quant_traits(w.type).block_elems;
-  out.w16.resize(kNR * kc, 0);
-  if (!out.mn16.empty()) out.mn16.resize(kNR * kc, 0);
-  out.a.resize(kNR * nb, 0.0f);
-  out.c.resize(kNR * nb, 0.0f);
-  std::fill(out.w16.begin() + rows * kc, out.w16.end(), 0);
-  if (!out.mn16.empty()) std::fill(out.mn16.begin() + rows * kc, out.mn16.end(), 0);
+  switch (w.type) {
+#define HUBZOO_QUANT_CASE(T) \
+  case QuantType::T:         \
+    return DecodeRowsInt8T<QuantType::T>(w, n, n_end, k0, kc, out);
+    HUBZOO_QUANT_CASE(Q4_0)
+    HUBZOO_QUANT_CASE(Q4_1)
+    HUBZOO_QUANT_CASE(Q5_0)
+    HUBZOO_QUANT_CASE(Q5_1)
+    HUBZOO_QUANT_CASE(Q8_0)
+    HUBZOO_QUANT_CASE(Q2_K)
+    HUBZOO_QUANT_CASE(Q3_K)
+    HUBZOO_QUANT_CASE(Q4_K)
+    HUBZOO_QUANT_CASE(Q5_K)
+    HUBZOO_QUANT_CASE(Q6_K)
+    HUBZOO_QUANT_CASE(Q4_G)
+    HUBZOO_QUANT_CASE(Q8_G)
+#undef HUBZOO_QUANT_CASE
+  }
 }
 
 // MR rows x kNR weight rows over kc columns: x rows xr[r] (at k0), weights
