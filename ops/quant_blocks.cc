@@ -6,6 +6,7 @@
 // so the only roundings are the ones gguf-py makes too (compiled with
 // -ffp-contract=off all the same, see CMakeLists.txt).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -301,6 +302,12 @@ float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, c
   }
   return lane_tree(acc);
 }
+
+namespace {
+std::atomic<bool> g_vnni_allowed{true};
+}  // namespace
+bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
+void set_int8_vnni_allowed(bool allowed) { g_vnni_allowed.store(allowed); }
 
 float exact_lane_dot(const float* x, const float* w, int64_t k) {
   float acc[16] = {};

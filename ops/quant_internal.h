@@ -86,6 +86,11 @@ struct Int8Row {
 };
 void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out);
 
+// Whether the int8 kernels may use AVX512-VNNI where the CPU has it (default
+// true); tests turn it off to cover the vpmaddwd path on such a CPU.
+bool int8_vnni_allowed();
+void set_int8_vnni_allowed(bool allowed);
+
 // The int8-mode order of one output element (quant.h), in scalar code: 16
 // float lanes; lane L owns the element pairs (2L, 2L + 1) of every 32-column
 // span. Per block b and lane L, exact integers

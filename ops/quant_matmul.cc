@@ -562,7 +562,33 @@ struct Int8TileIn {
 // The int8 order of quant_internal.h (int8_lane_dot): lane L of the 16 is
 // element pair (2L, 2L + 1) of each 32-column span; vpmaddwd (ReorderWiden-
 // MulAccumulate on int16) produces exactly those pair sums, in lane order.
-template <int MR, bool kMin>
+// Pair sums of int16 lanes added to int32 lanes: vpmaddwd + vpaddd, or one
+// vpdpwssd where the CPU has AVX512-VNNI (the same exact integers). The VNNI
+// form is inline assembly: Highway 1.0 does not emit it and the AVX3 target
+// does not enable the instruction set for the compiler.
+template <bool kVnni>
+HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32> acc) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc.raw) : "v"(w.raw), "v"(x.raw));
+    return acc;
+  }
+#endif
+  hn::Vec<DI32> unused = hn::Zero(DI32());
+  return hn::ReorderWidenMulAccumulate(DI32(), w, x, acc, unused);
+}
+
+bool UseVnni() {
+#if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && \
+    (defined(__GNUC__) || defined(__clang__))
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has && quant::int8_vnni_allowed();
+#else
+  return false;
+#endif
+}
+
+template <int MR, bool kMin, bool kVnni>
 HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
   const DF df;
   const DI16 d16;
@@ -601,28 +627,31 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
 #pragma GCC unroll 16
         for (int j = 0; j < kNR; ++j) {
           const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + s + v * kH);
-          hn::Vec<DI32> unused = hn::Zero(d32);
 #pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) {
-            I[r][j][v] = hn::ReorderWidenMulAccumulate(d32, wv, xv[r], I[r][j][v], unused);
-          }
+          for (int r = 0; r < MR; ++r) I[r][j][v] = PairSums<kVnni>(wv, xv[r], I[r][j][v]);
           if (kMin) {
             const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + s + v * kH);
 #pragma GCC unroll 16
-            for (int r = 0; r < MR; ++r) {
-              J[r][j][v] = hn::ReorderWidenMulAccumulate(d32, mv, xv[r], J[r][j][v], unused);
-            }
+            for (int r = 0; r < MR; ++r) J[r][j][v] = PairSums<kVnni>(mv, xv[r], J[r][j][v]);
           }
         }
       }
     }
+    // a * dx and c * dx as vector products (the same single rounding as the
+    // reference's scalar ones): MR + kNR broadcasts instead of MR * kNR.
+    V av[kNR], cv[kNR];
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) {
+      av[j] = hn::Set(df, in.a[j * nb + b]);
+      cv[j] = hn::Set(df, kMin ? in.c[j * nb + b] : 0.0f);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const float dxr = in.dx[r][b];
+      const V dxr = hn::Set(df, in.dx[r][b]);
 #pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) {
-        const V ad = hn::Set(df, in.a[j * nb + b] * dxr);
-        const V cd = hn::Set(df, kMin ? in.c[j * nb + b] * dxr : 0.0f);
+        const V ad = hn::Mul(av[j], dxr);
+        const V cd = hn::Mul(cv[j], dxr);
 #pragma GCC unroll 16
         for (int v = 0; v < kV; ++v) {
           acc[r][j][v] = hn::MulAdd(ad, hn::ConvertTo(df, I[r][j][v]), acc[r][j][v]);
@@ -635,18 +664,24 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
 }
 
 using Int8TileFn = void (*)(const Int8TileIn&, const TileOut&);
-template <bool kMin, size_t... I>
+template <bool kMin, bool kVnni, size_t... I>
 constexpr std::array<Int8TileFn, sizeof...(I)> MakeInt8Tiles(std::index_sequence<I...>) {
-  return {&Int8Tile<static_cast<int>(I) + 1, kMin>...};
+  return {&Int8Tile<static_cast<int>(I) + 1, kMin, kVnni>...};
 }
-constexpr auto kInt8Tiles = MakeInt8Tiles<false>(std::make_index_sequence<kMR8>());
-constexpr auto kInt8MinTiles = MakeInt8Tiles<true>(std::make_index_sequence<kMR8>());
+// [vnni][has_min][mr - 1]
+constexpr std::array<std::array<std::array<Int8TileFn, kMR8>, 2>, 2> kInt8Tiles = {{
+    {{MakeInt8Tiles<false, false>(std::make_index_sequence<kMR8>()),
+      MakeInt8Tiles<true, false>(std::make_index_sequence<kMR8>())}},
+    {{MakeInt8Tiles<false, true>(std::make_index_sequence<kMR8>()),
+      MakeInt8Tiles<true, true>(std::make_index_sequence<kMR8>())}},
+}};
 
 void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t n0,
                int64_t n1) {
   const QuantMatrix& w = *a.w;
   const int64_t k = w.k, block = acts.block;
   const bool has_min = quant::int8_has_min(w.type);
+  const bool vnni = UseVnni();
   thread_local quant::Int8Weights wd;
   thread_local std::vector<float> accbuf;
   accbuf.resize(kRows * kNR * 16 + 16);
@@ -674,7 +709,7 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
           const TileOut o{
               ab + (rb - rc) * kNR * 16, k0 == 0, k0 + kc == k, a.bias ? a.bias + n : nullptr,
               a.y + rb * a.ldy + n,      a.ldy,   n1 - n};
-          (has_min ? kInt8MinTiles : kInt8Tiles)[mr - 1](in, o);
+          kInt8Tiles[vnni][has_min][mr - 1](in, o);
         }
       }
     }

@@ -136,7 +136,13 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
       const auto bias = test::spread_values(n, 3, -4, 4);
       for (QuantMode mode : kModes) {
         const auto ref = run(s, x, w.w, bias, mode, nullptr);
-        every_target([&] { expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref); });
+        every_target([&] {
+          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+          // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
+          quant::set_int8_vnni_allowed(false);
+          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+          quant::set_int8_vnni_allowed(true);
+        });
       }
     }
   }
