@@ -240,10 +240,59 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
 
 // kNR weight rows [n, n + kNR) over columns [k0, k0 + kc) into wbuf (row
 // stride kc); rows past n_end are zero (their outputs are not stored).
+// Block sizes as compile-time constants (quant_type.cc's table, for the
+// per-type kernels: a run-time divisor in the block loop cost ~15%).
+constexpr int64_t BlockElems(QuantType t) {
+  switch (t) {
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
+      return 256;
+    default:
+      return 32;
+  }
+}
+constexpr int64_t BlockBytes(QuantType t) {
+  switch (t) {
+    case QuantType::Q4_0:
+      return 18;
+    case QuantType::Q4_1:
+      return 20;
+    case QuantType::Q5_0:
+      return 22;
+    case QuantType::Q5_1:
+      return 24;
+    case QuantType::Q8_0:
+      return 34;
+    case QuantType::Q2_K:
+      return 84;
+    case QuantType::Q3_K:
+      return 110;
+    case QuantType::Q4_K:
+      return 144;
+    case QuantType::Q5_K:
+      return 176;
+    case QuantType::Q6_K:
+      return 210;
+    case QuantType::Q4_G:
+      return 24;
+    case QuantType::Q8_G:
+      return 40;
+  }
+  return 0;
+}
+struct ConstTraits {
+  int64_t block_elems, block_bytes;
+};
+template <QuantType t>
+constexpr ConstTraits kTraitsOf{BlockElems(t), BlockBytes(t)};
+
 template <QuantType t>
 HWY_NOINLINE void DequantRowsT(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0,
                                int64_t kc, float* HWY_RESTRICT wbuf) {
-  const QuantTraits& tr = quant_traits(t);
+  constexpr ConstTraits tr = kTraitsOf<t>;
   for (int64_t j = 0; j < kNR; ++j) {
     float* out = wbuf + j * kc;
     if (n + j >= n_end) {
@@ -412,7 +461,7 @@ HWY_INLINE bool DecodeInt8Fast(const uint8_t* b, int16_t* w16, int16_t* mn16, fl
 template <QuantType t>
 HWY_NOINLINE void DecodeRowsInt8T(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0,
                                   int64_t kc, quant::Int8Weights& out) {
-  const QuantTraits& tr = quant_traits(t);
+  constexpr ConstTraits tr = kTraitsOf<t>;
   const int64_t nb = kc / tr.block_elems;
   const bool has_min = quant::int8_has_min(t);
   out.w16.resize(kNR * kc);
