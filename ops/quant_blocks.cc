@@ -19,8 +19,6 @@ namespace hubzoo {
 namespace quant {
 namespace {
 
-constexpr int64_t kQK = 256;
-
 // Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
