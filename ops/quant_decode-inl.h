@@ -49,6 +49,49 @@ HWY_INLINE hn::Vec<DI> Nibbles(const uint8_t* qs, int64_t e) {
   return e < 16 ? hn::And(b, hn::Set(DI(), 0xF)) : hn::ShiftRight<4>(b);
 }
 
+// The eight 6-bit scales and mins of a Q4_K/Q5_K block (its 12 packed
+// bytes), unpacked with four 32-bit word operations instead of per byte:
+// scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scale
+// j >= 4 is byte j+4's low nibble | bits 6-7 of byte j-4 above it, min j >= 4
+// byte j+4's high nibble | bits 6-7 of byte j.
+struct K4Scales {
+  uint8_t sc[8], m[8];
+};
+HWY_INLINE K4Scales UnpackK4(const uint8_t* s) {
+  uint32_t u[3];
+  for (int i = 0; i < 3; ++i) {
+    u[i] = s[4 * i] | (s[4 * i + 1] << 8) | (s[4 * i + 2] << 16) | (uint32_t{s[4 * i + 3]} << 24);
+  }
+  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+  const uint32_t w[4] = {u[0] & k6, (u[2] & k4) | (((u[0] >> 6) & k2) << 4), u[1] & k6,
+                         ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4)};
+  K4Scales r;
+  for (int i = 0; i < 8; ++i) {
+    r.sc[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+    r.m[i] = static_cast<uint8_t>(w[2 + i / 4] >> (8 * (i % 4)));
+  }
+  return r;
+}
+
+// out[i] = d * float(p[i]) for N bytes (signed or not): exact products,
+// vectorised (the K types' per-group scales).
+template <int N, bool kSigned>
+HWY_INLINE void ScaleBytes(float d, const uint8_t* p, float* out) {
+  const hn::CappedTag<float, N> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  for (int i = 0; i < N; i += static_cast<int>(hn::Lanes(df))) {
+    hn::Vec<decltype(di)> v;
+    if constexpr (kSigned) {
+      v = hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, decltype(di)>(),
+                                      reinterpret_cast<const int8_t*>(p + i)));
+    } else {
+      v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                        hn::LoadU(hn::Rebind<uint8_t, decltype(di)>(), p + i)));
+    }
+    hn::StoreU(hn::Mul(hn::Set(df, d), hn::ConvertTo(df, v)), df, out + i);
+  }
+}
+
 // One block dequantized exactly as dequantize_row() (quant_blocks.cc): the
 // same float expressions, vectorised. w = a * q - b uses MulSub: a * q is
 // exact in float32 (an fp16 scale times a small integer), so the fused form
@@ -79,14 +122,13 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
     case QuantType::Q4_K:
     case QuantType::Q5_K: {
       const bool five = t == QuantType::Q5_K;
-      const float d = quant::load_fp16(b), dmin = quant::load_fp16(b + 2);
-      const uint8_t* s = b + 4;
+      const K4Scales k4 = UnpackK4(b + 4);
+      alignas(32) float dl[8], ml[8];
+      ScaleBytes<8, false>(quant::load_fp16(b), k4.sc, dl);
+      ScaleBytes<8, false>(quant::load_fp16(b + 2), k4.m, ml);
       const uint8_t* qs = b + (five ? 48 : 16);
       for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        const V dl = hn::Set(df, d * static_cast<float>(sc));
-        const V ml = hn::Set(df, dmin * static_cast<float>(m));
+        const V dj = hn::Set(df, dl[j]), mj = hn::Set(df, ml[j]);
         for (int64_t e = 0; e < 32; e += kN) {
           auto q = LoadU8(qs + (j / 2) * 32 + e);
           q = (j % 2) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 0xF));
@@ -94,15 +136,16 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
             const auto h = hn::And(hn::ShiftRightSame(LoadU8(b + 16 + e), j), hn::Set(di, 1));
             q = hn::Or(q, hn::ShiftLeft<4>(h));
           }
-          hn::Store(hn::MulSub(dl, ToF(q), ml), df, y + j * 32 + e);
+          hn::Store(hn::MulSub(dj, ToF(q), mj), df, y + j * 32 + e);
         }
       }
       return;
     }
     case QuantType::Q6_K: {
-      const float d = quant::load_fp16(b + 208);
+      alignas(64) float dls[16];
+      ScaleBytes<16, true>(quant::load_fp16(b + 208), b + 192, dls);
       for (int64_t g = 0; g < 16; ++g) {
-        const V dl = hn::Set(df, d * static_cast<float>(static_cast<int8_t>(b[192 + g])));
+        const V dl = hn::Set(df, dls[g]);
         for (int64_t e = g * 16; e < g * 16 + 16; e += kN) {
           const int64_t half = e / 128, r = e % 128;
           const auto low = hn::And(hn::ShiftRightSame(LoadU8(b + half * 64 + r % 64), 4 * (r / 64)),
@@ -266,11 +309,10 @@ HWY_INLINE bool DecodeInt8Fast(const uint8_t* b, int16_t* w16, int16_t* mn16, fl
     case QuantType::Q5_K: {
       const bool five = t == QuantType::Q5_K;
       *a = quant::load_fp16(b), *c = -quant::load_fp16(b + 2);
-      const uint8_t* s = b + 4;
+      const K4Scales k4 = UnpackK4(b + 4);
       const uint8_t* qs = b + (five ? 48 : 16);
       for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const int sc = k4.sc[j], m = k4.m[j];
         for (int e = 0; e < 32; e += 16) {
           const auto v = Bytes16(qs + (j / 2) * 32 + e);
           auto q = (j % 2) ? hn::ShiftRight<4>(v) : Low4(v);
