@@ -71,33 +71,9 @@ struct Q4KHead {
 };
 Q4KHead q4k_head(const uint8_t* b) { return {load_fp16(b), load_fp16(b + 2), b + 4}; }
 
-void dequantize_block(QuantType t, const uint8_t* b, float* y) {
+// The K types (256-weight super-blocks).
+void dequantize_k_block(QuantType t, const uint8_t* b, float* y) {
   switch (t) {
-    case QuantType::Q4_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 2, l) - 8);
-      return;
-    }
-    case QuantType::Q4_1: {
-      const float d = load_fp16(b), m = load_fp16(b + 2);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 4, l)) + m;
-      return;
-    }
-    case QuantType::Q5_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 2, b + 6, l) - 16);
-      return;
-    }
-    case QuantType::Q5_1: {
-      const float d = load_fp16(b), m = load_fp16(b + 2);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 4, b + 8, l)) + m;
-      return;
-    }
-    case QuantType::Q8_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(static_cast<int8_t>(b[2 + l])) * d;
-      return;
-    }
     case QuantType::Q2_K: {  // scales[16], qs[64], d, dmin
       const float d = load_fp16(b + 80), dmin = load_fp16(b + 82);
       for (int g = 0; g < 16; ++g) {
@@ -147,6 +123,45 @@ void dequantize_block(QuantType t, const uint8_t* b, float* y) {
       }
       return;
     }
+    default:
+      break;
+  }
+  throw InvalidArgument("dequantize: not a K type");
+}
+
+void dequantize_block(QuantType t, const uint8_t* b, float* y) {
+  switch (t) {
+    case QuantType::Q4_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 2, l) - 8);
+      return;
+    }
+    case QuantType::Q4_1: {
+      const float d = load_fp16(b), m = load_fp16(b + 2);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 4, l)) + m;
+      return;
+    }
+    case QuantType::Q5_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 2, b + 6, l) - 16);
+      return;
+    }
+    case QuantType::Q5_1: {
+      const float d = load_fp16(b), m = load_fp16(b + 2);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 4, b + 8, l)) + m;
+      return;
+    }
+    case QuantType::Q8_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(static_cast<int8_t>(b[2 + l])) * d;
+      return;
+    }
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
+      return dequantize_k_block(t, b, y);
     case QuantType::Q4_G: {  // f32 scale, i8 zero, 3 pad, qs[16]
       float s;
       std::memcpy(&s, b, 4);
