@@ -3,7 +3,10 @@
 // A QuantMatrix is [n, k] in GGML's row layout (tensor/quant_type.h): row r
 // is k / block_elems blocks at data + r * row_bytes. The bytes may point into
 // a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
-// full matrix; kernels dequantize a block at a time in registers.
+// full matrix: kernels decode 4 rows x 512 columns at a time into an L1
+// buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc).
+// Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
+// and element j + 16 (high nibble).
 //
 // Two numerics (docs/architecture.md, "Quantized weights"):
 // - exact (the default): activations stay fp32 and multiply the weights
