@@ -92,6 +92,15 @@ HWY_INLINE void ScaleBytes(float d, const uint8_t* p, float* out) {
   }
 }
 
+// 4-bit quants through a 16-entry table of their dequantized values (one
+// vpermps per 16 weights instead of convert + multiply; the table holds the
+// same float products). Needs 16 float lanes (AVX-512); other targets compute.
+constexpr bool kLut4 = kN == 16;
+HWY_INLINE V Iota16() { return ToF(hn::Iota(DI(), 0)); }
+HWY_INLINE void Lookup4(V table, hn::Vec<DI> q, float* HWY_RESTRICT y) {
+  hn::Store(hn::TableLookupLanes(table, hn::IndicesFromVec(DF(), q)), DF(), y);
+}
+
 // One block dequantized exactly as dequantize_row() (quant_blocks.cc): the
 // same float expressions, vectorised. w = a * q - b uses MulSub: a * q is
 // exact in float32 (an fp16 scale times a small integer), so the fused form
@@ -108,6 +117,11 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
     }
     case QuantType::Q4_0: {
       const V d = hn::Set(df, quant::load_fp16(b));
+      if constexpr (kLut4) {
+        const V table = hn::Mul(d, ToF(hn::Sub(hn::Iota(di, 0), hn::Set(di, 8))));
+        for (int64_t e = 0; e < 32; e += kN) Lookup4(table, Nibbles(b + 2, e), y + e);
+        return;
+      }
       for (int64_t e = 0; e < 32; e += kN) {
         hn::Store(hn::Mul(d, ToF(hn::Sub(Nibbles(b + 2, e), hn::Set(di, 8)))), df, y + e);
       }
@@ -115,6 +129,11 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
     }
     case QuantType::Q4_1: {
       const V d = hn::Set(df, quant::load_fp16(b)), m = hn::Set(df, quant::load_fp16(b + 2));
+      if constexpr (kLut4) {
+        const V table = hn::MulAdd(d, Iota16(), m);
+        for (int64_t e = 0; e < 32; e += kN) Lookup4(table, Nibbles(b + 4, e), y + e);
+        return;
+      }
       for (int64_t e = 0; e < 32; e += kN)
         hn::Store(hn::MulAdd(d, ToF(Nibbles(b + 4, e)), m), df, y + e);
       return;
@@ -129,6 +148,15 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
       const uint8_t* qs = b + (five ? 48 : 16);
       for (int j = 0; j < 8; ++j) {
         const V dj = hn::Set(df, dl[j]), mj = hn::Set(df, ml[j]);
+        if (kLut4 && !five) {
+          const V table = hn::MulSub(dj, Iota16(), mj);
+          for (int64_t e = 0; e < 32; e += kN) {
+            const auto v = LoadU8(qs + (j / 2) * 32 + e);
+            Lookup4(table, (j % 2) ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(di, 0xF)),
+                    y + j * 32 + e);
+          }
+          continue;
+        }
         for (int64_t e = 0; e < 32; e += kN) {
           auto q = LoadU8(qs + (j / 2) * 32 + e);
           q = (j % 2) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 0xF));
@@ -165,6 +193,11 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
       std::memcpy(&sv, b, 4);
       const V s = hn::Set(df, sv);
       const auto zero = hn::Set(di, static_cast<int8_t>(b[4]));
+      if (kLut4 && t == QuantType::Q4_G) {
+        const V table = hn::Mul(s, ToF(hn::Sub(hn::Iota(di, 0), zero)));
+        for (int64_t e = 0; e < 32; e += kN) Lookup4(table, Nibbles(b + 8, e), y + e);
+        return;
+      }
       for (int64_t e = 0; e < 32; e += kN) {
         const auto q = t == QuantType::Q4_G ? Nibbles(b + 8, e) : LoadI8(b + 8 + e);
         hn::Store(hn::Mul(s, ToF(hn::Sub(q, zero))), df, y + e);
