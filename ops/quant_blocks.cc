@@ -289,7 +289,10 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out.dx[b0 / block] = d;
     for (int64_t i = b0; i < b0 + block; ++i) {
-      const float v = std::clamp(std::nearbyint(x[i] * id), -127.0f, 127.0f);
+      // Round half to even by adding and subtracting 1.5 * 2^23 (|x * id| <= 127.x
+      // here): the same value as std::nearbyint, without its libm call.
+      const float r = (x[i] * id + 12582912.0f) - 12582912.0f;
+      const float v = std::clamp(r, -127.0f, 127.0f);
       out.qx[i] = static_cast<int8_t>(v);
     }
   }
