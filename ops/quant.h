@@ -3,20 +3,38 @@
 // A QuantMatrix is [n, k] in GGML's row layout (tensor/quant_type.h): row r
 // is k / block_elems blocks at data + r * row_bytes. The bytes may point into
 // a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
-// full matrix; kernels dequantize a block at a time in registers.
+// full matrix: kernels decode 4 rows x 512 columns at a time into an L1
+// buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc).
+// Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
+// and element j + 16 (high nibble).
 //
 // Two numerics (docs/architecture.md, "Quantized weights"):
 // - exact (the default): activations stay fp32 and multiply the weights
 //   dequantized exactly as dequantize_row() gives them (bit for bit gguf-py's
 //   dequantize, i.e. what transformers loads from the same file).
 // - int8 activations (QuantMode::kInt8): each activation row is quantized per
-//   block to int8 with an fp32 scale (llama.cpp's Q8_0 / Q8_K), integer dot
-//   products per block, block results accumulated in fp32.
+//   weight block (32, or 256 for the K types) to int8 with an fp32 scale
+//   dx = amax / 127 (q = nearest-even of x / dx), integer dot products per
+//   block, block results accumulated in fp32 (llama.cpp's Q8_0 / Q8_K scheme).
 //
 // Batch invariance (docs/design.md): in both modes every output element is
 // reduced in one fixed order that does not depend on m, on the tiling, on the
 // thread count or on the SIMD target: quant_matmul() equals
-// quant_matmul_reference() bit for bit on every target.
+// quant_matmul_reference() bit for bit on every target. The orders:
+// - exact: 16 float lanes, lane L owning the columns j with j mod 16 == L;
+//   each lane is one std::fma chain acc = fma(x[j], w[j], acc) over its
+//   columns in k order from 0.0f. The lanes are then added by a fixed tree
+//   (s8[l] = a[l] + a[l+8], s4[l] = s8[l] + s8[l+4], s2[l] = s4[l] + s4[l+2],
+//   s2[0] + s2[1]) and bias is added last. An AVX-512 vector is the 16 lanes,
+//   AVX2 holds them in two vectors.
+// - int8: weights read as integers w16 with per-block float scales a (and c
+//   with per-group integers mn16 for the types with a min, see
+//   ops/quant_internal.h). The same 16 lanes, lane L owning the column pairs
+//   (2L, 2L+1) of every 32-column span. Per block b (in k order) and lane L:
+//   exact int32 sums I = sum w16 * qx and J = sum mn16 * qx over the lane's
+//   pairs in the block, then acc = fma(a * dx, float(I), acc) and, with a
+//   min, acc = fma(c * dx, float(J), acc). Same tree, then bias. The pair
+//   sums are what vpmaddwd computes lane by lane.
 #pragma once
 
 #include <cstdint>
@@ -55,12 +73,12 @@ void dequantize_row(QuantType t, const void* blocks, float* out, int64_t k);
 // quants.quantize where gguf-py implements the type. Throws InvalidArgument
 // for types without a quantizer here.
 void quantize_row(QuantType t, const float* x, void* blocks, int64_t k);
-// Whether quantize_row implements t (Q8_0, Q4_0, Q4_K at least).
+// Whether quantize_row implements t (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K).
 bool can_quantize(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].
 QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);
-// Rows of several matrices (same type and k) stacked into one owned matrix.
+// Rows of several matrices (same type and k, no k_perm) stacked into one owned matrix.
 QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts);
 // Rows reordered: out row i is w row rows[i] (GGUF's q/k permutation undone).
 QuantMatrix permute_rows(const QuantMatrix& w, const std::vector<int64_t>& rows);

@@ -6,6 +6,7 @@
 // so the only roundings are the ones gguf-py makes too (compiled with
 // -ffp-contract=off all the same, see CMakeLists.txt).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -17,8 +18,6 @@
 namespace hubzoo {
 namespace quant {
 namespace {
-
-constexpr int64_t kQK = 256;
 
 // Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
@@ -72,33 +71,9 @@ struct Q4KHead {
 };
 Q4KHead q4k_head(const uint8_t* b) { return {load_fp16(b), load_fp16(b + 2), b + 4}; }
 
-void dequantize_block(QuantType t, const uint8_t* b, float* y) {
+// The K types (256-weight super-blocks).
+void dequantize_k_block(QuantType t, const uint8_t* b, float* y) {
   switch (t) {
-    case QuantType::Q4_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 2, l) - 8);
-      return;
-    }
-    case QuantType::Q4_1: {
-      const float d = load_fp16(b), m = load_fp16(b + 2);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 4, l)) + m;
-      return;
-    }
-    case QuantType::Q5_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 2, b + 6, l) - 16);
-      return;
-    }
-    case QuantType::Q5_1: {
-      const float d = load_fp16(b), m = load_fp16(b + 2);
-      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 4, b + 8, l)) + m;
-      return;
-    }
-    case QuantType::Q8_0: {
-      const float d = load_fp16(b);
-      for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(static_cast<int8_t>(b[2 + l])) * d;
-      return;
-    }
     case QuantType::Q2_K: {  // scales[16], qs[64], d, dmin
       const float d = load_fp16(b + 80), dmin = load_fp16(b + 82);
       for (int g = 0; g < 16; ++g) {
@@ -148,6 +123,45 @@ void dequantize_block(QuantType t, const uint8_t* b, float* y) {
       }
       return;
     }
+    default:
+      break;
+  }
+  throw InvalidArgument("dequantize: not a K type");
+}
+
+void dequantize_block(QuantType t, const uint8_t* b, float* y) {
+  switch (t) {
+    case QuantType::Q4_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 2, l) - 8);
+      return;
+    }
+    case QuantType::Q4_1: {
+      const float d = load_fp16(b), m = load_fp16(b + 2);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q4_nibble(b + 4, l)) + m;
+      return;
+    }
+    case QuantType::Q5_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 2, b + 6, l) - 16);
+      return;
+    }
+    case QuantType::Q5_1: {
+      const float d = load_fp16(b), m = load_fp16(b + 2);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q5_value(b + 4, b + 8, l)) + m;
+      return;
+    }
+    case QuantType::Q8_0: {
+      const float d = load_fp16(b);
+      for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(static_cast<int8_t>(b[2 + l])) * d;
+      return;
+    }
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
+      return dequantize_k_block(t, b, y);
     case QuantType::Q4_G: {  // f32 scale, i8 zero, 3 pad, qs[16]
       float s;
       std::memcpy(&s, b, 4);
@@ -255,6 +269,18 @@ void decode_int8(QuantType t, const uint8_t* b, Int8Block* o) {
   throw InvalidArgument("decode_int8: unknown QuantType");
 }
 
+void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out) {
+  Int8Block d;
+  decode_int8(t, block, &d);
+  const int64_t elems = quant_traits(t).block_elems;
+  for (int64_t l = 0; l < elems; ++l) {
+    out.w16[l] = static_cast<int16_t>(d.sc[l / 16] * d.q[l] + d.off[l / 16]);
+    if (out.mn16) out.mn16[l] = static_cast<int16_t>(d.mn[l / 16]);
+  }
+  *out.a = d.a;
+  *out.c = d.c;
+}
+
 void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out) {
   for (int64_t b0 = 0; b0 < k; b0 += block) {
     float amax = 0.0f;
@@ -263,16 +289,41 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out.dx[b0 / block] = d;
     for (int64_t i = b0; i < b0 + block; ++i) {
-      const float v = std::clamp(std::nearbyint(x[i] * id), -127.0f, 127.0f);
+      // Round half to even by adding and subtracting 1.5 * 2^23 (|x * id| <= 127.x
+      // here): the same value as std::nearbyint, without its libm call.
+      const float r = (x[i] * id + 12582912.0f) - 12582912.0f;
+      const float v = std::clamp(r, -127.0f, 127.0f);
       out.qx[i] = static_cast<int8_t>(v);
     }
   }
-  for (int64_t g = 0; g < k / 16; ++g) {
-    int32_t s = 0;
-    for (int l = 0; l < 16; ++l) s += out.qx[g * 16 + l];
-    out.bsum[g] = s;
-  }
 }
+
+float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                    const float* c, int64_t k, int64_t block) {
+  float acc[16] = {};
+  for (int64_t b = 0; b < k / block; ++b) {
+    const float ad = a[b] * x.dx[b];
+    const float cd = mn16 ? c[b] * x.dx[b] : 0.0f;
+    for (int lane = 0; lane < 16; ++lane) {
+      int32_t i = 0, j = 0;
+      for (int64_t s = b * block; s < (b + 1) * block; s += 32) {
+        for (int64_t e = s + 2 * lane; e < s + 2 * lane + 2; ++e) {
+          i += w16[e] * x.qx[e];
+          if (mn16) j += mn16[e] * x.qx[e];
+        }
+      }
+      acc[lane] = std::fma(ad, static_cast<float>(i), acc[lane]);
+      if (mn16) acc[lane] = std::fma(cd, static_cast<float>(j), acc[lane]);
+    }
+  }
+  return lane_tree(acc);
+}
+
+namespace {
+std::atomic<bool> g_vnni_allowed{true};
+}  // namespace
+bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
+void set_int8_vnni_allowed(bool allowed) { g_vnni_allowed.store(allowed); }
 
 float exact_lane_dot(const float* x, const float* w, int64_t k) {
   float acc[16] = {};

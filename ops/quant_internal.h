@@ -47,16 +47,12 @@ inline float load_fp16(const uint8_t* p) { return fp16_to_float(load_u16(p)); }
 
 // ---- int8 mode (quant.h) ------------------------------------------------
 //
-// A weight block of B = block_elems weights (32, or 256 for the K types) is
-// read as integers q[B] (int8) in groups of 16 with integer coefficients per
-// group, and two float scales a and c, such that for an activation block
-// quantized as x ~ dx * qx:
-//   I = sum_g (sc[g] * dot_g + off[g] * bsum_g),   dot_g = sum_{l in g} q[l] * qx[l]
-//   J = sum_g mn[g] * bsum_g,                      bsum_g = sum_{l in g} qx[l]
-//   r = (a * dx) * float(I)                         (types without a min)
-//   r = (a * dx) * float(I) + (c * dx) * float(J)   (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
-// I and J are exact integers (int32, no overflow), so any summation order
-// gives the same I and J; only the float steps above are ordered.
+// Decoding: a weight block of B = block_elems weights (32, or 256 for the K
+// types) is read as integers q[B] in groups of 16 with integer coefficients
+// per group and two float scales a and c: w ~ a * (sc[g] * q + off[g]) +
+// c * mn[g] (c and mn only for the types with a min). The kernels use it
+// widened: w16[l] = sc[g] * q[l] + off[g] and mn16[l] = mn[g] (int16: at
+// most 32 * 128 in magnitude), per block a and c.
 constexpr int kMaxGroups = 16;
 
 struct Int8Block {
@@ -68,27 +64,43 @@ struct Int8Block {
   float c = 0.0f;
 };
 
-// Whether the int8 mode of t has the (c * dx) * J term.
+// Whether the int8 mode of t has the c * mn term (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
 bool int8_has_min(QuantType t);
 // Block `block` of type t read as above (groups = block_elems / 16).
 void decode_int8(QuantType t, const uint8_t* block, Int8Block* out);
+// The widened form: w16[B], mn16[B] (may be null for types without a min), a, c.
+struct Int8Wide {
+  int16_t* w16;
+  int16_t* mn16;
+  float* a;
+  float* c;
+};
+void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out);
 
-// An activation row quantized per block of B floats: qx[k], dx[k / B],
-// bsum[k / 16] (sums of qx over 16). dx = amax / 127; qx = nearest-even of
-// x * (1 / dx) clamped to [-127, 127] (0 for an all-zero block).
+// An activation row quantized per block of B floats: qx[k], dx[k / B].
+// dx = amax / 127; qx = nearest-even of x * (1 / dx) clamped to [-127, 127]
+// (0 for an all-zero block).
 struct Int8Row {
   int8_t* qx;
   float* dx;
-  int32_t* bsum;
 };
 void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out);
 
-// The per-block float combination (the only rounding steps of the int8 mode).
-inline float int8_block_result(bool has_min, float a, float c, float dx, int32_t i, int32_t j) {
-  const float r = (a * dx) * static_cast<float>(i);
-  if (!has_min) return r;
-  return r + (c * dx) * static_cast<float>(j);
-}
+// Whether the int8 kernels may use AVX512-VNNI where the CPU has it (default
+// true); tests turn it off to cover the vpmaddwd path on such a CPU.
+bool int8_vnni_allowed();
+void set_int8_vnni_allowed(bool allowed);
+
+// The int8-mode order of one output element (quant.h), in scalar code: 16
+// float lanes; lane L owns the element pairs (2L, 2L + 1) of every 32-column
+// span. Per block b and lane L, exact integers
+//   I = sum over the block's spans of w16 . qx over the lane's pair,
+//   J = the same with mn16,
+// then acc[L] = fma(a * dx, float(I), acc[L]) and, with a min,
+// acc[L] = fma(c * dx, float(J), acc[L]); blocks in k order. The lanes are
+// reduced by lane_tree, then + bias.
+float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                    const float* c, int64_t k, int64_t block);
 
 // The exact-mode per-element order of quant.h, in scalar code: 16 lane chains
 // (lane = column mod 16) with std::fma, reduced by the fixed tree.

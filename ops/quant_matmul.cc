@@ -30,6 +30,9 @@ namespace hubzoo::quant {
 constexpr int64_t kNR = 4;     // weight rows per tile
 constexpr int64_t kKC = 512;   // k per range (a multiple of 256 and of 16)
 constexpr int64_t kRows = 32;  // rows of x per chunk (x chunk stays in L2)
+// Int8 rows are a quarter of the bytes: 4x the rows per chunk, so each weight
+// row is decoded a quarter as often (the decoding was ~40% of the tile time).
+constexpr int64_t kRows8 = 128;
 
 // Rows of x after k_perm: x row r, gathered into `buf` when w has a permutation.
 inline const float* gathered_row(const QuantMatmulArgs& a, int64_t r, float* buf) {
@@ -44,10 +47,7 @@ struct Int8Acts {
   int64_t k = 0, block = 0;
   std::vector<int8_t> qx;
   std::vector<float> dx;
-  std::vector<int32_t> bsum;
-  Int8Row row(int64_t r) {
-    return {qx.data() + r * k, dx.data() + r * (k / block), bsum.data() + r * (k / 16)};
-  }
+  Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / block)}; }
 };
 
 // Exact mode over rows [r0, r1) x columns [n0, n1), scalar (the reference's arithmetic).
@@ -63,34 +63,44 @@ inline void exact_scalar(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64
   }
 }
 
+// Weight rows [n, n + rows) over columns [k0, k0 + kc) in the widened int8
+// form: w16/mn16 (row stride kc), a/c (row stride kc / block).
+struct Int8Weights {
+  std::vector<int16_t> w16, mn16;
+  std::vector<float> a, c;
+};
+inline void decode_rows_int8(const QuantMatrix& w, int64_t n, int64_t rows, int64_t k0, int64_t kc,
+                             Int8Weights& out) {
+  const QuantTraits& tr = quant_traits(w.type);
+  const int64_t nb = kc / tr.block_elems;
+  const bool has_min = int8_has_min(w.type);
+  out.w16.resize(rows * kc);
+  out.mn16.resize(has_min ? rows * kc : 0);
+  out.a.resize(rows * nb);
+  out.c.resize(rows * nb);
+  for (int64_t j = 0; j < rows; ++j) {
+    const uint8_t* row = w.row(n + j) + k0 / tr.block_elems * tr.block_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t at = j * kc + b * tr.block_elems;
+      decode_int8_wide(w.type, row + b * tr.block_bytes,
+                       {out.w16.data() + at, has_min ? out.mn16.data() + at : nullptr,
+                        out.a.data() + j * nb + b, out.c.data() + j * nb + b});
+    }
+  }
+}
+
 // Int8 mode over rows [r0, r1) x columns [n0, n1), scalar.
 inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, int64_t r1,
                         int64_t n0, int64_t n1) {
-  const QuantMatrix& w = *a.w;
-  const QuantTraits& tr = quant_traits(w.type);
-  const int64_t blocks = w.k / tr.block_elems, groups = tr.block_elems / 16;
-  const bool has_min = int8_has_min(w.type);
-  std::vector<Int8Block> dec(blocks);
+  const int64_t k = a.w->k;
+  const bool has_min = int8_has_min(a.w->type);
+  Int8Weights wd;
   for (int64_t n = n0; n < n1; ++n) {
-    for (int64_t b = 0; b < blocks; ++b)
-      decode_int8(w.type, w.row(n) + b * tr.block_bytes, &dec[b]);
+    decode_rows_int8(*a.w, n, 1, 0, k, wd);
     for (int64_t r = r0; r < r1; ++r) {
-      const Int8Row x = acts.row(r);
-      float total = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const Int8Block& d = dec[b];
-        int32_t i = 0, j = 0;
-        for (int64_t g = 0; g < groups; ++g) {
-          const int8_t* qx = x.qx + b * tr.block_elems + g * 16;
-          int32_t dot = 0;
-          for (int l = 0; l < 16; ++l) dot += d.q[g * 16 + l] * qx[l];
-          const int32_t bs = x.bsum[b * groups + g];
-          i += d.sc[g] * dot + d.off[g] * bs;
-          j += d.mn[g] * bs;
-        }
-        total += int8_block_result(has_min, d.a, d.c, x.dx[b], i, j);
-      }
-      a.y[r * a.ldy + n] = a.bias ? total + a.bias[n] : total;
+      const float s = int8_lane_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
+                                    wd.a.data(), wd.c.data(), k, acts.block);
+      a.y[r * a.ldy + n] = a.bias ? s + a.bias[n] : s;
     }
   }
 }
@@ -102,6 +112,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #define HWY_TARGET_INCLUDE "ops/quant_matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// After highway.h, once per target: the vector types and the per-type decoders.
+#include "ops/quant_decode-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -110,17 +122,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 using quant::kKC;
 using quant::kNR;
 using quant::kRows;
+using quant::kRows8;
 
 int64_t QuantDispatchedTarget() { return HWY_TARGET; }
 
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using V = hn::Vec<DF>;
-constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
-static_assert(16 % kN == 0, "16 lanes must be whole vectors");
-constexpr int kV = static_cast<int>(16 / kN);  // vectors per 16 lanes
+// DF, V, kN, kV, DequantRows and DecodeRowsInt8: ops/quant_decode-inl.h.
 // Rows of x per register tile: kMR * kNR * kV accumulators + kNR weights + 1 x
 // within the register file (32 zmm on AVX-512, 16 ymm on AVX2).
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
@@ -128,124 +136,6 @@ constexpr int kMR = 1;
 #else
 constexpr int kMR = 4;
 #endif
-
-// N bytes at p widened to int32 lanes.
-HWY_INLINE hn::Vec<DI> LoadU8(const uint8_t* p) {
-  const hn::Rebind<uint8_t, DI> d8;
-  return hn::BitCast(DI(), hn::PromoteTo(hn::Rebind<uint32_t, DF>(), hn::LoadU(d8, p)));
-}
-HWY_INLINE hn::Vec<DI> LoadI8(const uint8_t* p) {
-  const hn::Rebind<int8_t, DI> d8;
-  return hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
-}
-HWY_INLINE V ToF(hn::Vec<DI> q) { return hn::ConvertTo(DF(), q); }
-// Nibble (low for element e < 16, high otherwise) of qs[e % 16].
-HWY_INLINE hn::Vec<DI> Nibbles(const uint8_t* qs, int64_t e) {
-  const auto b = LoadU8(qs + e % 16);
-  return e < 16 ? hn::And(b, hn::Set(DI(), 0xF)) : hn::ShiftRight<4>(b);
-}
-
-// One block dequantized exactly as dequantize_row() (quant_blocks.cc): the
-// same float expressions, vectorised. w = a * q - b uses MulSub: a * q is
-// exact in float32 (an fp16 scale times a small integer), so the fused form
-// rounds once, as the separate one does.
-void DequantBlock(QuantType t, const uint8_t* b, float* HWY_RESTRICT y) {
-  const DF df;
-  const DI di;
-  switch (t) {
-    case QuantType::Q8_0: {
-      const V d = hn::Set(df, quant::load_fp16(b));
-      for (int64_t e = 0; e < 32; e += kN) hn::Store(hn::Mul(ToF(LoadI8(b + 2 + e)), d), df, y + e);
-      return;
-    }
-    case QuantType::Q4_0: {
-      const V d = hn::Set(df, quant::load_fp16(b));
-      for (int64_t e = 0; e < 32; e += kN) {
-        hn::Store(hn::Mul(d, ToF(hn::Sub(Nibbles(b + 2, e), hn::Set(di, 8)))), df, y + e);
-      }
-      return;
-    }
-    case QuantType::Q4_1: {
-      const V d = hn::Set(df, quant::load_fp16(b)), m = hn::Set(df, quant::load_fp16(b + 2));
-      for (int64_t e = 0; e < 32; e += kN)
-        hn::Store(hn::MulAdd(d, ToF(Nibbles(b + 4, e)), m), df, y + e);
-      return;
-    }
-    case QuantType::Q4_K:
-    case QuantType::Q5_K: {
-      const bool five = t == QuantType::Q5_K;
-      const float d = quant::load_fp16(b), dmin = quant::load_fp16(b + 2);
-      const uint8_t* s = b + 4;
-      const uint8_t* qs = b + (five ? 48 : 16);
-      for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        const V dl = hn::Set(df, d * static_cast<float>(sc));
-        const V ml = hn::Set(df, dmin * static_cast<float>(m));
-        for (int64_t e = 0; e < 32; e += kN) {
-          auto q = LoadU8(qs + (j / 2) * 32 + e);
-          q = (j % 2) ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 0xF));
-          if (five) {
-            const auto h = hn::And(hn::ShiftRightSame(LoadU8(b + 16 + e), j), hn::Set(di, 1));
-            q = hn::Or(q, hn::ShiftLeft<4>(h));
-          }
-          hn::Store(hn::MulSub(dl, ToF(q), ml), df, y + j * 32 + e);
-        }
-      }
-      return;
-    }
-    case QuantType::Q6_K: {
-      const float d = quant::load_fp16(b + 208);
-      for (int64_t g = 0; g < 16; ++g) {
-        const V dl = hn::Set(df, d * static_cast<float>(static_cast<int8_t>(b[192 + g])));
-        for (int64_t e = g * 16; e < g * 16 + 16; e += kN) {
-          const int64_t half = e / 128, r = e % 128;
-          const auto low = hn::And(hn::ShiftRightSame(LoadU8(b + half * 64 + r % 64), 4 * (r / 64)),
-                                   hn::Set(di, 0xF));
-          const auto high =
-              hn::And(hn::ShiftRightSame(LoadU8(b + 128 + half * 32 + r % 32), 2 * (r / 32)),
-                      hn::Set(di, 3));
-          const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(di, 32));
-          hn::Store(hn::Mul(dl, ToF(q)), df, y + e);
-        }
-      }
-      return;
-    }
-    case QuantType::Q4_G:
-    case QuantType::Q8_G: {
-      float sv;
-      std::memcpy(&sv, b, 4);
-      const V s = hn::Set(df, sv);
-      const auto zero = hn::Set(di, static_cast<int8_t>(b[4]));
-      for (int64_t e = 0; e < 32; e += kN) {
-        const auto q = t == QuantType::Q4_G ? Nibbles(b + 8, e) : LoadI8(b + 8 + e);
-        hn::Store(hn::Mul(s, ToF(hn::Sub(q, zero))), df, y + e);
-      }
-      return;
-    }
-    default:  // Q5_0, Q5_1, Q2_K, Q3_K: the scalar decoding
-      dequantize_row(t, b, y, quant_traits(t).block_elems);
-      return;
-  }
-}
-
-// kNR weight rows [n, n + kNR) over columns [k0, k0 + kc) into wbuf (row
-// stride kc); rows past n_end are zero (their outputs are not stored).
-void DequantRows(const QuantMatrix& w, int64_t n, int64_t n_end, int64_t k0, int64_t kc,
-                 float* HWY_RESTRICT wbuf) {
-  const QuantTraits& tr = quant_traits(w.type);
-  for (int64_t j = 0; j < kNR; ++j) {
-    float* out = wbuf + j * kc;
-    if (n + j >= n_end) {
-      std::fill(out, out + kc, 0.0f);
-      continue;
-    }
-    const uint8_t* row = w.row(n + j) + k0 / tr.block_elems * tr.block_bytes;
-    for (int64_t b = 0; b < kc / tr.block_elems; ++b) {
-      DequantBlock(w.type, row + b * tr.block_bytes, out + b * tr.block_elems);
-    }
-  }
-}
 
 struct TileOut {
   float* acc;  // [kMR][kNR][16] lane accumulators kept between k ranges
@@ -255,6 +145,31 @@ struct TileOut {
   int64_t ldy, n_valid;
 };
 
+// The lanes of a tile kept for the next k range, or (last range) reduced by
+// the tree into y (+ bias).
+template <int MR>
+HWY_INLINE void StoreTile(const V (&acc)[MR][kNR][kV], const TileOut& o) {
+  const DF df;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) {
+      alignas(64) float lanes[16];
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v) {
+        hn::Store(acc[r][j][v], df, (o.last ? lanes : o.acc + (r * kNR + j) * 16) + v * kN);
+      }
+      if (!o.last || j >= o.n_valid) continue;
+      const float t = quant::lane_tree(lanes);
+      o.y[r * o.ldy + j] = o.bias ? t + o.bias[j] : t;
+    }
+  }
+}
+
+float* AlignUp(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
 // MR rows x kNR weight rows over kc columns: x rows xr[r] (at k0), weights
 // wbuf (stride kc). Lanes continue from acc (unless first); the last range
 // reduces them by the tree and stores y (+ bias).
@@ -263,34 +178,31 @@ HWY_NOINLINE void ExactTile(const float* const* xr, const float* HWY_RESTRICT wb
                             const TileOut& o) {
   const DF df;
   V acc[MR][kNR][kV];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
     for (int j = 0; j < kNR; ++j) {
+#pragma GCC unroll 16
       for (int v = 0; v < kV; ++v) {
         acc[r][j][v] = o.first ? hn::Zero(df) : hn::Load(df, o.acc + (r * kNR + j) * 16 + v * kN);
       }
     }
   }
   for (int64_t s = 0; s < kc; s += 16) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int v = 0; v < kV; ++v) {
       V wv[kNR];
+#pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) wv[j] = hn::Load(df, wbuf + j * kc + s + v * kN);
+#pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const V xv = hn::LoadU(df, xr[r] + s + v * kN);
+#pragma GCC unroll 16
         for (int j = 0; j < kNR; ++j) acc[r][j][v] = hn::MulAdd(xv, wv[j], acc[r][j][v]);
       }
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    for (int j = 0; j < kNR; ++j) {
-      alignas(64) float lanes[16];
-      for (int v = 0; v < kV; ++v)
-        hn::Store(acc[r][j][v], df, (o.last ? lanes : o.acc + (r * kNR + j) * 16) + v * kN);
-      if (!o.last || j >= o.n_valid) continue;
-      const float t = quant::lane_tree(lanes);
-      o.y[r * o.ldy + j] = o.bias ? t + o.bias[j] : t;
-    }
-  }
+  StoreTile<MR>(acc, o);
 }
 
 using TileFn = void (*)(const float* const*, const float*, int64_t, const TileOut&);
@@ -309,10 +221,8 @@ void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, in
   accbuf.resize(kRows * kNR * 16 + 16);
   const bool perm = !w.k_perm.empty();
   if (perm) xg.resize(kRows * k);
-  float* wb =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wbuf.data()) + 63) & ~uintptr_t{63});
-  float* ab =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(accbuf.data()) + 63) & ~uintptr_t{63});
+  float* wb = AlignUp(wbuf.data());
+  float* ab = AlignUp(accbuf.data());
   for (int64_t rc = r0; rc < r1; rc += kRows) {
     const int64_t rc_end = std::min(r1, rc + kRows);
     const float* rows[kRows];
@@ -337,18 +247,194 @@ void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, in
   }
 }
 
+// ---- int8 mode ----
+using DI16 = hn::Repartition<int16_t, DF>;  // 2 * kN int16 lanes
+using DI32 = hn::Repartition<int32_t, DF>;
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kMR8 = 1;
+#else
+constexpr int kMR8 = 2;
+#endif
+
+struct Int8TileIn {
+  const int8_t* const* qx;  // MR activation rows at k0
+  const float* const* dx;   // their block scales at k0 / block
+  const int16_t* w16;       // kNR rows, stride kc
+  const int16_t* mn16;      // kNR rows, stride kc (kMin only)
+  const float* a;           // kNR rows, stride kc / block
+  const float* c;
+  int64_t kc, block;
+};
+
+// The int8 order of quant_internal.h (int8_lane_dot): lane L of the 16 is
+// element pair (2L, 2L + 1) of each 32-column span; vpmaddwd (ReorderWiden-
+// MulAccumulate on int16) produces exactly those pair sums, in lane order.
+// Pair sums of int16 lanes added to int32 lanes: vpmaddwd + vpaddd, or one
+// vpdpwssd where the CPU has AVX512-VNNI (the same exact integers). The VNNI
+// form is inline assembly: Highway 1.0 does not emit it and the AVX3 target
+// does not enable the instruction set for the compiler.
+template <bool kVnni>
+HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32> acc) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc.raw) : "v"(w.raw), "v"(x.raw));
+    return acc;
+  }
+#endif
+  hn::Vec<DI32> unused = hn::Zero(DI32());
+  return hn::ReorderWidenMulAccumulate(DI32(), w, x, acc, unused);
+}
+
+bool UseVnni() {
+#if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && \
+    (defined(__GNUC__) || defined(__clang__))
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has && quant::int8_vnni_allowed();
+#else
+  return false;
+#endif
+}
+
+template <int MR, bool kMin, bool kVnni>
+HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
+  const DF df;
+  const DI16 d16;
+  const DI32 d32;
+  const hn::Rebind<int8_t, DI16> d8;
+  constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // columns per vector
+  V acc[MR][kNR][kV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v) {
+        acc[r][j][v] = o.first ? hn::Zero(df) : hn::Load(df, o.acc + (r * kNR + j) * 16 + v * kN);
+      }
+    }
+  }
+  const int64_t nb = in.kc / in.block;
+  for (int64_t b = 0; b < nb; ++b) {
+    hn::Vec<DI32> I[MR][kNR][kV], J[MR][kNR][kV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kV; ++v) I[r][j][v] = J[r][j][v] = hn::Zero(d32);
+      }
+    }
+    for (int64_t s = b * in.block; s < (b + 1) * in.block; s += 32) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kV; ++v) {
+        hn::Vec<DI16> xv[MR];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+          xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + s + v * kH));
+#pragma GCC unroll 16
+        for (int j = 0; j < kNR; ++j) {
+          const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + s + v * kH);
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) I[r][j][v] = PairSums<kVnni>(wv, xv[r], I[r][j][v]);
+          if (kMin) {
+            const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + s + v * kH);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) J[r][j][v] = PairSums<kVnni>(mv, xv[r], J[r][j][v]);
+          }
+        }
+      }
+    }
+    // a * dx and c * dx as vector products (the same single rounding as the
+    // reference's scalar ones): MR + kNR broadcasts instead of MR * kNR.
+    V av[kNR], cv[kNR];
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) {
+      av[j] = hn::Set(df, in.a[j * nb + b]);
+      cv[j] = hn::Set(df, kMin ? in.c[j * nb + b] : 0.0f);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const V dxr = hn::Set(df, in.dx[r][b]);
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) {
+        const V ad = hn::Mul(av[j], dxr);
+        const V cd = hn::Mul(cv[j], dxr);
+#pragma GCC unroll 16
+        for (int v = 0; v < kV; ++v) {
+          acc[r][j][v] = hn::MulAdd(ad, hn::ConvertTo(df, I[r][j][v]), acc[r][j][v]);
+          if (kMin) acc[r][j][v] = hn::MulAdd(cd, hn::ConvertTo(df, J[r][j][v]), acc[r][j][v]);
+        }
+      }
+    }
+  }
+  StoreTile<MR>(acc, o);
+}
+
+using Int8TileFn = void (*)(const Int8TileIn&, const TileOut&);
+template <bool kMin, bool kVnni, size_t... I>
+constexpr std::array<Int8TileFn, sizeof...(I)> MakeInt8Tiles(std::index_sequence<I...>) {
+  return {&Int8Tile<static_cast<int>(I) + 1, kMin, kVnni>...};
+}
+// [vnni][has_min][mr - 1]
+constexpr std::array<std::array<std::array<Int8TileFn, kMR8>, 2>, 2> kInt8Tiles = {{
+    {{MakeInt8Tiles<false, false>(std::make_index_sequence<kMR8>()),
+      MakeInt8Tiles<true, false>(std::make_index_sequence<kMR8>())}},
+    {{MakeInt8Tiles<false, true>(std::make_index_sequence<kMR8>()),
+      MakeInt8Tiles<true, true>(std::make_index_sequence<kMR8>())}},
+}};
+
+void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t n0,
+               int64_t n1) {
+  const QuantMatrix& w = *a.w;
+  const int64_t k = w.k, block = acts.block;
+  const bool has_min = quant::int8_has_min(w.type);
+  const bool vnni = UseVnni();
+  thread_local quant::Int8Weights wd;
+  thread_local std::vector<float> accbuf;
+  accbuf.resize(kRows8 * kNR * 16 + 16);
+  float* ab = AlignUp(accbuf.data());
+  for (int64_t rc = r0; rc < r1; rc += kRows8) {
+    const int64_t rc_end = std::min(r1, rc + kRows8);
+    for (int64_t n = n0; n < n1; n += kNR) {
+      for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+        const int64_t kc = std::min(kKC, k - k0);
+        DecodeRowsInt8(w, n, n1, k0, kc, wd);
+        const Int8TileIn base{nullptr,     nullptr, wd.w16.data(), wd.mn16.data(), wd.a.data(),
+                              wd.c.data(), kc,      block};
+        for (int64_t rb = rc; rb < rc_end; rb += kMR8) {
+          const int64_t mr = std::min<int64_t>(kMR8, rc_end - rb);
+          const int8_t* qx[kMR8];
+          const float* dx[kMR8];
+          for (int64_t r = 0; r < mr; ++r) {
+            const quant::Int8Row row = acts.row(rb + r);
+            qx[r] = row.qx + k0;
+            dx[r] = row.dx + k0 / block;
+          }
+          Int8TileIn in = base;
+          in.qx = qx;
+          in.dx = dx;
+          const TileOut o{
+              ab + (rb - rc) * kNR * 16, k0 == 0, k0 + kc == k, a.bias ? a.bias + n : nullptr,
+              a.y + rb * a.ldy + n,      a.ldy,   n1 - n};
+          kInt8Tiles[vnni][has_min][mr - 1](in, o);
+        }
+      }
+    }
+  }
+}
+
 #else  // no native FMA: the scalar chains of the reference
 
 void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
   quant::exact_scalar(a, r0, r1, n0, n1);
 }
 
-#endif
-
 void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t n0,
                int64_t n1) {
   quant::int8_scalar(a, acts, r0, r1, n0, n1);
 }
+
+#endif
 
 // Splits the output into tiles over columns (preferred: each thread streams
 // only its own weights) and rows.
@@ -430,7 +516,6 @@ quant::Int8Acts quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool) {
   acts.block = quant_traits(a.w->type).block_elems;
   acts.qx.resize(a.m * acts.k);
   acts.dx.resize(a.m * (acts.k / acts.block));
-  acts.bsum.resize(a.m * (acts.k / 16));
   const auto rows = [&](int64_t r0, int64_t r1) {
     std::vector<float> xg(acts.k);
     for (int64_t r = r0; r < r1; ++r) {

@@ -136,7 +136,13 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
       const auto bias = test::spread_values(n, 3, -4, 4);
       for (QuantMode mode : kModes) {
         const auto ref = run(s, x, w.w, bias, mode, nullptr);
-        every_target([&] { expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref); });
+        every_target([&] {
+          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+          // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
+          quant::set_int8_vnni_allowed(false);
+          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+          quant::set_int8_vnni_allowed(true);
+        });
       }
     }
   }
@@ -145,14 +151,15 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
 TEST(QuantMatmul, BatchInvariant) {
   ThreadPool pool(2);
   for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
-    const int64_t n = 41, k = 768, m = 33;
+    const int64_t n = 41, k = 768, m = 150;  // more than one row chunk (32 exact, 128 int8)
     const Weights w = random_weights(t, n, k, 5);
     const Shape all{m, n, k, true, false};
     const auto x = test::spread_values(m * k, 6, -6, 6);
     const auto bias = test::spread_values(n, 7, -4, 4);
     for (QuantMode mode : kModes) {
       const auto y = run(all, x, w.w, bias, mode, &pool);
-      for (int64_t r : {0, 5, 32}) {
+      expect_same_bits(y, run(all, x, w.w, bias, mode, nullptr));
+      for (int64_t r : {0, 5, 32, 149}) {
         const Shape one{1, n, k, true, false};
         const std::vector<float> xr(x.begin() + r * k, x.begin() + (r + 1) * k);
         const auto yr = run(one, xr, w.w, bias, mode, &pool);

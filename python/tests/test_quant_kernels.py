@@ -159,3 +159,17 @@ def test_quant_matmul_against_numpy(q, name, mode):
     if mode == "int8":
         tol = tol + int8_bound(xd, w, elems) * (1 + 1e-3)
     assert np.all(np.abs(got - ref) <= tol), np.max(np.abs(got - ref) / tol)
+
+
+def test_bad_arguments_raise(q, hz):
+    err = hz._hubzoo.InvalidArgument
+    with pytest.raises(err, match="not a whole number"):
+        q.dequantize("Q4_K", np.zeros(144, np.uint8), 200)
+    with pytest.raises(err, match="bytes"):
+        q.dequantize("Q8_0", np.zeros(33, np.uint8), 32)
+    with pytest.raises(err, match="unknown quantized type"):
+        q.dequantize("Q7_0", np.zeros(34, np.uint8), 32)
+    with pytest.raises(err, match="no quantizer"):
+        q.quantize("Q6_K", np.zeros(256, np.float32))
+    with pytest.raises(err, match="mode"):
+        q.quant_matmul("Q8_0", np.zeros(34, np.uint8), 1, 32, np.zeros((1, 32), np.float32), "fp8")

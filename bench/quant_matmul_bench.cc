@@ -1,0 +1,193 @@
+// quant_matmul (ops/quant.h) per block type and mode beside the fp32 matmul,
+// on Qwen2.5-0.5B's MLP shapes: decode (m = 1, GB/s of weight bytes read)
+// and prefill (m = 512, GFLOP/s).
+//
+//   quant_matmul_bench [--quick] [--cpu] [--hot] [--threads T] [--type Q4_K] [--m M]
+//
+// m = 1 cycles through enough copies of the weights to overflow the last-level
+// cache, so its GB/s is the weight streaming rate a decode step sees.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/matmul.h"
+#include "ops/quant.h"
+#include "ops/thread_pool.h"
+
+namespace {
+
+using namespace hubzoo;
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+// Qwen2.5-0.5B: hidden 896, intermediate 4864.
+constexpr Shape kShapes[] = {{"gate/up 4864x896", 4864, 896}, {"down 896x4864", 896, 4864}};
+
+// --cpu: process CPU time instead of wall time (a shared, loaded machine: the
+// wall clock then counts other processes' time slices; with one thread the
+// CPU time is this product's own).
+bool g_cpu_time = false;
+struct CpuClock {
+  using duration = std::chrono::nanoseconds;
+  using time_point = std::chrono::time_point<CpuClock>;
+  static time_point now() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return time_point(duration(ts.tv_sec * 1000000000ll + ts.tv_nsec));
+  }
+};
+
+template <typename clock>
+double time_median_on(const std::function<void(int)>& fn, double budget_s) {
+  fn(0);
+  std::vector<double> times;
+  const auto start = clock::now();
+  for (int rep = 1; rep <= 400; ++rep) {
+    const auto t0 = clock::now();
+    fn(rep);
+    times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    if (times.size() >= 5 && std::chrono::duration<double>(clock::now() - start).count() > budget_s)
+      break;
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double time_median(const std::function<void(int)>& fn, double budget_s) {
+  return g_cpu_time ? time_median_on<CpuClock>(fn, budget_s)
+                    : time_median_on<std::chrono::steady_clock>(fn, budget_s);
+}
+
+std::vector<float> random_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct Options {
+  bool quick = false;
+  int threads = 1;
+  std::string type;
+  int64_t m = 0;
+  bool hot = false;  // m = 1 on one copy of the weights (cache-resident: compute speed)
+};
+
+// Seconds per product over `copies` weight matrices used in turn.
+template <typename Run>
+double bench(int64_t copies, double budget, Run run) {
+  return time_median([&](int rep) { run(rep % copies); }, budget);
+}
+
+void report(const char* what, const Shape& s, int64_t m, int64_t bytes, double sec) {
+  if (m == 1) {
+    std::printf("  %-8s %-18s m=%-4lld %8.1f us  %6.1f GB/s\n", what, s.name,
+                static_cast<long long>(m), sec * 1e6, bytes / sec / 1e9);
+  } else {
+    std::printf("  %-8s %-18s m=%-4lld %8.2f ms  %6.1f GFLOP/s\n", what, s.name,
+                static_cast<long long>(m), sec * 1e3, 2.0 * m * s.n * s.k / sec / 1e9);
+  }
+}
+
+void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
+  const int64_t cold = o.hot ? 0 : 96ll << 20;
+  const double budget = o.quick ? 0.15 : 0.5;
+  const auto w = random_values(s.n * s.k, 1);
+  for (int64_t m : {int64_t{1}, int64_t{512}}) {
+    if (o.m && m != o.m) continue;
+    const auto x = random_values(m * s.k, 2);
+    std::vector<float> y(m * s.n);
+    {  // fp32 matmul
+      const int64_t bytes = s.n * s.k * 4;
+      const int64_t copies = m == 1 ? std::max<int64_t>(1, cold / bytes + 1) : 1;
+      std::vector<PackedMatrix> packed;
+      for (int64_t c = 0; c < copies; ++c) packed.push_back(pack_weights(w.data(), s.n, s.k));
+      const double sec = bench(copies, budget, [&](int64_t c) {
+        matmul({x.data(), m, s.k, &packed[c], nullptr, y.data(), s.n}, pool);
+      });
+      report("fp32", s, m, bytes, sec);
+    }
+    for (const char* name : {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "Q8_G"}) {
+      if (!o.type.empty() && o.type != name) continue;
+      const QuantType t = *parse_quant_name(name);
+      // k = 896 is no whole number of 256-blocks (llama.cpp falls back to Q5_0/Q8_0 there).
+      if (s.k % quant_traits(t).block_elems != 0) continue;
+      // Q6_K/Q5_K/Q4_G/Q8_G have no quantizer here: Q4_K/Q8_0 blocks re-labelled
+      // would be invalid, so quantize to Q8_0 and use random bytes of the same size.
+      QuantMatrix q;
+      std::vector<uint8_t> raw;
+      if (can_quantize(t)) {
+        q = quantize_matrix(t, w.data(), s.n, s.k, pool);
+      } else {
+        raw.resize(s.n * quant_row_bytes(t, s.k));
+        std::mt19937 rng(3);
+        for (auto& b : raw) b = static_cast<uint8_t>(rng() & 0x3F);  // small, finite fp16 scales
+        if (t == QuantType::Q4_G || t == QuantType::Q8_G) {  // f32 scales (not denormals), zero 8
+          const int64_t bb = quant_traits(t).block_bytes;
+          for (size_t at = 0; at < raw.size(); at += bb) {
+            const float scale = 0.01f;
+            std::memcpy(raw.data() + at, &scale, 4);
+            raw[at + 4] = 8;
+          }
+        }
+        q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}};
+      }
+      const int64_t copies = m == 1 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;
+      std::vector<std::vector<uint8_t>> store(copies);
+      std::vector<QuantMatrix> mats(copies, q);
+      for (int64_t c = 0; c < copies; ++c) {
+        store[c].assign(q.data, q.data + q.bytes());
+        mats[c].data = store[c].data();
+        mats[c].keep = nullptr;
+      }
+      for (QuantMode mode : {QuantMode::kExact, QuantMode::kInt8}) {
+        const double sec = bench(copies, budget, [&](int64_t c) {
+          quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, mode}, pool);
+        });
+        const std::string label = std::string(name) + (mode == QuantMode::kInt8 ? " i8" : " ex");
+        report(label.c_str(), s, m, q.bytes(), sec);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      o.quick = true;
+    } else if (!std::strcmp(argv[i], "--hot")) {
+      o.hot = true;
+    } else if (!std::strcmp(argv[i], "--cpu")) {
+      g_cpu_time = true;
+    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      o.threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--type") && i + 1 < argc) {
+      o.type = argv[++i];
+    } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
+      o.m = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--cpu] [--hot] [--threads T] [--type Q4_K] [--m M]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  ThreadPool pool(o.threads);
+  std::printf("quant target: %s, matmul target: %s, threads: %d\n", quant_target_name(),
+              matmul_target_name(), o.threads);
+  for (const Shape& s : kShapes) run_shape(s, o, pool);
+  return 0;
+}
