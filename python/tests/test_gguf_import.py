@@ -103,6 +103,9 @@ def check_tensor_map(path, meta, names, ref_config):
     ignored_names = {i.split(":")[0] for i in ignored}
     assert {m[0] for m in mapped} | ignored_names == set(names)
     for gguf_name, hf_name, perm, subtract_one, fused_part in mapped:
+        if "_exps." in gguf_name:
+            check_expert_tensor(processor, expected, gguf_name, hf_name, fused_part)
+            continue
         assert expected.get(gguf_name) == hf_name, gguf_name
         # The transforms: run transformers' processor on a probe tensor.
         rows = len(perm) if perm else 4
@@ -114,8 +117,26 @@ def check_tensor_map(path, meta, names, ref_config):
         np.testing.assert_array_equal(out, want, err_msg=gguf_name)
         assert fused_part == {"ffn_gate_exps": 0, "ffn_up_exps": 1}.get(gguf_name.split(".")[-2], -1)
     for name in ignored_names:
-        assert name not in expected
+        assert name not in expected and name[: -len(".weight")] not in expected
     return mapped
+
+
+def check_expert_tensor(processor, expected, gguf_name, hf_name, fused_part):
+    """MoE experts: transformers maps `blk.N.ffn_*_exps` (no suffix) and fills its fused
+    gate_up_proj [E, 2I, H] with gate rows first, then up; down_proj as it is."""
+    stem = gguf_name[: -len(".weight")]
+    assert expected.get(stem) == hf_name, gguf_name
+    probe = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4) + 1
+    params = {"tensors": {}}
+    processor.process(weights=probe, name=gguf_name, tensor_key_mapping=expected,
+                      parsed_parameters=params)
+    out = params["tensors"][hf_name].numpy()
+    if fused_part < 0:
+        np.testing.assert_array_equal(out, probe)
+    else:
+        assert out.shape == (2, 6, 4)
+        np.testing.assert_array_equal(out[:, fused_part * 3:(fused_part + 1) * 3], probe)
+    assert fused_part == {"ffn_gate_exps": 0, "ffn_up_exps": 1}.get(gguf_name.split(".")[-2], -1)
 
 
 def hubzoo_tokenizer(meta, tmp_path):
@@ -377,10 +398,10 @@ def test_bad_config_metadata(change, fragment):
     ({"tokenizer.ggml.model": "bert"}, "'bert' is not supported (supported: gpt2, llama)"),
     ({"tokenizer.ggml.tokens": None}, "'tokenizer.ggml.tokens' is missing"),
     ({"tokenizer.ggml.tokens": [1, 2]}, "'tokenizer.ggml.tokens' must be an array of strings"),
-    ({"tokenizer.ggml.scores": [0.0]}, "'tokenizer.ggml.scores' must be an array of 2 numbers"),
+    ({"tokenizer.ggml.scores": [0.0]}, "'tokenizer.ggml.scores' must be an array of 3 numbers"),
     ({"tokenizer.ggml.merges": ["a b c"]}, "'tokenizer.ggml.merges' has an entry 'a b c'"),
     ({"tokenizer.ggml.tokens": ["x" * 5000]}, "'tokenizer.ggml.tokens' has an entry of 5000 bytes"),
-    ({"tokenizer.ggml.bos_token_id": 2}, "'tokenizer.ggml.bos_token_id'"),
+    ({"tokenizer.ggml.bos_token_id": 3}, "'tokenizer.ggml.bos_token_id'"),
     ({"tokenizer.chat_template": 5}, "'tokenizer.chat_template' must be a string"),
 ])
 def test_bad_tokenizer_metadata(change, fragment):
