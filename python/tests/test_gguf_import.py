@@ -9,6 +9,7 @@ sentencepiece vocabulary with merges derived from scores), a qwen2 (byte-level
 BPE with merges), a qwen3 (byte-level, merges derived from scores), a qwen3moe
 and a gemma3 (Gemma's sentencepiece spelling of space tokens)."""
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -55,11 +56,19 @@ def metadata_json(path) -> tuple[str, list[str]]:
     return json.dumps(meta, ensure_ascii=False), [t.name for t in reader.tensors]
 
 
-def hf_reference(path):
-    from transformers import AutoConfig, AutoTokenizer
+def hf_config(path):
+    from transformers import AutoConfig
 
     d, f = os.path.split(str(path))
-    return AutoConfig.from_pretrained(d, gguf_file=f), AutoTokenizer.from_pretrained(d, gguf_file=f)
+    return AutoConfig.from_pretrained(d, gguf_file=f)
+
+
+@functools.lru_cache(maxsize=2)
+def hf_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    d, f = os.path.split(str(path))
+    return AutoTokenizer.from_pretrained(d, gguf_file=f)
 
 
 def causal_lm_class(model_type: str) -> str:
@@ -71,7 +80,7 @@ def causal_lm_class(model_type: str) -> str:
 def check_config(path):
     meta, names = metadata_json(path)
     ours = json.loads(_hubzoo.gguf_config(meta, names))
-    ref, _ = hf_reference(path)
+    ref = hf_config(path)
     theirs = ref.to_dict()
     assert ours["architectures"] == [causal_lm_class(theirs["model_type"])]
     for key, value in ours.items():
@@ -149,7 +158,7 @@ def hubzoo_tokenizer(meta, tmp_path):
 
 
 def check_tokenizer(path, meta, tmp_path, texts=TEXTS):
-    _, ref = hf_reference(path)
+    ref = hf_tokenizer(path)
     ours = hubzoo_tokenizer(meta, tmp_path)
     for text in texts:
         for special in (True, False):
@@ -331,6 +340,8 @@ TINY = {
     "qwen2": dict(arch="qwen2"),
     "qwen3": dict(arch="qwen3", head_dim=128, with_merges=False),
     "qwen3moe": dict(arch="qwen3moe", head_dim=16, moe=True),
+    "gemma2": dict(arch="gemma2", tokenizer="llama", gemma=True, head_dim=16, heads=2, kv_heads=1,
+                   untied=False),
     "gemma3": dict(arch="gemma3", tokenizer="llama", gemma=True, head_dim=16, heads=2, kv_heads=1,
                    untied=False),
 }
@@ -343,8 +354,9 @@ def test_tiny_gguf(name, tmp_path):
     mapped = check_tensor_map(path, meta, names, ref)
     if TINY[name]["arch"] == "llama":
         assert any(perm for _, hf, perm, _, _ in mapped if "q_proj" in hf)
-    if name == "gemma3":
-        assert sum(s for *_, s, _ in mapped) == 1 + 2 * 6  # output_norm + 6 norms per layer
+    if name.startswith("gemma"):
+        per_layer = 6 if name == "gemma3" else 4  # 4 norms (+ q/k norms in Gemma 3)
+        assert sum(s for *_, s, _ in mapped) == 1 + 2 * per_layer  # + output_norm
     check_tokenizer(path, meta, tmp_path)
 
 
@@ -357,7 +369,7 @@ def test_qwen3moe_expert_width(tmp_path):
 def test_chat_template_from_metadata(tmp_path):
     path = tiny(tmp_path, arch="qwen2")
     meta, _ = metadata_json(path)
-    _, ref = hf_reference(path)
+    ref = hf_tokenizer(path)
     ours = hubzoo_tokenizer(meta, tmp_path)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     assert ours.apply_chat_template(messages) == ref.apply_chat_template(messages, tokenize=False)
