@@ -177,7 +177,7 @@ def check_tokenizer(path, meta, tmp_path, texts=TEXTS):
 def test_real_gguf(name, tmp_path):
     path = REAL[name]
     if not path.is_file():
-        pytest.skip(f"{path} missing (run scripts/prepare_models.py)")
+        pytest.fail(f"{path} missing: run scripts/prepare_models.py", pytrace=False)
     meta, names, ours, ref = check_config(path)
     check_tensor_map(path, meta, names, ref)
     tok, ref_tok = check_tokenizer(path, meta, tmp_path)
