@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "models/gemma.h"
+#include "models/llama.h"
 
 namespace hubzoo {
 namespace {
@@ -108,6 +110,46 @@ TEST(GgufConfig, Gemma3RopeAndWindow) {
   EXPECT_EQ(c["sliding_window"], 8);
   EXPECT_EQ(c["rope_parameters"]["full_attention"]["rope_theta"], 1e6);
   EXPECT_EQ(c["rope_parameters"]["sliding_attention"]["rope_theta"], 10000.0);
+}
+
+// The configs made here are what hubzoo's own family parsers take.
+TEST(GgufConfig, FamilyParsersAcceptTheResult) {
+  const JsonObject llama(nlohmann::json::parse(gguf_config(llama_meta(), {}).dump()), "gguf");
+  const DecoderSpec spec = llama_spec(llama, LlamaVariant{});
+  EXPECT_EQ(spec.hidden_size, 32);
+  EXPECT_EQ(spec.vocab_size, 2);
+  EXPECT_TRUE(spec.tie_word_embeddings);
+  EXPECT_EQ(spec.rope_full.theta, 10000.0);
+
+  ojson m = {{"general.architecture", "gemma3"},
+             {"gemma3.embedding_length", 64},
+             {"gemma3.block_count", 6},
+             {"gemma3.feed_forward_length", 128},
+             {"gemma3.attention.head_count", 4},
+             {"gemma3.attention.key_length", 16},
+             {"gemma3.attention.sliding_window", 8},
+             {"gemma3.rope.freq_base", 1e6}};
+  const GemmaConfig g =
+      parse_gemma_config(JsonObject(nlohmann::json::parse(gguf_config(m, {}).dump()), "gguf"), 3);
+  EXPECT_EQ(g.attn.head_dim, 16);
+  EXPECT_EQ(g.sliding_window, 8);
+  EXPECT_EQ(g.rope_full.theta, 1e6);
+  EXPECT_EQ(g.rope_sliding.theta, 10000.0);
+  ASSERT_EQ(g.layer_types.size(), 6u);  // Gemma3TextConfig's pattern: every 6th layer global
+  EXPECT_EQ(g.layer_types[4], LayerType::kSliding);
+  EXPECT_EQ(g.layer_types[5], LayerType::kFull);
+
+  const ojson moe_meta = {
+      {"general.architecture", "qwen3moe"}, {"qwen3moe.embedding_length", 32},
+      {"qwen3moe.block_count", 2},          {"qwen3moe.feed_forward_length", 64},
+      {"qwen3moe.attention.head_count", 4}, {"qwen3moe.expert_count", 8},
+      {"qwen3moe.expert_used_count", 2},    {"qwen3moe.expert_feed_forward_length", 48}};
+  const SparseLayers moe = parse_qwen3_moe_layers(
+      JsonObject(nlohmann::json::parse(gguf_config(moe_meta, {}).dump()), "gguf"), 32, 2);
+  EXPECT_EQ(moe.moe.num_experts, 8);
+  EXPECT_EQ(moe.moe.num_experts_per_tok, 2);
+  EXPECT_EQ(moe.moe.moe_intermediate_size, 48);
+  EXPECT_TRUE(moe.moe.norm_topk_prob);
 }
 
 TEST(GgufUnpermute, InvertsLlamaCppsInterleave) {
