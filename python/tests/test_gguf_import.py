@@ -99,11 +99,17 @@ def check_config(path):
 def check_tensor_map(path, meta, names, ref_config):
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map, load_gguf_checkpoint)
+        TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map)
 
-    parsed = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-    arch = json.loads(meta)["general.architecture"]
+    values = json.loads(meta)
+    arch = values["general.architecture"]
+    # The config dict load_gguf_checkpoint hands the processor: GGUF keys renamed
+    # by GGUF_CONFIG_MAPPING (rebuilt here from the metadata already read).
+    renames = GGUF_CONFIG_MAPPING[{"qwen3moe": "qwen3_moe"}.get(arch, arch)]
+    parsed = {renames[k[len(arch) + 1:]]: v for k, v in values.items()
+              if k.startswith(arch + ".") and renames.get(k[len(arch) + 1:])}
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=parsed)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(ref_config)
