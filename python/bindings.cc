@@ -221,6 +221,7 @@ void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
 void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
 void bind_ops(nb::module_& m);            // python/ops_bindings.cc
 void bind_embed(nb::module_& m);          // python/embed_bindings.cc
+void bind_gguf(nb::module_& m);           // python/gguf_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -240,6 +241,7 @@ NB_MODULE(_hubzoo, m) {
   bind_chat_template(m);
   bind_ops(m);
   bind_embed(m);
+  bind_gguf(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&>(),
