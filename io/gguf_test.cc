@@ -371,6 +371,22 @@ TEST(Gguf, InvalidUtf8) {
   expect_bad(s.build(), {"tensor 0", "name is not valid UTF-8"});
 }
 
+TEST(Gguf, LongKeysAreCutInMessages) {
+  // 300 x "é": the cut at 200 bytes falls on a character boundary.
+  std::string key;
+  for (int i = 0; i < 300; ++i) key += "\xC3\xA9";
+  try {
+    parse(head(0, 1) + gstr(key) + le32(99));
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("metadata '" + key.substr(0, 200) + "...': unknown value type 99"),
+              std::string::npos)
+        << msg;
+    EXPECT_LT(msg.size(), 300u);
+  }
+}
+
 TEST(Gguf, BadBool) {
   expect_bad(head(0, 1) + gstr("flag") + val(BOOL, "\x02"), {"metadata 'flag'", "bool value 2"});
 }
