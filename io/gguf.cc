@@ -267,9 +267,9 @@ class GgufParser {
 std::pair<uint64_t, uint64_t> GgufParser::header() {
   const uint8_t* m = r_.take(4, "magic");
   if (std::memcmp(m, "GGUF", 4) != 0) {
-    std::string shown;
-    for (int i = 0; i < 4; ++i) shown += (m[i] >= 0x20 && m[i] < 0x7f) ? char(m[i]) : '?';
-    r_.fail("not a GGUF file: magic is '" + shown + "', expected 'GGUF'");
+    std::string printable;
+    for (int i = 0; i < 4; ++i) printable += (m[i] >= 0x20 && m[i] < 0x7f) ? char(m[i]) : '?';
+    r_.fail("not a GGUF file: magic is '" + printable + "', expected 'GGUF'");
   }
   f_.version_ = r_.u32("version");
   if (f_.version_ != 2 && f_.version_ != 3) {

@@ -321,6 +321,9 @@ TEST(Gguf, AbsurdCounts) {
   s = small_spec();
   s.n_kv = 60000;
   expect_bad(s.build(), {"metadata count 60000", "bytes are left"});
+  // Each count fits the 30 bytes left alone (24 and 2 x 13), but not both together.
+  expect_bad(head(1, 2) + std::string(30, '\0'),
+             {"tensor count 1 and metadata count 2 do not fit in the 30 bytes left"});
 }
 
 TEST(Gguf, HugeStringLengths) {
