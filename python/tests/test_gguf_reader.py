@@ -197,6 +197,26 @@ def test_truncated_files(hz, model, tmp_path):
     expect_format_error(hz, path, f"tensor '{last.name}'", "past the end of the data section")
 
 
+def test_truncated_real_file(hz, tmp_path):
+    real = next(p for p in real_ggufs() if p.name.startswith("SmolLM2"))
+    info = hz._hubzoo.gguf_info(str(real))
+    size = real.stat().st_size
+    last = max(info["tensors"], key=lambda t: t["offset"])
+    assert info["data_offset"] + last["offset"] + last["nbytes"] <= size
+    with real.open("rb") as f:
+        for n in [24, 1000, 100_000, info["data_offset"] - 1, size // 2, size - 1]:
+            f.seek(0)
+            path = tmp_path / f"smollm2-{n}.gguf"
+            path.write_bytes(f.read(n))
+            if n == size - 1:  # only the last tensor's last byte is missing
+                expect_format_error(hz, path, f"tensor '{last['name']}'", "past the end")
+            elif n >= info["data_offset"]:  # the header is whole, the data is not
+                expect_format_error(hz, path, "past the end of the data section")
+            else:
+                expect_format_error(hz, path)
+            path.unlink()
+
+
 def test_corrupt_counts_and_lengths(hz, model, tmp_path):
     expect_format_error(hz, edited(model, tmp_path, "tc.gguf", 8, struct.pack("<Q", 2**63)),
                         "tensor count 9223372036854775808 exceeds the limit")
