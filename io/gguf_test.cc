@@ -256,6 +256,20 @@ TEST(Gguf, FileErrors) {
                             {"short.gguf", "4 bytes", "header"});
 }
 
+TEST(Gguf, ZeroSizedTensors) {
+  // ggml allows ne = 0 (non-negative dims); such a tensor has no bytes, and
+  // overlaps nothing even where it sits at another tensor's offset.
+  GgufSpec s = small_spec();
+  s.tensors.push_back({"empty", {0, 4}, 0, 0});
+  s.tensors.push_back({"empty_q", {0}, 8, 32});
+  const auto f = parse(s.build());
+  const GgufTensorInfo* e = f->find("empty");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->shape, (Shape{4, 0}));
+  EXPECT_EQ(e->nbytes, 0u);
+  EXPECT_EQ(f->find("empty_q")->nbytes, 0u);
+}
+
 TEST(Gguf, NoTensorsAndNoData) {
   GgufSpec s;
   s.kv = {{"k", val_str("v")}};
