@@ -6,7 +6,7 @@ Seeds are small real inputs: the tiny test models' config.json (every family) an
 prepared models' configs; tokenizer.json files of every model kind trained on the tiny
 encoders' corpus (a real 3.5 MB tokenizer.json would make each run milliseconds slower);
 the chat templates of python/tests/data with a conversation; request bodies; safetensors
-files written here. Inputs with two parts join them with a NUL byte (fuzz/fuzz_util.h).
+files written here; small GGUF files written by gguf-py's GGUFWriter. Inputs with two parts join them with a NUL byte (fuzz/fuzz_util.h).
 """
 
 from __future__ import annotations
@@ -122,11 +122,69 @@ def safetensors() -> None:
     write("safetensors", safetensors_file({}))
 
 
+def gguf_file(build, alignment: int | None = None, version: int = 3) -> bytes:
+    """A GGUF written by gguf-py's GGUFWriter; build(writer) adds keys and tensors."""
+    import tempfile
+
+    from gguf import GGUFWriter
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.gguf"
+        w = GGUFWriter(str(path), "llama")
+        if alignment is not None:
+            w.add_custom_alignment(alignment)
+        build(w)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        data = path.read_bytes()
+    return data[:4] + struct.pack("<I", version) + data[8:]
+
+
+def gguf() -> None:
+    import numpy as np
+    from gguf import GGMLQuantizationType as Q
+    from gguf import GGUFValueType as V
+    from gguf.quants import quantize
+
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+
+    def every_type(w):
+        for key, value, vtype in [("u8", 7, V.UINT8), ("i8", -7, V.INT8), ("u16", 700, V.UINT16),
+                                  ("i16", -700, V.INT16), ("u32", 70000, V.UINT32),
+                                  ("i32", -70000, V.INT32), ("f32", 0.5, V.FLOAT32),
+                                  ("bool", True, V.BOOL), ("str", "h\u00e9", V.STRING),
+                                  ("u64", 2**40, V.UINT64), ("i64", -(2**40), V.INT64),
+                                  ("f64", 0.25, V.FLOAT64)]:
+            w.add_key_value("t." + key, value, vtype)
+        w.add_key_value("t.tokens", ["a", "b", "\u2581c"], V.ARRAY, sub_type=V.STRING)
+        w.add_key_value("t.scores", [0.0, -1.0], V.ARRAY, sub_type=V.FLOAT32)
+        w.add_key_value("t.nested", [[1, 2], [3]], V.ARRAY)
+        w.add_tensor("f32", x[:8].reshape(2, 4))
+        w.add_tensor("f16", x[:4].astype(np.float16))
+        w.add_tensor("bf16", quantize(x[:4], Q.BF16), raw_dtype=Q.BF16)
+        w.add_tensor("q8_0", quantize(x[:64].reshape(2, 32), Q.Q8_0), raw_dtype=Q.Q8_0)
+
+    def k_quant(w):
+        w.add_uint32("llama.block_count", 1)
+        w.add_tensor("blk.0.ffn_up.weight", np.arange(144, dtype=np.uint8).reshape(1, 144),
+                     raw_dtype=Q.Q4_K)
+        w.add_tensor("blk.0.attn_q.weight", quantize(x[:64].reshape(2, 32), Q.Q4_0),
+                     raw_dtype=Q.Q4_0)
+
+    write("gguf", gguf_file(every_type))
+    write("gguf", gguf_file(every_type, version=2))
+    write("gguf", gguf_file(k_quant, alignment=64))
+    write("gguf", gguf_file(lambda w: w.add_string("general.name", "empty")))
+
+
 if __name__ == "__main__":
     configs()
     tokenizers()
     templates()
     requests()
     safetensors()
+    gguf()
     for d in sorted(CORPUS.iterdir()):
         print(d.name, len(list(d.iterdir())), sum(f.stat().st_size for f in d.iterdir()))

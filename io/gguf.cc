@@ -58,7 +58,8 @@ constexpr int kMaxArrayDepth = 2;
 // Charged per metadata value against Limits::max_metadata_bytes, beside a
 // string's bytes: roughly what one JSON node costs in memory.
 constexpr uint64_t kJsonNodeCost = 16;
-constexpr uint32_t kDefaultAlignment = 32;
+// Keys longer than this are cut in error messages (a key may be 64 MB).
+constexpr size_t kMaxShownKey = 200;
 
 constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
 
@@ -67,6 +68,14 @@ std::string errno_str() { return std::strerror(errno); }
 std::string value_type_name(uint32_t t) {
   return t < kValueTypeCount ? std::string(kValueTypeNames[t])
                              : "unknown type " + std::to_string(t);
+}
+
+// `key` cut to kMaxShownKey bytes at a UTF-8 boundary, for messages.
+std::string shown(std::string_view key) {
+  if (key.size() <= kMaxShownKey) return std::string(key);
+  size_t n = kMaxShownKey;
+  while (n > 0 && (static_cast<unsigned char>(key[n]) & 0xC0) == 0x80) --n;
+  return std::string(key.substr(0, n)) + "...";
 }
 
 // Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
@@ -258,9 +267,9 @@ class GgufParser {
 std::pair<uint64_t, uint64_t> GgufParser::header() {
   const uint8_t* m = r_.take(4, "magic");
   if (std::memcmp(m, "GGUF", 4) != 0) {
-    std::string shown;
-    for (int i = 0; i < 4; ++i) shown += (m[i] >= 0x20 && m[i] < 0x7f) ? char(m[i]) : '?';
-    r_.fail("not a GGUF file: magic is '" + shown + "', expected 'GGUF'");
+    std::string printable;
+    for (int i = 0; i < 4; ++i) printable += (m[i] >= 0x20 && m[i] < 0x7f) ? char(m[i]) : '?';
+    r_.fail("not a GGUF file: magic is '" + printable + "', expected 'GGUF'");
   }
   f_.version_ = r_.u32("version");
   if (f_.version_ != 2 && f_.version_ != 3) {
@@ -302,7 +311,7 @@ void GgufParser::charge(uint64_t bytes) {
 void GgufParser::pair(uint64_t i) {
   r_.set_context("metadata pair " + std::to_string(i));
   const std::string_view key = r_.str("key", limits_.max_string_bytes);
-  r_.set_context("metadata '" + std::string(key) + "'");
+  r_.set_context("metadata '" + shown(key) + "'");
   if (!keys_.insert(key).second) r_.fail("duplicate key");
   charge(key.size() + kJsonNodeCost);
   const uint32_t type = r_.u32("value type");

@@ -256,6 +256,20 @@ TEST(Gguf, FileErrors) {
                             {"short.gguf", "4 bytes", "header"});
 }
 
+TEST(Gguf, ZeroSizedTensors) {
+  // ggml allows ne = 0 (non-negative dims); such a tensor has no bytes, and
+  // overlaps nothing even where it sits at another tensor's offset.
+  GgufSpec s = small_spec();
+  s.tensors.push_back({"empty", {0, 4}, 0, 0});
+  s.tensors.push_back({"empty_q", {0}, 8, 32});
+  const auto f = parse(s.build());
+  const GgufTensorInfo* e = f->find("empty");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->shape, (Shape{4, 0}));
+  EXPECT_EQ(e->nbytes, 0u);
+  EXPECT_EQ(f->find("empty_q")->nbytes, 0u);
+}
+
 TEST(Gguf, NoTensorsAndNoData) {
   GgufSpec s;
   s.kv = {{"k", val_str("v")}};
@@ -321,6 +335,9 @@ TEST(Gguf, AbsurdCounts) {
   s = small_spec();
   s.n_kv = 60000;
   expect_bad(s.build(), {"metadata count 60000", "bytes are left"});
+  // Each count fits the 30 bytes left alone (24 and 2 x 13), but not both together.
+  expect_bad(head(1, 2) + std::string(30, '\0'),
+             {"tensor count 1 and metadata count 2 do not fit in the 30 bytes left"});
 }
 
 TEST(Gguf, HugeStringLengths) {
@@ -369,6 +386,22 @@ TEST(Gguf, InvalidUtf8) {
   GgufSpec s = small_spec();
   s.tensors[0].name = "w\xF5";
   expect_bad(s.build(), {"tensor 0", "name is not valid UTF-8"});
+}
+
+TEST(Gguf, LongKeysAreCutInMessages) {
+  // 300 x "é": the cut at 200 bytes falls on a character boundary.
+  std::string key;
+  for (int i = 0; i < 300; ++i) key += "\xC3\xA9";
+  try {
+    parse(head(0, 1) + gstr(key) + le32(99));
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("metadata '" + key.substr(0, 200) + "...': unknown value type 99"),
+              std::string::npos)
+        << msg;
+    EXPECT_LT(msg.size(), 300u);
+  }
 }
 
 TEST(Gguf, BadBool) {

@@ -192,7 +192,7 @@ void read_arch_extras(const ArchInfo& a, const Reader& r, ojson& c) {
   }
   if (a.moe) {
     const auto experts = r.integer("expert_count", 1, kMaxExperts);
-    if (experts) c["num_experts"] = *experts;
+    if (experts) c["num_local_experts"] = *experts;  // to_dict() spelling
     if (auto k = r.integer("expert_used_count", 1, kMaxExperts)) {
       if (experts && *k > *experts) {
         throw ConfigError("GGUF metadata: '" + r.full("expert_used_count") + "' is larger than '" +

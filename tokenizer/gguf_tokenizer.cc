@@ -169,10 +169,13 @@ Vocab make_vocab(const std::vector<std::string>& tokens) {
   return v;
 }
 
+// One split of a token into two vocabulary tokens: token[0, split) + token[split, end).
 struct MergeCandidate {
-  std::string left, right;
+  const std::string* token;
+  uint32_t split;                // bytes
+  uint32_t left_len, right_len;  // code points
+  int64_t left_id, right_id;
   double score;
-  size_t left_len, right_len;  // code points
 };
 
 // transformers' generate_merges(vocab, vocab_scores): every split of every
@@ -186,25 +189,27 @@ json generate_merges(const Vocab& vocab, const std::unordered_map<std::string, d
     throw ConfigError("GGUF metadata: 'tokenizer.ggml.tokens' is too large to derive merges from");
   }
   std::vector<MergeCandidate> merges;
+  std::string left, right;
   for (const auto& token : vocab.order) {
     const auto cps = code_points(token);
-    std::vector<MergeCandidate> local;
-    std::string left;
-    size_t pos = 0;
+    const size_t first = merges.size();
+    const double score = score_of.at(token);
+    left.clear();
     for (size_t k = 1; k < cps.size(); ++k) {
       append_utf8(left, cps[k - 1]);
-      pos = left.size();
-      std::string right = token.substr(pos);
-      if (vocab.index.count(left) && vocab.index.count(right)) {
-        local.push_back({left, right, score_of.at(token), k, cps.size() - k});
-      }
+      const auto l = vocab.index.find(left);
+      if (l == vocab.index.end()) continue;
+      right.assign(token, left.size());
+      const auto r = vocab.index.find(right);
+      if (r == vocab.index.end()) continue;
+      merges.push_back({&token, static_cast<uint32_t>(left.size()), static_cast<uint32_t>(k),
+                        static_cast<uint32_t>(cps.size() - k), l->second, r->second, score});
     }
-    std::stable_sort(local.begin(), local.end(), [&](const auto& a, const auto& b) {
-      const int64_t al = vocab.index.at(a.left), bl = vocab.index.at(b.left);
-      if (al != bl) return al < bl;
-      return vocab.index.at(a.right) < vocab.index.at(b.right);
-    });
-    for (auto& m : local) merges.push_back(std::move(m));
+    std::stable_sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
+                     [](const auto& a, const auto& b) {
+                       return a.left_id != b.left_id ? a.left_id < b.left_id
+                                                     : a.right_id < b.right_id;
+                     });
   }
   std::stable_sort(merges.begin(), merges.end(), [](const auto& a, const auto& b) {
     if (a.score != b.score) return a.score > b.score;
@@ -212,7 +217,10 @@ json generate_merges(const Vocab& vocab, const std::unordered_map<std::string, d
     return a.right_len > b.right_len;
   });
   json out = json::array();
-  for (auto& m : merges) out.push_back(json::array({std::move(m.left), std::move(m.right)}));
+  out.get_ref<json::array_t&>().reserve(merges.size());
+  for (const auto& m : merges) {
+    out.push_back(json::array({m.token->substr(0, m.split), m.token->substr(m.split)}));
+  }
   return out;
 }
 

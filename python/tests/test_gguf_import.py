@@ -9,6 +9,7 @@ sentencepiece vocabulary with merges derived from scores), a qwen2 (byte-level
 BPE with merges), a qwen3 (byte-level, merges derived from scores), a qwen3moe
 and a gemma3 (Gemma's sentencepiece spelling of space tokens)."""
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -55,11 +56,19 @@ def metadata_json(path) -> tuple[str, list[str]]:
     return json.dumps(meta, ensure_ascii=False), [t.name for t in reader.tensors]
 
 
-def hf_reference(path):
-    from transformers import AutoConfig, AutoTokenizer
+def hf_config(path):
+    from transformers import AutoConfig
 
     d, f = os.path.split(str(path))
-    return AutoConfig.from_pretrained(d, gguf_file=f), AutoTokenizer.from_pretrained(d, gguf_file=f)
+    return AutoConfig.from_pretrained(d, gguf_file=f)
+
+
+@functools.lru_cache(maxsize=2)
+def hf_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    d, f = os.path.split(str(path))
+    return AutoTokenizer.from_pretrained(d, gguf_file=f)
 
 
 def causal_lm_class(model_type: str) -> str:
@@ -71,7 +80,7 @@ def causal_lm_class(model_type: str) -> str:
 def check_config(path):
     meta, names = metadata_json(path)
     ours = json.loads(_hubzoo.gguf_config(meta, names))
-    ref, _ = hf_reference(path)
+    ref = hf_config(path)
     theirs = ref.to_dict()
     assert ours["architectures"] == [causal_lm_class(theirs["model_type"])]
     for key, value in ours.items():
@@ -90,11 +99,17 @@ def check_config(path):
 def check_tensor_map(path, meta, names, ref_config):
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map, load_gguf_checkpoint)
+        TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map)
 
-    parsed = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-    arch = json.loads(meta)["general.architecture"]
+    values = json.loads(meta)
+    arch = values["general.architecture"]
+    # The config dict load_gguf_checkpoint hands the processor: GGUF keys renamed
+    # by GGUF_CONFIG_MAPPING (rebuilt here from the metadata already read).
+    renames = GGUF_CONFIG_MAPPING[{"qwen3moe": "qwen3_moe"}.get(arch, arch)]
+    parsed = {renames[k[len(arch) + 1:]]: v for k, v in values.items()
+              if k.startswith(arch + ".") and renames.get(k[len(arch) + 1:])}
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=parsed)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(ref_config)
@@ -103,6 +118,9 @@ def check_tensor_map(path, meta, names, ref_config):
     ignored_names = {i.split(":")[0] for i in ignored}
     assert {m[0] for m in mapped} | ignored_names == set(names)
     for gguf_name, hf_name, perm, subtract_one, fused_part in mapped:
+        if "_exps." in gguf_name:
+            check_expert_tensor(processor, expected, gguf_name, hf_name, fused_part)
+            continue
         assert expected.get(gguf_name) == hf_name, gguf_name
         # The transforms: run transformers' processor on a probe tensor.
         rows = len(perm) if perm else 4
@@ -114,8 +132,26 @@ def check_tensor_map(path, meta, names, ref_config):
         np.testing.assert_array_equal(out, want, err_msg=gguf_name)
         assert fused_part == {"ffn_gate_exps": 0, "ffn_up_exps": 1}.get(gguf_name.split(".")[-2], -1)
     for name in ignored_names:
-        assert name not in expected
+        assert name not in expected and name[: -len(".weight")] not in expected
     return mapped
+
+
+def check_expert_tensor(processor, expected, gguf_name, hf_name, fused_part):
+    """MoE experts: transformers maps `blk.N.ffn_*_exps` (no suffix) and fills its fused
+    gate_up_proj [E, 2I, H] with gate rows first, then up; down_proj as it is."""
+    stem = gguf_name[: -len(".weight")]
+    assert expected.get(stem) == hf_name, gguf_name
+    probe = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4) + 1
+    params = {"tensors": {}}
+    processor.process(weights=probe, name=gguf_name, tensor_key_mapping=expected,
+                      parsed_parameters=params)
+    out = params["tensors"][hf_name].numpy()
+    if fused_part < 0:
+        np.testing.assert_array_equal(out, probe)
+    else:
+        assert out.shape == (2, 6, 4)
+        np.testing.assert_array_equal(out[:, fused_part * 3:(fused_part + 1) * 3], probe)
+    assert fused_part == {"ffn_gate_exps": 0, "ffn_up_exps": 1}.get(gguf_name.split(".")[-2], -1)
 
 
 def hubzoo_tokenizer(meta, tmp_path):
@@ -128,7 +164,7 @@ def hubzoo_tokenizer(meta, tmp_path):
 
 
 def check_tokenizer(path, meta, tmp_path, texts=TEXTS):
-    _, ref = hf_reference(path)
+    ref = hf_tokenizer(path)
     ours = hubzoo_tokenizer(meta, tmp_path)
     for text in texts:
         for special in (True, False):
@@ -147,7 +183,7 @@ def check_tokenizer(path, meta, tmp_path, texts=TEXTS):
 def test_real_gguf(name, tmp_path):
     path = REAL[name]
     if not path.is_file():
-        pytest.skip(f"{path} missing (run scripts/prepare_models.py)")
+        pytest.fail(f"{path} missing: run scripts/prepare_models.py", pytrace=False)
     meta, names, ours, ref = check_config(path)
     check_tensor_map(path, meta, names, ref)
     tok, ref_tok = check_tokenizer(path, meta, tmp_path)
@@ -310,6 +346,8 @@ TINY = {
     "qwen2": dict(arch="qwen2"),
     "qwen3": dict(arch="qwen3", head_dim=128, with_merges=False),
     "qwen3moe": dict(arch="qwen3moe", head_dim=16, moe=True),
+    "gemma2": dict(arch="gemma2", tokenizer="llama", gemma=True, head_dim=16, heads=2, kv_heads=1,
+                   untied=False),
     "gemma3": dict(arch="gemma3", tokenizer="llama", gemma=True, head_dim=16, heads=2, kv_heads=1,
                    untied=False),
 }
@@ -322,8 +360,9 @@ def test_tiny_gguf(name, tmp_path):
     mapped = check_tensor_map(path, meta, names, ref)
     if TINY[name]["arch"] == "llama":
         assert any(perm for _, hf, perm, _, _ in mapped if "q_proj" in hf)
-    if name == "gemma3":
-        assert sum(s for *_, s, _ in mapped) == 1 + 2 * 6  # output_norm + 6 norms per layer
+    if name.startswith("gemma"):
+        per_layer = 6 if name == "gemma3" else 4  # 4 norms (+ q/k norms in Gemma 3)
+        assert sum(s for *_, s, _ in mapped) == 1 + 2 * per_layer  # + output_norm
     check_tokenizer(path, meta, tmp_path)
 
 
@@ -336,7 +375,7 @@ def test_qwen3moe_expert_width(tmp_path):
 def test_chat_template_from_metadata(tmp_path):
     path = tiny(tmp_path, arch="qwen2")
     meta, _ = metadata_json(path)
-    _, ref = hf_reference(path)
+    ref = hf_tokenizer(path)
     ours = hubzoo_tokenizer(meta, tmp_path)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     assert ours.apply_chat_template(messages) == ref.apply_chat_template(messages, tokenize=False)
@@ -377,10 +416,10 @@ def test_bad_config_metadata(change, fragment):
     ({"tokenizer.ggml.model": "bert"}, "'bert' is not supported (supported: gpt2, llama)"),
     ({"tokenizer.ggml.tokens": None}, "'tokenizer.ggml.tokens' is missing"),
     ({"tokenizer.ggml.tokens": [1, 2]}, "'tokenizer.ggml.tokens' must be an array of strings"),
-    ({"tokenizer.ggml.scores": [0.0]}, "'tokenizer.ggml.scores' must be an array of 2 numbers"),
+    ({"tokenizer.ggml.scores": [0.0]}, "'tokenizer.ggml.scores' must be an array of 3 numbers"),
     ({"tokenizer.ggml.merges": ["a b c"]}, "'tokenizer.ggml.merges' has an entry 'a b c'"),
     ({"tokenizer.ggml.tokens": ["x" * 5000]}, "'tokenizer.ggml.tokens' has an entry of 5000 bytes"),
-    ({"tokenizer.ggml.bos_token_id": 2}, "'tokenizer.ggml.bos_token_id'"),
+    ({"tokenizer.ggml.bos_token_id": 3}, "'tokenizer.ggml.bos_token_id'"),
     ({"tokenizer.chat_template": 5}, "'tokenizer.chat_template' must be a string"),
 ])
 def test_bad_tokenizer_metadata(change, fragment):
