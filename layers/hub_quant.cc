@@ -69,7 +69,9 @@ class Tensors {
 
   [[noreturn]] void bad(const std::string& suffix, const std::string& why) const {
     const std::string full = name(suffix);
-    throw TensorMappingError(ckpt_.file_of(full).string() + ": tensor '" + full + "' " + why);
+    const std::string where =
+        ckpt_.contains(full) ? ckpt_.file_of(full).string() : "quantized linear '" + prefix_ + "'";
+    throw TensorMappingError(where + ": tensor '" + full + "' " + why);
   }
 
   const TensorInfo& info(const std::string& suffix) const {
