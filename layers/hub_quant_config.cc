@@ -77,8 +77,40 @@ CtFormat ct_format(const JsonObject& where, const std::string& field, const std:
            "naive-quantized int4/int8 weights)");
 }
 
+// std::regex backtracks: a quantified group ("(a+)+") or many unbounded
+// quantifiers make a match exponential or a high power of the name's length.
+// Real configs use a few ".*" and no quantified groups; anything beyond that
+// is refused, so matching a module name stays within ~60^4 steps.
+constexpr int kMaxQuantifiers = 4;
+
+std::string pattern_problem(const std::string& p) {
+  int quantifiers = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;  // an escaped character is a literal
+      continue;
+    }
+    if (in_class) {
+      in_class = c != ']';
+      continue;
+    }
+    if (c == '[') in_class = true;
+    if (c != '*' && c != '+' && c != '?' && c != '{') continue;
+    if (i > 0 && p[i - 1] == ')') return "a quantified group";
+    if (c == '?' && i > 0 && (p[i - 1] == '*' || p[i - 1] == '+' || p[i - 1] == '?')) continue;
+    if (++quantifiers > kMaxQuantifiers) return "more than 4 quantifiers";
+  }
+  return "";
+}
+
 void check_ct_target(const JsonObject& where, const std::string& field, const std::string& t) {
   if (t.rfind("re:", 0) == 0) {
+    const std::string problem = pattern_problem(t.substr(3));
+    if (!problem.empty()) {
+      fail(where, field, "pattern '" + t + "' has " + problem + " (not supported)");
+    }
     try {
       std::regex re(t.substr(3), std::regex::ECMAScript);
     } catch (const std::regex_error& e) {

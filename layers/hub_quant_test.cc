@@ -144,6 +144,17 @@ TEST(HubQuantConfig, CompressedTensorsUnsupportedOptionsAreNamed) {
           "quantization_status": "compressed",
           "config_groups": {"g": {"targets": ["re:(unclosed"], "weights": {"num_bits": 4}}}})",
       "targets");
+  // Patterns whose backtracking could blow up are refused before any match.
+  expect_config_error(
+      R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "quantization_status": "compressed", "ignore": ["re:(a+)+b"],
+          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})",
+      "quantified group");
+  expect_config_error(
+      R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "quantization_status": "compressed", "ignore": ["re:.*a.*b.*c.*d.*e"],
+          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})",
+      "more than 4 quantifiers");
   expect_config_error(
       R"({"quant_method": "compressed-tensors", "format": "mixed-precision",
           "quantization_status": "compressed",
