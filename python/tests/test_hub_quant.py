@@ -91,6 +91,8 @@ def ct_checkpoint(base: Path, out: Path, fmt: str, bits: int, strategy: str, gro
         if strategy == "group":
             g = w.unflatten(-1, (w.shape[1] // group_size, group_size))
             lo, hi = g.amin(-1), g.amax(-1)
+        elif strategy == "tensor":
+            lo, hi = w.amin().reshape(1), w.amax().reshape(1)
         else:
             lo, hi = w.amin(1, keepdim=True), w.amax(1, keepdim=True)
         scale, zero = calculate_qparams(lo, hi, args)
@@ -127,6 +129,8 @@ CT_CASES = [
     ("int-quantized", 8, "channel", None, True),
     ("int-quantized", 8, "channel", None, False),
     ("naive-quantized", 8, "group", 64, True),
+    ("int-quantized", 4, "group", 32, False),  # int4 values in int8 storage -> Q4_G
+    ("pack-quantized", 4, "tensor", None, True),  # one scale for the whole matrix
 ]
 
 
