@@ -169,10 +169,16 @@ Unpacked unpack_gptq(const HubQuantSpec& s, const Tensors& t, int64_t n, int64_t
   Unpacked u;
   u.allocate(QuantType::Q4_G, n, k, groups);
   read_groups(t, g_idx ? &*g_idx : nullptr, gs, u);
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t c = 0; c < k; ++c) {
-      u.q[r * k + c] = static_cast<int8_t>((word(qw, (c / 8) * n + r) >> (4 * (c % 8))) & 15u);
+  // Words in storage order: a word row cw fills bytes 8cw..8cw+7 of every
+  // row of q, so consecutive word rows keep reusing the same cache lines.
+  for (int64_t cw = 0; cw < k / 8; ++cw) {
+    for (int64_t r = 0; r < n; ++r) {
+      const uint32_t w = word(qw, cw * n + r);
+      for (int i = 0; i < 8; ++i)
+        u.q[r * k + cw * 8 + i] = static_cast<int8_t>((w >> (4 * i)) & 15u);
     }
+  }
+  for (int64_t r = 0; r < n; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       uint32_t z = (word(qz, g * (n / 8) + r / 8) >> (4 * (r % 8))) & 15u;
       if (s.gptq_v1_zeros) z = (z + 1) & 15u;
@@ -200,11 +206,16 @@ Unpacked unpack_awq(const HubQuantSpec& s, const Tensors& t, int64_t n, int64_t 
   Unpacked u;
   u.allocate(QuantType::Q4_G, n, k, groups);
   read_groups(t, nullptr, s.group_size, u);
+  for (int64_t c = 0; c < k; ++c) {  // words in storage order, as in unpack_gptq
+    for (int64_t j = 0; j < n / 8; ++j) {
+      const uint32_t w = word(qw, c * (n / 8) + j);
+      for (int m = 0; m < 8; ++m) {
+        u.q[(j * 8 + m) * k + c] = static_cast<int8_t>((w >> (4 * kAwqShift[m])) & 15u);
+      }
+    }
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int shift = 4 * kAwqShift[r % 8];
-    for (int64_t c = 0; c < k; ++c) {
-      u.q[r * k + c] = static_cast<int8_t>((word(qw, c * (n / 8) + r / 8) >> shift) & 15u);
-    }
     for (int64_t g = 0; g < groups; ++g) {
       u.zero[r * groups + g] = static_cast<int8_t>((word(qz, g * (n / 8) + r / 8) >> shift) & 15u);
       u.scale[r * groups + g] = sc[g * n + r];
