@@ -454,27 +454,4 @@ std::vector<int64_t> HubQuant::stored_shape(const Checkpoint& ckpt,
   return w;
 }
 
-void dequantize_g_row(const QuantMatrix& w, int64_t r, float* out) {
-  if (w.type != QuantType::Q4_G && w.type != QuantType::Q8_G) {
-    throw InvalidArgument("dequantize_g_row: " + std::string(quant_name(w.type)) +
-                          " is not Q4_G or Q8_G");
-  }
-  const int64_t bb = quant_traits(w.type).block_bytes;
-  for (int64_t b = 0; b < w.k / kBlock; ++b) {
-    const uint8_t* blk = w.row(r) + b * bb;
-    float scale;
-    std::memcpy(&scale, blk, 4);
-    const int zero = static_cast<int8_t>(blk[4]);
-    for (int64_t j = 0; j < kBlock; ++j) {
-      int q;
-      if (w.type == QuantType::Q8_G) {
-        q = static_cast<int8_t>(blk[8 + j]);
-      } else {
-        q = j < 16 ? (blk[8 + j] & 15) : (blk[8 + j - 16] >> 4);
-      }
-      out[b * kBlock + j] = scale * static_cast<float>(q - zero);
-    }
-  }
-}
-
 }  // namespace hubzoo

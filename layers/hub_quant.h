@@ -83,9 +83,4 @@ class HubQuant {
   std::shared_ptr<const HubQuantSpec> spec_;
 };
 
-// Scalar dequantization of one row of a Q4_G / Q8_G matrix, columns in stored
-// order (k_perm not applied): the layout's reference, for tests and tools
-// (ops' QuantMatrix::dequantize_row is the kernels' version of it).
-void dequantize_g_row(const QuantMatrix& w, int64_t r, float* out);
-
 }  // namespace hubzoo

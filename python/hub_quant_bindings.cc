@@ -54,7 +54,7 @@ nb::ndarray<nb::numpy, float> dequantize(const std::string& model_dir, const std
   nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
   std::vector<float> row(static_cast<size_t>(m.k));
   for (int64_t r = 0; r < m.n; ++r) {
-    dequantize_g_row(m, r, row.data());
+    m.dequantize_row(r, row.data());
     for (int64_t j = 0; j < m.k; ++j) {
       const int64_t c = m.k_perm.empty() ? j : m.k_perm[static_cast<size_t>(j)];
       (*out)[static_cast<size_t>(r * m.k + c)] = row[static_cast<size_t>(j)];
