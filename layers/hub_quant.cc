@@ -396,7 +396,12 @@ bool HubQuant::is_quantized(const Checkpoint& ckpt, const std::string& prefix) c
   if (spec_->method != HubQuantMethod::kCompressedTensors) {
     return ckpt.contains(prefix + ".qweight");
   }
-  if (spec_->ct_scheme_for(prefix)) return true;
+  // The tensors decide, as the package's compressor did: a target ("Linear",
+  // a pattern) may also match modules it never compresses (an embedding the
+  // loader packs for a tied lm_head), and those keep a float `weight`.
+  const bool stored =
+      ckpt.contains(prefix + ".weight_packed") || ckpt.contains(prefix + ".weight_scale");
+  if (spec_->ct_scheme_for(prefix)) return stored;
   for (const char* s : {".weight_packed", ".weight_scale", ".weight_zero_point"}) {
     if (ckpt.contains(prefix + s)) {
       throw TensorMappingError(ckpt.file_of(prefix + s).string() + ": tensor '" + prefix + s +

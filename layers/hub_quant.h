@@ -57,9 +57,11 @@ class HubQuant {
   // Whether the Linear whose weight is `{prefix}.weight` in an unquantized
   // checkpoint (prefix e.g. "model.layers.0.self_attn.q_proj") is stored
   // quantized. compressed-tensors: its config_groups' targets minus `ignore`
-  // (a quantized tensor of a module the config leaves dense is a
-  // TensorMappingError); GPTQ/AWQ: whether `{prefix}.qweight` exists (both
-  // quantize a model's linears except the ones they skip, e.g. lm_head).
+  // match it and it has `weight_packed` or `weight_scale` (targets also match
+  // modules the package does not compress, e.g. an embedding; a quantized
+  // tensor of a module the config leaves dense is a TensorMappingError);
+  // GPTQ/AWQ: whether `{prefix}.qweight` exists (both quantize a model's
+  // linears except the ones they skip, e.g. lm_head).
   bool is_quantized(const Checkpoint& ckpt, const std::string& prefix) const;
 
   // The [n, k] (out, in) weight of `prefix` as a Q4_G or Q8_G QuantMatrix

@@ -400,6 +400,9 @@ TEST(HubQuantTake, CompressedTensorsPackedInt4WithZeroPoints) {
       ct(R"({"num_bits": 4, "symmetric": false, "strategy": "group", "group_size": 32})")));
   EXPECT_TRUE(q->is_quantized(ckpt, "lin"));
   EXPECT_FALSE(q->is_quantized(ckpt, "lm_head"));
+  // "Linear" matches every name, but a module without quantization tensors
+  // (an embedding packed for a tied lm_head) is not quantized.
+  EXPECT_FALSE(q->is_quantized(ckpt, "model.embed_tokens"));
   std::vector<std::string> used;
   expect_matches(ref, q->take(ckpt, "lin", 8, 64, &used));
   EXPECT_EQ(used.size(), 4u);

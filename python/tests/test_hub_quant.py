@@ -280,6 +280,10 @@ def write_quantized(base: Path, out: Path, quantization_config: dict, pack) -> d
     return packed
 
 
+# GPTQ's act order is argsort(diag(H)) of the layer's input, so linears that read the same
+# input (q/k/v, gate/up) share g_idx; the packers' seed follows the input.
+INPUT_OF = [0, 0, 0, 1, 2, 2, 3]
+
 GPTQ_CASES = [(g, d, s) for g in (32, 64, 128, -1) for d in (False, True) for s in (True, False)]
 
 
@@ -292,7 +296,7 @@ def test_gptq_equals_reference_dequant(hz, base, tmp_path, group_size, desc_act,
         if not sym and i == 0:
             w = w.clone()
             w[0, :] = w[0, :].abs()  # row 0's groups all >= 0: zero point 0, stored as 15 in v1
-        return gptq_pack_linear(w, group_size, desc_act, sym, v1=True, seed=i)
+        return gptq_pack_linear(w, group_size, desc_act, sym, v1=True, seed=INPUT_OF[i])
 
     path = tmp_path / "gptq"
     packed = write_quantized(base, path, qc, pack)
@@ -325,7 +329,7 @@ def test_gptq_v2_zero_points_are_stored_as_is(hz, base, tmp_path):
     qc = {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": False,
           "format": "gptq_v2"}
     packed = write_quantized(base, tmp_path / "v2", qc,
-                             lambda w, i: gptq_pack_linear(w, 64, False, False, v1=False, seed=i))
+                             lambda w, i: gptq_pack_linear(w, 64, False, False, v1=False, seed=INPUT_OF[i]))
     for prefix in LINEARS:
         same_bits(hz._hubzoo.hub_quant_dequantize(str(tmp_path / "v2"), prefix),
                   gptq_reference(packed[prefix], v1=False).numpy())
@@ -382,7 +386,7 @@ def test_awq_equals_reference_dequant(hz, base, tmp_path, group_size):
 def gptq_dir(base, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("hq_bad") / "gptq"
     qc = {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True, "sym": True}
-    write_quantized(base, path, qc, lambda w, i: gptq_pack_linear(w, 32, True, True, v1=True, seed=i))
+    write_quantized(base, path, qc, lambda w, i: gptq_pack_linear(w, 32, True, True, v1=True, seed=INPUT_OF[i]))
     return path
 
 

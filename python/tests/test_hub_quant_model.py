@@ -52,7 +52,7 @@ def quantized(base, tmp_path_factory):
             group_size, desc_act, sym = args
             qc = {"quant_method": "gptq", "bits": 4, "group_size": group_size, "desc_act": desc_act, "sym": sym}
             packed = hq.write_quantized(
-                base, path, qc, lambda w, i: hq.gptq_pack_linear(w, group_size, desc_act, sym, v1=True, seed=i))
+                base, path, qc, lambda w, i: hq.gptq_pack_linear(w, group_size, desc_act, sym, v1=True, seed=hq.INPUT_OF[i]))
             refs = {p: hq.gptq_reference(t, v1=True) for p, t in packed.items()}
         else:
             (group_size,) = args
