@@ -1,6 +1,7 @@
 #include "models/model_info.h"
 
 #include "base/error.h"
+#include "layers/hub_quant.h"
 #include "tensor/tensor.h"
 
 namespace hubzoo {
@@ -66,10 +67,9 @@ void read_special_token_ids(const LoadContext& ctx, ModelInfo& info) {
 }
 
 void reject_unsupported_common_options(const JsonObject& config) {
-  if (config.has("quantization_config")) {
-    throw ConfigError(config.where() +
-                      ": quantization_config is not supported (load an unquantized checkpoint)");
-  }
+  // A quantization_config hubzoo reads (layers/hub_quant.h) passes; any other
+  // is a ConfigError naming the option.
+  (void)HubQuant::from_config(config);
 }
 
 }  // namespace hubzoo

@@ -23,7 +23,8 @@ ModelInfo decoder_model_info(const LoadContext& ctx, const Checkpoint& checkpoin
 void read_special_token_ids(const LoadContext& ctx, ModelInfo& info);
 
 // Rejects config options that would change the math but that hubzoo does not
-// implement, naming the field (e.g. quantization_config).
+// implement, naming the field (e.g. a quantization_config whose method or
+// options layers/hub_quant.h does not read).
 void reject_unsupported_common_options(const JsonObject& config);
 
 }  // namespace hubzoo

@@ -238,6 +238,7 @@ void bind_embed(nb::module_& m);          // python/embed_bindings.cc
 void bind_quant(nb::module_& m);          // python/quant_bindings.cc
 void bind_gguf_import(nb::module_& m);    // python/gguf_import_bindings.cc
 void bind_gguf(nb::module_& m);           // python/gguf_bindings.cc
+void bind_hub_quant(nb::module_& m);      // python/hub_quant_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -260,6 +261,7 @@ NB_MODULE(_hubzoo, m) {
   bind_embed(m);
   bind_gguf_import(m);
   bind_gguf(m);
+  bind_hub_quant(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,
