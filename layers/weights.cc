@@ -14,7 +14,28 @@ WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numeric
 bool WeightLoader::contains(const std::string& name) const { return used_.count(name) != 0; }
 
 bool WeightLoader::quantized(const std::string& name) const {
-  return contains(name) && (ckpt_->info(name).quant || numerics_.quantize);
+  return hub_quantized(name) || (contains(name) && (ckpt_->info(name).quant || numerics_.quantize));
+}
+
+bool WeightLoader::hub_quantized(const std::string& name) const {
+  const std::string suffix = ".weight";
+  if (!hub_ || name.size() <= suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  return hub_->is_quantized(*ckpt_, name.substr(0, name.size() - suffix.size()));
+}
+
+PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n, int64_t k) {
+  const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+  std::vector<std::string> used;
+  auto q = std::make_shared<QuantMatrix>(hub_->take(*ckpt_, prefix, n, k, &used));
+  for (const std::string& t : used) {
+    auto it = used_.find(t);
+    if (it == used_.end()) throw TensorMappingError("checkpoint is missing tensor '" + t + "'");
+    if (it->second) throw TensorMappingError("tensor '" + t + "' is used twice");
+    it->second = true;
+  }
+  return pack_quant({std::move(q)});
 }
 
 const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
@@ -138,6 +159,7 @@ PackedMatrix WeightLoader::take_packed_fp32(const std::string& name, int64_t n, 
 
 PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, int64_t k,
                                           bool bf16) {
+  if (hub_quantized(name)) return take_hub_quantized(name, n, k);
   const TensorInfo& info = claim(name, {n, k});
   if (info.quant) return pack_quant({quant_view(name, info, n, k, 0)});
   if (numerics_.quantize && !bf16_fp32_only_) {
@@ -169,8 +191,8 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
     throw InvalidArgument("take_packed_concat: names and sizes differ");
   bool any_quant = numerics_.quantize.has_value(), all_quant = true;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (!contains(names[i])) break;  // claim() below names the missing tensor
-    const bool q = ckpt_->info(names[i]).quant.has_value();
+    const bool q =
+        hub_quantized(names[i]) || (contains(names[i]) && ckpt_->info(names[i]).quant.has_value());
     any_quant = any_quant || q;
     all_quant = all_quant && q;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "layers/hub_quant.h"
 #include "layers/numerics.h"
 #include "ops/matmul.h"
 
@@ -53,6 +54,9 @@ class WeightLoader {
   const Numerics& numerics() const { return numerics_; }
 
   bool contains(const std::string& name) const;
+  // The checkpoint's quantization_config (GPTQ, AWQ, compressed-tensors): its
+  // quantized linears are taken as Q4_G/Q8_G matrices by take_packed.
+  void set_hub_quant(std::optional<HubQuant> hub) { hub_ = std::move(hub); }
   // Whether take_packed(name) gives a block-quantized matrix (stored so, or --quantize).
   bool quantized(const std::string& name) const;
   // Takes a tensor of exactly `shape` (F32, BF16 or F16) as float32.
@@ -88,6 +92,9 @@ class WeightLoader {
   const TensorInfo& claim(const std::string& name, const Shape& shape);
   PackedMatrix take_packed_as(const std::string& name, int64_t n, int64_t k, bool bf16);
   static bool transformed(const TensorInfo& info);
+  // Whether `name` ("<prefix>.weight") is a linear the hub quantization stores packed.
+  bool hub_quantized(const std::string& name) const;
+  PackedMatrix take_hub_quantized(const std::string& name, int64_t n, int64_t k);
   // The tensor as float32 with its transforms applied (quantized: dequantized rows).
   std::vector<float> read_f32(const std::string& name, const TensorInfo& info) const;
   std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,
@@ -99,6 +106,7 @@ class WeightLoader {
   mutable int64_t quantized_ = 0;
   int64_t bytes_ = 0;
   bool bf16_fp32_only_ = false;
+  std::optional<HubQuant> hub_;
   std::map<std::string, bool> used_;
   std::map<std::string, std::string> ignored_;
 };

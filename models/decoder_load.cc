@@ -36,6 +36,7 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
                              : std::make_shared<const Checkpoint>(Checkpoint::open(ctx.snapshot));
   checkpoint_ = ckpt;
   WeightLoader w(ckpt, ctx.numerics);
+  w.set_hub_quant(HubQuant::from_config(ctx.config));
   rope_full_ = rope_for(spec_, RopeKind::kFull);
   rope_sliding_ = rope_for(spec_, RopeKind::kSliding);
   // Base-model checkpoints (LlamaModel, Qwen3Model, Gemma3TextModel: what
