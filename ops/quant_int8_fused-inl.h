@@ -15,6 +15,9 @@
 #include "hwy/highway.h"
 #include "ops/quant.h"
 #include "ops/quant_internal.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>  // _cvtsh_ss
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -52,6 +55,11 @@ HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int64_t kFusedRows = 16;  // rows of x up to which the fused path runs
 
+// An fp16 scale by F16C (vcvtph2ps): the same float as quant::load_fp16 for
+// every non-NaN half; a NaN (signalling ones come out quiet here) only ever
+// meets a multiplication, which quiets it in both, so the products agree.
+HWY_INLINE float Fp16(const uint8_t* p) { return _cvtsh_ss(quant::load_u16(p)); }
+
 // Block b's w16 (quant_internal.h) as 32 int16 lanes: nibbles by and/shift.
 template <QuantType t>
 HWY_INLINE hn::Vec<DI16> BlockW16(const uint8_t* b) {
@@ -78,6 +86,8 @@ HWY_INLINE hn::Vec<DI16> BlockW16(const uint8_t* b) {
   }
 }
 
+// One block's pair sums start from zero: vpmaddwd alone (PairSums<false>),
+// where vpdpwssd would need a zeroed register.
 // Rows [r0, r1) x weight rows [n0, n1): kNR weight rows per pass over k share
 // each block of x; per row the lanes are reduced by the tree (+ bias).
 template <QuantType t, bool kVnni>
@@ -105,18 +115,18 @@ HWY_NOINLINE void Int8Fused(const QuantMatmulArgs& a, quant::Int8Acts& acts, int
         const V dxv = hn::Set(df, x.dx[b]);
         V jf = hn::Zero(df);  // Q4_1: mn16 = 1, J = the lane's pair sum of qx
         if constexpr (kMin)
-          jf = hn::ConvertTo(df, PairSums<kVnni>(hn::Set(d16, 1), xv, hn::Zero(d32)));
+          jf = hn::ConvertTo(df, PairSums<false>(hn::Set(d16, 1), xv, hn::Zero(d32)));
 #pragma GCC unroll 16
         for (int j = 0; j < kNR; ++j) {
           const uint8_t* blk = rows[j] + b * kBytes;
           // The next kNR rows, a group ahead: kNR short interleaved streams
           // are more than the hardware prefetcher follows.
           if (r == r0) hwy::Prefetch(blk + ahead);
-          const auto i = PairSums<kVnni>(BlockW16<t>(blk), xv, hn::Zero(d32));
-          const V ad = hn::Mul(hn::Set(df, quant::load_fp16(blk)), dxv);
+          const auto i = PairSums<false>(BlockW16<t>(blk), xv, hn::Zero(d32));
+          const V ad = hn::Mul(hn::Set(df, Fp16(blk)), dxv);
           acc[j] = hn::MulAdd(ad, hn::ConvertTo(df, i), acc[j]);
           if constexpr (kMin) {
-            const V cd = hn::Mul(hn::Set(df, quant::load_fp16(blk + 2)), dxv);
+            const V cd = hn::Mul(hn::Set(df, Fp16(blk + 2)), dxv);
             acc[j] = hn::MulAdd(cd, jf, acc[j]);
           }
         }
@@ -204,10 +214,10 @@ HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
         const V dxv = hn::Set(df, x.dx[b]);
 #pragma GCC unroll 16
         for (int j = 0; j < kNR; ++j) {
-          const float av = quant::load_fp16(blk[j] + (kMin ? 0 : 208));
+          const float av = Fp16(blk[j] + (kMin ? 0 : 208));
           acc[j] = hn::MulAdd(hn::Mul(hn::Set(df, av), dxv), hn::ConvertTo(df, I[j]), acc[j]);
           if constexpr (kMin) {
-            const V cd = hn::Mul(hn::Set(df, -quant::load_fp16(blk[j] + 2)), dxv);
+            const V cd = hn::Mul(hn::Set(df, -Fp16(blk[j] + 2)), dxv);
             acc[j] = hn::MulAdd(cd, hn::ConvertTo(df, J[j]), acc[j]);
           }
         }
