@@ -2,7 +2,11 @@
 // on Qwen2.5-0.5B's MLP shapes: decode (m = 1, GB/s of weight bytes read)
 // and prefill (m = 512, GFLOP/s).
 //
-//   quant_matmul_bench [--quick] [--cpu] [--hot] [--threads T] [--type Q4_K] [--m M]
+//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]
+//
+// --tiled: the int8 mode also without its fused few-rows kernels (label
+// "i8t": the tiled path that decodes weights to an int16 buffer), for a
+// before / after in one run.
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level
 // cache, so its GB/s is the weight streaming rate a decode step sees.
@@ -19,6 +23,7 @@
 
 #include "ops/matmul.h"
 #include "ops/quant.h"
+#include "ops/quant_internal.h"
 #include "ops/thread_pool.h"
 
 namespace {
@@ -80,7 +85,8 @@ struct Options {
   int threads = 1;
   std::string type;
   int64_t m = 0;
-  bool hot = false;  // m = 1 on one copy of the weights (cache-resident: compute speed)
+  bool hot = false;    // m = 1 on one copy of the weights (cache-resident: compute speed)
+  bool tiled = false;  // also time the int8 mode without the fused kernels
 };
 
 // Seconds per product over `copies` weight matrices used in turn.
@@ -117,7 +123,8 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
       });
       report("fp32", s, m, bytes, sec);
     }
-    for (const char* name : {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "Q8_G"}) {
+    for (const char* name :
+         {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "Q8_G"}) {
       if (!o.type.empty() && o.type != name) continue;
       const QuantType t = *parse_quant_name(name);
       // k = 896 is no whole number of 256-blocks (llama.cpp falls back to Q5_0/Q8_0 there).
@@ -150,13 +157,18 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
         mats[c].data = store[c].data();
         mats[c].keep = nullptr;
       }
-      for (QuantMode mode : {QuantMode::kExact, QuantMode::kInt8}) {
+      for (int run = 0; run < (o.tiled ? 3 : 2); ++run) {
+        const QuantMode mode = run == 0 ? QuantMode::kExact : QuantMode::kInt8;
+        quant::set_int8_fused_allowed(run != 2);
         const double sec = bench(copies, budget, [&](int64_t c) {
           quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, mode}, pool);
         });
-        const std::string label = std::string(name) + (mode == QuantMode::kInt8 ? " i8" : " ex");
+        const std::string label = std::string(name) + (run == 0   ? " ex"
+                                                       : run == 1 ? " i8"
+                                                                  : " i8t");
         report(label.c_str(), s, m, q.bytes(), sec);
       }
+      quant::set_int8_fused_allowed(true);
     }
   }
 }
@@ -170,6 +182,8 @@ int main(int argc, char** argv) {
       o.quick = true;
     } else if (!std::strcmp(argv[i], "--hot")) {
       o.hot = true;
+    } else if (!std::strcmp(argv[i], "--tiled")) {
+      o.tiled = true;
     } else if (!std::strcmp(argv[i], "--cpu")) {
       g_cpu_time = true;
     } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -179,9 +193,10 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       o.m = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--cpu] [--hot] [--threads T] [--type Q4_K] [--m M]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -4,7 +4,10 @@
 // is k / block_elems blocks at data + r * row_bytes. The bytes may point into
 // a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
 // full matrix: kernels decode 4 rows x 512 columns at a time into an L1
-// buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc).
+// buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc);
+// the int8 mode with at most 16 rows of x (decode) reads Q8_0/Q4_0/Q4_1/
+// Q5_0/Q4_K/Q6_K blocks straight into registers on AVX-512
+// (ops/quant_int8_fused-inl.h), in the same order.
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
 // and element j + 16 (high nibble).
 //

@@ -204,7 +204,26 @@ HWY_INLINE void DequantBlock(const uint8_t* b, float* HWY_RESTRICT y) {
       }
       return;
     }
-    default:  // Q5_0, Q5_1, Q2_K, Q3_K: the scalar decoding
+    case QuantType::Q5_0:
+    case QuantType::Q5_1: {
+      const bool one = t == QuantType::Q5_1;
+      const uint8_t* qh = b + (one ? 4 : 2);  // bit l: element l's bit 4; qs follows
+      if constexpr (kN >= 8) {                // mask bits start at a byte boundary
+        const V d = hn::Set(df, quant::load_fp16(b));
+        const V m = hn::Set(df, one ? quant::load_fp16(b + 2) : 0.0f);
+        for (int64_t e = 0; e < 32; e += kN) {
+          const auto h = hn::IfThenElseZero(hn::LoadMaskBits(di, qh + e / 8), hn::Set(di, 16));
+          const auto q = hn::Or(Nibbles(qh + 4, e), h);
+          // Q5_1: d * q is exact, so MulAdd rounds once as d * q + m does.
+          hn::Store(one ? hn::MulAdd(d, ToF(q), m) : hn::Mul(d, ToF(hn::Sub(q, hn::Set(di, 16)))),
+                    df, y + e);
+        }
+        return;
+      }
+      dequantize_row(t, b, y, 32);
+      return;
+    }
+    default:  // Q2_K, Q3_K: the scalar decoding
       dequantize_row(t, b, y, quant_traits(t).block_elems);
       return;
   }
@@ -336,6 +355,20 @@ HWY_INLINE bool DecodeInt8Fast(const uint8_t* b, int16_t* w16, int16_t* mn16, fl
       Put16(hn::Sub(Low4(v), bias), w16);
       Put16(hn::Sub(hn::ShiftRight<4>(v), bias), w16 + 16);
       if (one) Put16(hn::Set(d, 1), mn16), Put16(hn::Set(d, 1), mn16 + 16);
+      return true;
+    }
+    case QuantType::Q5_0:
+    case QuantType::Q5_1: {
+      const bool one = t == QuantType::Q5_1;
+      *a = quant::load_fp16(b), *c = one ? quant::load_fp16(b + 2) : 0.0f;
+      const uint8_t* qh = b + (one ? 4 : 2);  // bit l: element l's bit 4; qs follows
+      const auto v = Bytes16(qh + 4);
+      const auto bias = hn::Set(d, one ? 0 : 16);
+      for (int e = 0; e < 32; e += 16) {
+        const auto h = hn::IfThenElseZero(hn::LoadMaskBits(d, qh + e / 8), hn::Set(d, 16));
+        Put16(hn::Sub(hn::Or(e ? hn::ShiftRight<4>(v) : Low4(v), h), bias), w16 + e);
+        if (one) Put16(hn::Set(d, 1), mn16 + e);
+      }
       return true;
     }
     case QuantType::Q4_K:

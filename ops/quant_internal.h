@@ -90,6 +90,10 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
 // true); tests turn it off to cover the vpmaddwd path on such a CPU.
 bool int8_vnni_allowed();
 void set_int8_vnni_allowed(bool allowed);
+// Whether the int8 mode may take the fused few-rows kernels (default true);
+// tests and bench/quant_matmul_bench turn it off to cover / time the tiled path.
+bool int8_fused_allowed();
+void set_int8_fused_allowed(bool allowed);
 
 // The int8-mode order of one output element (quant.h), in scalar code: 16
 // float lanes; lane L owns the element pairs (2L, 2L + 1) of every 32-column

@@ -114,6 +114,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "hwy/highway.h"
 // After highway.h, once per target: the vector types and the per-type decoders.
 #include "ops/quant_decode-inl.h"
+// PairSums and the fused int8 kernels for few rows of x.
+#include "ops/quant_int8_fused-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -248,8 +250,6 @@ void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, in
 }
 
 // ---- int8 mode ----
-using DI16 = hn::Repartition<int16_t, DF>;  // 2 * kN int16 lanes
-using DI32 = hn::Repartition<int32_t, DF>;
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
 constexpr int kMR8 = 1;
 #else
@@ -265,25 +265,6 @@ struct Int8TileIn {
   const float* c;
   int64_t kc, block;
 };
-
-// The int8 order of quant_internal.h (int8_lane_dot): lane L of the 16 is
-// element pair (2L, 2L + 1) of each 32-column span; vpmaddwd (ReorderWiden-
-// MulAccumulate on int16) produces exactly those pair sums, in lane order.
-// Pair sums of int16 lanes added to int32 lanes: vpmaddwd + vpaddd, or one
-// vpdpwssd where the CPU has AVX512-VNNI (the same exact integers). The VNNI
-// form is inline assembly: Highway 1.0 does not emit it and the AVX3 target
-// does not enable the instruction set for the compiler.
-template <bool kVnni>
-HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32> acc) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kVnni) {
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc.raw) : "v"(w.raw), "v"(x.raw));
-    return acc;
-  }
-#endif
-  hn::Vec<DI32> unused = hn::Zero(DI32());
-  return hn::ReorderWidenMulAccumulate(DI32(), w, x, acc, unused);
-}
 
 bool UseVnni() {
 #if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && \
@@ -389,6 +370,12 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
   const int64_t k = w.k, block = acts.block;
   const bool has_min = quant::int8_has_min(w.type);
   const bool vnni = UseVnni();
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (vnni ? Int8FusedRange<true>(a, acts, r0, r1, n0, n1)
+           : Int8FusedRange<false>(a, acts, r0, r1, n0, n1)) {
+    return;
+  }
+#endif
   thread_local quant::Int8Weights wd;
   thread_local std::vector<float> accbuf;
   accbuf.resize(kRows8 * kNR * 16 + 16);

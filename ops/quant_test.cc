@@ -142,6 +142,12 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
           quant::set_int8_vnni_allowed(false);
           expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
           quant::set_int8_vnni_allowed(true);
+          // The int8 mode's tiled path where few rows take the fused kernels.
+          if (mode == QuantMode::kInt8 && m <= 16) {
+            quant::set_int8_fused_allowed(false);
+            expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+            quant::set_int8_fused_allowed(true);
+          }
         });
       }
     }
