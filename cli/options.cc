@@ -15,12 +15,7 @@ void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quanti
 
 LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
                          const std::string& quantize, const std::string& gguf_file) {
-  LoadOptions o;
-  o.num_threads = threads;
-  o.numerics = Numerics::parse(dtype, mode);
-  o.numerics.set_quantize(quantize);
-  o.gguf_file = gguf_file;
-  return o;
+  return LoadOptions::parse(threads, dtype, mode, quantize, gguf_file);
 }
 
 }  // namespace hubzoo::cli

@@ -33,7 +33,8 @@ Checkpoint Checkpoint::from_gguf(std::shared_ptr<const GgufFile> file,
   Checkpoint ck;
   std::set<std::string> mapped;
   for (const GgufCheckpointTensor& m : mapping) {
-    if (m.gguf_names.empty()) throw InvalidArgument(where + ": '" + m.hf_name + "' maps to nothing");
+    if (m.gguf_names.empty())
+      throw InvalidArgument(where + ": '" + m.hf_name + "' maps to nothing");
     std::vector<const GgufTensorInfo*> parts;
     for (const std::string& name : m.gguf_names) {
       const GgufTensorInfo* t = file->find(name);
@@ -86,7 +87,8 @@ Checkpoint Checkpoint::from_gguf(std::shared_ptr<const GgufFile> file,
   }
   std::string unmapped;
   for (const GgufTensorInfo& t : file->tensors()) {
-    if (!mapped.count(t.name) && !unused.count(t.name)) unmapped += (unmapped.empty() ? "" : ", ") + t.name;
+    if (!mapped.count(t.name) && !unused.count(t.name))
+      unmapped += (unmapped.empty() ? "" : ", ") + t.name;
   }
   if (!unmapped.empty()) {
     throw TensorMappingError(where + ": tensors with no Hugging Face name: " + unmapped);

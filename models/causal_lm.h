@@ -94,6 +94,15 @@ std::vector<std::string> supported_causal_lms();
 struct LoadOptions {
   LoadOptions() = default;
   LoadOptions(int threads, Numerics n) : num_threads(threads), numerics(n) {}
+  // From the flags every front end shares (CLI, server, Python): dtype, mode and
+  // quantize parsed, InvalidArgument naming a bad value.
+  static LoadOptions parse(int threads, const std::string& dtype, const std::string& mode,
+                           const std::string& quantize, const std::string& gguf_file) {
+    LoadOptions o(threads, Numerics::parse(dtype, mode));
+    o.numerics.set_quantize(quantize);
+    o.gguf_file = gguf_file;
+    return o;
+  }
   // 0: all cores. Models asking for the same count share one pool (ThreadPool::shared).
   int num_threads = 0;
   Numerics numerics;  // float32 unless asked (Numerics::parse); quantize on load

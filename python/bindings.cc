@@ -47,17 +47,8 @@ class PyCausalLM {
  public:
   PyCausalLM(const std::string& model, int threads, const std::string& dtype,
              const std::string& mode, const std::string& gguf_file, const std::string& quantize)
-      : model_(load_causal_lm(model, options(threads, dtype, mode, gguf_file, quantize))) {}
-
-  static LoadOptions options(int threads, const std::string& dtype, const std::string& mode,
-                             const std::string& gguf_file, const std::string& quantize) {
-    LoadOptions o;
-    o.num_threads = threads;
-    o.numerics = Numerics::parse(dtype, mode);
-    o.numerics.set_quantize(quantize);
-    o.gguf_file = gguf_file;
-    return o;
-  }
+      : model_(
+            load_causal_lm(model, LoadOptions::parse(threads, dtype, mode, quantize, gguf_file))) {}
 
   nb::dict info() const {
     const ModelInfo& i = model_->info();

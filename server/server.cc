@@ -74,12 +74,8 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   if (opt.max_queue < 0) throw InvalidArgument("--max-queue must be >= 0");
   if (opt.max_body_bytes <= 0) throw InvalidArgument("--max-body-bytes must be > 0");
   model_id = opt.served_model_name.empty() ? model_id_of(opt.model) : opt.served_model_name;
-  LoadOptions load;
-  load.num_threads = opt.threads;
-  load.numerics = Numerics::parse(opt.dtype, opt.mode);
-  load.numerics.set_quantize(opt.quantize);
-  load.gguf_file = opt.gguf_file;
-  model = load_causal_lm(opt.model, load);
+  model = load_causal_lm(
+      opt.model, LoadOptions::parse(opt.threads, opt.dtype, opt.mode, opt.quantize, opt.gguf_file));
   const ModelInfo& info = model->info();
   tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(info.tokenizer_source()));
   if (opt.generation_config == "auto") {

@@ -45,16 +45,40 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _quantize(w: np.ndarray, qtype: str) -> tuple[np.ndarray, object]:
+# Types no quantizer here writes: random blocks with their fp16 scales set to (byte
+# offset, value) pairs that keep the weights at the scale of a real layer's.
+RANDOM_BLOCKS = {
+    "Q2_K": [(80, 2e-3), (82, 1e-3)],
+    "Q3_K": [(108, 1e-3)],
+    "Q5_K": [(0, 1e-4), (2, 1e-4)],
+    "Q6_K": [(208, 2e-5)],
+}
+
+
+def _random_blocks(n: int, k: int, qtype: str, seed: int) -> np.ndarray:
+    import gguf
+
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(n, k // block_elems, block_bytes), dtype=np.uint8)
+    for offset, value in RANDOM_BLOCKS[qtype]:
+        d = (value * (1 + 0.5 * rng.random((n, k // block_elems)))).astype(np.float16)
+        blocks[:, :, offset:offset + 2] = d.view(np.uint8).reshape(n, k // block_elems, 2)
+    return blocks.reshape(n, -1)
+
+
+def _quantize(w: np.ndarray, qtype: str, seed: int = 0) -> tuple[np.ndarray, object]:
     import gguf
 
     from hubzoo import _hubzoo
 
     t = gguf.GGMLQuantizationType[qtype]
     w = np.ascontiguousarray(w, dtype=np.float32)
+    if qtype in RANDOM_BLOCKS and not _hubzoo.quant.can_quantize(qtype):
+        return _random_blocks(w.shape[0], w.shape[1], qtype, seed), t
     try:
         return gguf.quants.quantize(w, t), t
-    except NotImplementedError:  # gguf-py has no quantizer for the K types
+    except NotImplementedError:  # gguf-py has no quantizer for the K types: hubzoo's
         rows = [np.asarray(_hubzoo.quant.quantize(qtype, r), dtype=np.uint8) for r in w]
         return np.stack(rows), t
 
@@ -89,9 +113,11 @@ def write_gguf(model, arch: str, path: Path, qtype: str, output_type: str = "Q6_
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
+    seeds = iter(range(1000))
+
     def matrix(name, value, t=qtype):
-        data, ggml_type = _quantize(value, t)
-        w.add_tensor(name, data, raw_shape=value.shape, raw_dtype=ggml_type)
+        data, ggml_type = _quantize(value, t, seed=next(seeds))
+        w.add_tensor(name, data, raw_dtype=ggml_type)  # shape from the bytes per row
 
     def vector(name, value):
         w.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))

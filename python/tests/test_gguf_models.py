@@ -183,3 +183,24 @@ def test_real_gguf_logits_and_greedy(hz, real_reference, name):
     got = model.generate(ids[None], max_new_tokens=64)
     want = _util.hf_generate(ref, ids[None], max_new_tokens=64)
     assert got.tolist() == want.tolist()
+
+
+def test_cli_and_server_options_on_gguf(hubzoo_bin):
+    """The CLI takes a .gguf: tokenize equals transformers' gguf_file= tokenizer, chat
+    renders the file's own chat template, a folder with --gguf-file picks the file."""
+    import json
+
+    import transformers
+
+    path = _real_path("qwen2.5-coder")
+    text = "def héllo():\n    return 42  # ünïcode"
+    proc = _util.run_cli("tokenize", "-m", str(path), "--format", "json", text)
+    assert proc.returncode == 0, proc.stderr
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    assert json.loads(proc.stdout)["ids"] == tok(text)["input_ids"]
+    proc = _util.run_cli("chat", "-m", str(path.parent), "--gguf-file", path.name, "--message", "Hi",
+                         "--max-new-tokens", "4", "--stats", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "prompt" in proc.stderr  # --stats: the rendered prompt's size and speed
+    proc = _util.run_cli("generate", "-m", str(path.parent), "--prompt", "x")
+    assert proc.returncode != 0 and "--gguf-file" in proc.stderr and path.name in proc.stderr
