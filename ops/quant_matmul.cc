@@ -27,12 +27,13 @@
 #define HUBZOO_OPS_QUANT_MATMUL_SHARED
 namespace hubzoo::quant {
 
-constexpr int64_t kNR = 4;     // weight rows per tile
-constexpr int64_t kKC = 512;   // k per range (a multiple of 256 and of 16)
-constexpr int64_t kRows = 32;  // rows of x per chunk (x chunk stays in L2)
+// [[maybe_unused]]: a build with only a scalar target (the fuzz tree) has no tiled kernel.
+[[maybe_unused]] constexpr int64_t kNR = 4;     // weight rows per tile
+[[maybe_unused]] constexpr int64_t kKC = 512;   // k per range (a multiple of 256 and of 16)
+[[maybe_unused]] constexpr int64_t kRows = 32;  // rows of x per chunk (x chunk stays in L2)
 // Int8 rows are a quarter of the bytes: 4x the rows per chunk, so each weight
 // row is decoded a quarter as often (the decoding was ~40% of the tile time).
-constexpr int64_t kRows8 = 128;
+[[maybe_unused]] constexpr int64_t kRows8 = 128;
 
 // Rows of x after k_perm: x row r, gathered into `buf` when w has a permutation.
 inline const float* gathered_row(const QuantMatmulArgs& a, int64_t r, float* buf) {
