@@ -243,22 +243,4 @@ nlohmann::ordered_json gguf_config(const nlohmann::ordered_json& metadata,
   return c;
 }
 
-std::vector<int64_t> gguf_unpermute_rows(int64_t rows, int64_t n_head) {
-  if (n_head <= 0 || rows <= 0 || rows % (2 * n_head) != 0) {
-    throw InvalidArgument("gguf_unpermute_rows: " + std::to_string(rows) +
-                          " rows are not a multiple of 2 x " + std::to_string(n_head) + " heads");
-  }
-  const int64_t dim = rows / n_head / 2;
-  std::vector<int64_t> perm(static_cast<size_t>(rows));
-  // w.reshape(n_head, dim, 2).swapaxes(2, 1): out[h][a][j] = w[h][j][a].
-  for (int64_t h = 0; h < n_head; ++h) {
-    for (int64_t a = 0; a < 2; ++a) {
-      for (int64_t j = 0; j < dim; ++j) {
-        perm[static_cast<size_t>(h * 2 * dim + a * dim + j)] = h * 2 * dim + 2 * j + a;
-      }
-    }
-  }
-  return perm;
-}
-
 }  // namespace hubzoo
