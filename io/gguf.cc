@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "io/mapped_file.h"
 
 namespace hubzoo {
 
@@ -63,8 +64,6 @@ constexpr size_t kMaxShownKey = 200;
 
 constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
 
-std::string errno_str() { return std::strerror(errno); }
-
 std::string value_type_name(uint32_t t) {
   return t < kValueTypeCount ? std::string(kValueTypeNames[t])
                              : "unknown type " + std::to_string(t);
@@ -113,14 +112,6 @@ size_t invalid_utf8_at(std::string_view s) {
   }
   return std::string_view::npos;
 }
-
-// Closes a file descriptor on scope exit.
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Reads the GGUF bytes front to back. Every read is bounds-checked; errors
 // read "<where>: <context>: <what>: ...", the context naming the key or tensor.
@@ -510,26 +501,15 @@ std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* data, size_t size,
 
 std::unique_ptr<GgufFile> GgufFile::open(const fs::path& path, const Limits& limits) {
   const std::string p = path.string();
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(p + ": cannot open: " + errno_str());
-  FdCloser closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw FileError(p + ": cannot stat: " + errno_str());
-  if (!S_ISREG(st.st_mode)) throw FileError(p + ": not a regular file");
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < kHeaderBytes) {
-    throw FormatError(p + ": file is " + std::to_string(size) + " bytes, shorter than the " +
-                      std::to_string(kHeaderBytes) + "-byte GGUF header (truncated?)");
-  }
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (m == MAP_FAILED) throw FileError(p + ": cannot mmap: " + errno_str());
+  const FileMapping m = map_regular_file(
+      path, kHeaderBytes, std::to_string(kHeaderBytes) + "-byte GGUF header (truncated?)");
   std::unique_ptr<GgufFile> f(new GgufFile());
   // From here the destructor unmaps on any throw.
-  f->map_ = static_cast<const uint8_t*>(m);
-  f->map_size_ = size;
+  f->map_ = m.data;
+  f->map_size_ = m.size;
   f->path_ = path;
   f->bytes_ = f->map_;
-  f->size_ = size;
+  f->size_ = m.size;
   f->metadata_ = nlohmann::ordered_json::object();
   GgufParser(*f, p, limits).run();
   return f;

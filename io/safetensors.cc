@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "io/json.h"
+#include "io/mapped_file.h"
 
 namespace hubzoo {
 
@@ -25,21 +26,11 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100u * 1000u * 1000u;  // as the reference implementation
 
-std::string errno_str() { return std::strerror(errno); }
-
 uint64_t read_le64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-
-// Closes a file descriptor on scope exit.
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Parses one header entry; `where` is "<file>: tensor 'name'".
 TensorInfo parse_entry(const nlohmann::json& v, const std::string& where, uint64_t buffer_size) {
@@ -113,22 +104,11 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
 
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(p + ": cannot open: " + errno_str());
-  FdCloser closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw FileError(p + ": cannot stat: " + errno_str());
-  if (!S_ISREG(st.st_mode)) throw FileError(p + ": not a regular file");
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < 8) {
-    throw FormatError(p + ": file is " + std::to_string(size) +
-                      " bytes, shorter than the 8-byte safetensors header length");
-  }
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (m == MAP_FAILED) throw FileError(p + ": cannot mmap: " + errno_str());
+  const FileMapping m = map_regular_file(path, 8, "8-byte safetensors header length");
   // From here the destructor unmaps on any throw.
-  f->map_ = static_cast<const uint8_t*>(m);
-  f->map_size_ = size;
+  f->map_ = m.data;
+  f->map_size_ = m.size;
+  const uint64_t size = m.size;
 
   const uint64_t header_len = read_le64(f->map_);
   if (header_len > kMaxHeaderBytes) {
