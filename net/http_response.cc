@@ -16,6 +16,8 @@ const char* reason_phrase(int status) {
       return "OK";
     case 204:
       return "No Content";
+    case 304:
+      return "Not Modified";
     case 400:
       return "Bad Request";
     case 401:
@@ -57,7 +59,7 @@ std::string serialize_head(const Response& res, const HeadOptions& o) {
   const bool chunked = o.streamed && o.minor_version == 1;
   if (chunked) {
     out += "Transfer-Encoding: chunked\r\n";
-  } else if (!o.streamed) {
+  } else if (!o.streamed && res.status != 304) {  // a 304 has no body, nor its length
     out += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
   }
   // A close-delimited body (HTTP/1.0 stream) ends the connection.

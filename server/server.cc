@@ -35,6 +35,7 @@ std::string path_label(const std::string& path) {
     if (path == k) return path;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (is_web_path(path)) return path;
   return "other";
 }
 
@@ -307,9 +308,7 @@ std::vector<net::Route> Server::Impl::routes() {
     res.set_content(metrics.render(scheduler->stats(), model_id),
                     "text/plain; version=0.0.4; charset=utf-8");
   }));
-  routes.push_back(cheap("/", false, [](const Request&, Response& res) {
-    res.set_content(kChatPage, "text/html; charset=utf-8");
-  }));
+  add_web_routes(routes);
   return routes;
 }
 

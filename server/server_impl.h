@@ -76,7 +76,9 @@ struct Server::Impl {
 void send_json(net::Response& res, const Json& body, int status = 200);
 void send_error(net::Response& res, const ApiError& e);
 
-// The web chat page (chat_page.cc).
-extern const char* const kChatPage;
+// The web chat page and its libraries, one route per embedded file (web_page.cc).
+void add_web_routes(std::vector<net::Route>& routes);
+// Whether `path` is one of them (a bounded set: a metrics label of its own).
+bool is_web_path(const std::string& path);
 
 }  // namespace hubzoo::server

@@ -40,11 +40,11 @@ MODEL_ID = "SmolLM2-135M-Instruct"
 class Served:
     """A `hubzoo serve` process on a free loopback port."""
 
-    def __init__(self, tmp_path, *args: str, model=None):
+    def __init__(self, tmp_path, *args: str, model=None, port: int = 0):
         self.log_path = tmp_path / "serve.log"
         self.log = open(self.log_path, "w")
         model = str(model or _util.SMOLLM2)
-        cmd = [str(_util.HUBZOO_BIN), "serve", "-m", model, "--port", "0", "--api-key", KEY, *args]
+        cmd = [str(_util.HUBZOO_BIN), "serve", "-m", model, "--port", str(port), "--api-key", KEY, *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         self.url = None
