@@ -315,6 +315,58 @@ def test_stop_cancels_the_generation_on_the_server(served, browser):
     set_setting(browser, "temperature", "0")
 
 
+def test_streamed_markdown_renders_as_elements(served, browser):
+    # The model's greedy answers to these carry a fenced code block and a table.
+    browser.click("#new")
+    send(browser, "Write a Python function that adds two numbers.")
+    code = browser.script("return [...document.querySelectorAll('.msg.assistant .md pre code.hljs')]"
+                          ".map(c => c.textContent);")
+    assert code and code[0].startswith("def "), code
+    assert browser.script("return !!document.querySelector('.msg.assistant .code-bar button.copy-code');")
+    browser.click("#new")
+    send(browser, "Make a markdown table of three fruits and their colors.")
+    heads = browser.script("return [...document.querySelectorAll('.msg.assistant .md table th')].map(t => t.textContent);")
+    assert heads == ["Fruit", "Color"], heads
+    assert browser.script("return document.querySelectorAll('.msg.assistant .md table tbody tr').length;") >= 2
+
+
+def test_context_exceeded_is_explained(served, browser):
+    browser.click("#new")
+    set_setting(browser, "max_tokens", "5000")  # over the server's --max-context 1024
+    browser.type_into("#input", "Hello" + ENTER)
+    browser.wait_for("return !document.getElementById('banner').hidden;")
+    text = browser.script("return document.getElementById('banner-text').textContent;")
+    assert "too long for the model's context" in text and "1024" in text, text
+    assert browser.script("return document.querySelectorAll('.msg.assistant').length;") == 0
+    set_setting(browser, "max_tokens", "40")
+    browser.click("#retry")  # the retry uses the settings as they are now
+    assert last_answer(browser).strip()
+    assert browser.script("return document.getElementById('banner').hidden;")
+
+
+def test_rename_delete_and_export(browser):
+    count = browser.script("return document.querySelectorAll('#conversations li').length;")
+    browser.click("#conversations li.current button[title^='Rename']")
+    browser.cmd("POST", "/alert/text", {"text": "Renamed chat"})
+    browser.cmd("POST", "/alert/accept", {})
+    assert browser.script("return document.querySelector('#conversations li.current .open').textContent;") == "Renamed chat"
+    # Export: the file's conversations are the stored ones.
+    exported = browser.cmd("POST", "/execute/async", {"script": """
+        const done = arguments[arguments.length - 1];
+        const real = URL.createObjectURL, click = HTMLAnchorElement.prototype.click;
+        HTMLAnchorElement.prototype.click = function () {};  // no download in the test
+        URL.createObjectURL = (blob) => { URL.createObjectURL = real; blob.text().then(done); return real(blob); };
+        document.getElementById('export').click();
+        HTMLAnchorElement.prototype.click = click;""", "args": []})
+    data = json.loads(exported)
+    assert data["format"] == "hubzoo-chat" and len(data["conversations"]) == count
+    assert data["conversations"][0]["title"] == "Renamed chat"
+    browser.click("#conversations li.current button[title^='Delete']")
+    browser.cmd("POST", "/alert/accept", {})
+    assert browser.script("return document.querySelectorAll('#conversations li').length;") == count - 1
+    assert "Renamed chat" not in browser.script("return localStorage.getItem('hubzoo.conversations');")
+
+
 IMPORTED = {"format": "hubzoo-chat", "version": 1, "conversations": [{
     "title": "Rendering check",
     "messages": [
