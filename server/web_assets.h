@@ -18,4 +18,8 @@ struct WebAsset {
 // Every embedded file, in a fixed order (the page first).
 std::span<const WebAsset> web_assets();
 
+// Whether an If-None-Match value ("*", or a comma-separated list of entity tags,
+// weak ones W/-prefixed) names `etag` (quoted): then the answer is 304.
+bool etag_matches(std::string_view if_none_match, std::string_view etag);
+
 }  // namespace hubzoo::server

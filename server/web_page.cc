@@ -16,7 +16,8 @@ constexpr const char* kPagePolicy =
     "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-// Whether an If-None-Match header value names `etag` ("*" or a comma-separated list).
+}  // namespace
+
 bool etag_matches(std::string_view header, std::string_view etag) {
   if (header == "*") return true;
   while (!header.empty()) {
@@ -31,6 +32,8 @@ bool etag_matches(std::string_view header, std::string_view etag) {
   }
   return false;
 }
+
+namespace {
 
 void serve_asset(const WebAsset& a, const net::Request& req, net::Response& res) {
   res.content_type = std::string(a.content_type);
