@@ -495,7 +495,9 @@ function applyTheme() {
   const dark = choice === "dark" || (choice === "auto" && matchMedia("(prefers-color-scheme: dark)").matches);
   $("hljs-light").disabled = dark;
   $("hljs-dark").disabled = !dark;
-  $("theme").textContent = "Theme: " + choice;
+  $("theme").textContent = { auto: "\u25d0", light: "\u263c", dark: "\u263e" }[choice];
+  $("theme").title = `Theme: ${choice} (light, dark, or as the system)`;
+  $("theme").setAttribute("aria-label", "Theme: " + choice);
 }
 
 function cycleTheme() {
