@@ -132,7 +132,8 @@ def test_models_and_page(server, client):
         client.models.retrieve("nope")
     page = httpx.get(server.url + "/")  # the page needs no key
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    assert "/v1/chat/completions" in page.text and "temperature" in page.text
+    assert '"/assets/app.js"' in page.text and "temperature" in page.text
+    assert "/v1/chat/completions" in httpx.get(server.url + "/assets/app.js").text  # test_server_page.py: the rest
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
 
 

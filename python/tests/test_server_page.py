@@ -300,7 +300,7 @@ def test_stop_cancels_the_generation_on_the_server(served, browser):
     browser.type_into("#input", "Write a very long story about a dragon who learns to bake bread." + ENTER)
     browser.wait_for("const s = document.querySelector('.msg.assistant.streaming .md');"
                      "return s && s.textContent.length > 20;")
-    browser.click("#stop")
+    browser.click(".msg.assistant.streaming button[title='Stop this answer']")
     browser.wait_for("return !document.body.classList.contains('busy');")
     deadline = time.time() + 10
     while finished(server, "cancelled") == cancelled and time.time() < deadline:
@@ -340,6 +340,25 @@ def test_context_exceeded_is_explained(served, browser):
     assert browser.script("return document.querySelectorAll('.msg.assistant').length;") == 0
     set_setting(browser, "max_tokens", "40")
     browser.click("#retry")  # the retry uses the settings as they are now
+    assert last_answer(browser).strip()
+    assert browser.script("return document.getElementById('banner').hidden;")
+
+
+def test_busy_server_is_explained(browser):
+    # A 429 as the server sends it when its queue is full (test_server.py makes a real one):
+    # the next request the page makes gets it.
+    browser.script("""
+        const real = window.fetch;
+        window.fetch = (url, init) => {
+          window.fetch = real;
+          return Promise.resolve(new Response(JSON.stringify({error: {message: "The server is at capacity: queue full.",
+            type: "rate_limit_error", code: "queue_full"}}), {status: 429, headers: {"Retry-After": "1"}}));
+        };""")
+    browser.type_into("#input", "Hello again" + ENTER)
+    browser.wait_for("return !document.getElementById('banner').hidden;")
+    text = browser.script("return document.getElementById('banner-text').textContent;")
+    assert "busy (429)" in text and "queue full" in text and "in 1 s" in text, text
+    browser.click("#retry")
     assert last_answer(browser).strip()
     assert browser.script("return document.getElementById('banner').hidden;")
 

@@ -139,7 +139,15 @@ function messageView(c, m, i) {
   const who = Object.assign(document.createElement("div"), { className: "who", textContent: ROLE_NAMES[m.role] || m.role });
   div.append(who, R.messageBody(m));
   if (m.stats) div.append(Object.assign(document.createElement("div"), { className: "stats", textContent: m.stats }));
-  if (m.done !== false) div.append(actions(c, m, i));
+  if (m.done !== false) {
+    div.append(actions(c, m, i));
+  } else {  // streaming: its own Stop (as the form's, and Esc)
+    div.setAttribute("aria-busy", "true");
+    const bar = document.createElement("div");
+    bar.className = "actions";
+    bar.append(R.button("Stop", "Stop this answer", stop));
+    div.append(bar);
+  }
   return div;
 }
 
@@ -464,7 +472,7 @@ function importText(text) {
   list = list.map((c) => ({ id: newId(), title: String(c.title || "Imported chat").slice(0, 200),
     created: Number(c.created) || Date.now(), system: typeof c.system === "string" ? c.system : "",
     settings: c.settings && typeof c.settings === "object" ? c.settings : {},
-    messages: Array.isArray(c.messages) ? c.messages : null }));
+    messages: Array.isArray(c.messages) ? c.messages.map((m) => (m && typeof m === "object" ? { ...m, done: undefined } : m)) : null }));
   const bad = list.findIndex((c) => !validConversation(c));
   if (bad >= 0) throw new Error(`conversation ${bad + 1}: messages must be [{role, content}] with a known role`);
   for (const c of list) c.settings = Object.fromEntries(Object.entries(c.settings)
