@@ -306,6 +306,10 @@ function statsLine(run, end) {
 
 // Streams an answer to the conversation's messages; the answer is appended as it comes.
 async function generate(c) {
+  if (conversation() !== c) {  // a Retry after switching: back to its conversation
+    state.current = c.id;
+    showConversation();
+  }
   readSettings(c);
   const body = JSON.stringify(requestBody(c));  // the history before this answer
   const m = { role: "assistant", content: "", done: false };
@@ -323,8 +327,13 @@ async function generate(c) {
     pending = true;
     requestAnimationFrame(() => {
       pending = false;
-      view.querySelector(".body").replaceWith(R.messageBody(m));
-      scrollDown();
+      const log = $("log");
+      const following = log.scrollHeight - log.scrollTop - log.clientHeight < 48;  // not scrolled up to read
+      const open = view.querySelector("details.reasoning")?.open;  // kept as the user left it
+      const fresh = R.messageBody(m);
+      if (open) fresh.querySelector("details.reasoning").open = true;
+      view.querySelector(".body").replaceWith(fresh);
+      if (following) scrollDown();
     });
   };
   try {
