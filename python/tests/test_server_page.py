@@ -286,6 +286,16 @@ def test_conversation_survives_reload(browser):
         "What is the capital of France?")  # named by its first question
     # Settings are the conversation's own.
     assert browser.script("return document.getElementById('max_tokens').value;") == "40"
+    # Keyboard: Tab reaches the skip link first, with a visible focus ring; Enter on it
+    # lands in the message box.
+    tab = {"type": "key", "id": "kb", "actions": [{"type": "keyDown", "value": "\ue004"},
+                                                   {"type": "keyUp", "value": "\ue004"}]}
+    browser.cmd("POST", "/actions", {"actions": [tab]})
+    focused = browser.script("const e = document.activeElement; const s = getComputedStyle(e);"
+                             "return [e.className, s.outlineStyle, s.outlineWidth];")
+    assert focused[0] == "skip" and focused[1] == "solid" and focused[2] == "3px", focused
+    browser.cmd("POST", f"/element/{browser.element('.skip')}/value", {"text": ENTER})
+    browser.wait_for("return document.activeElement.id === 'input';")
 
 
 def finished(server, reason: str) -> float:
@@ -445,6 +455,11 @@ def test_imported_conversation_renders_and_runs_no_script(browser, tmp_path):
     # The page itself never scrolls, the conversation does (nothing sticks out of the layout).
     assert browser.script("const d = document.documentElement;"
                           "return d.scrollWidth <= innerWidth && d.scrollHeight <= innerHeight;")
+    # 200% zoom of a 1280x860 window: a 640x430 viewport; everything still fits, the box is in view.
+    browser.cmd("POST", "/window/rect", {"width": 640, "height": 430 + 143})  # + the window's frame
+    assert browser.script("const d = document.documentElement;"
+                          "return d.scrollWidth <= innerWidth && d.scrollHeight <= innerHeight &&"
+                          " document.getElementById('input').getBoundingClientRect().bottom <= innerHeight;")
     browser.click("#theme")  # auto -> light -> dark
     browser.click("#theme")
     assert browser.script("return document.documentElement.dataset.theme;") == "dark"
@@ -457,7 +472,9 @@ def test_imported_conversation_renders_and_runs_no_script(browser, tmp_path):
 
 
 def test_server_down_is_shown_and_recovery(served, browser):
-    browser.click("#new")
+    browser.click("#new")  # its settings are the imported conversation's (none): set them
+    set_setting(browser, "max_tokens", "40")
+    set_setting(browser, "temperature", "0")
     served["server"].stop()
     browser.type_into("#input", "Hello?" + ENTER)
     browser.wait_for("return !document.getElementById('banner').hidden &&"
