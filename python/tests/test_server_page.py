@@ -340,6 +340,25 @@ def test_streamed_markdown_renders_as_elements(served, browser):
     assert browser.script("return document.querySelectorAll('.msg.assistant .md table tbody tr').length;") >= 2
 
 
+def test_token_probabilities(served, browser):
+    browser.click("#new")
+    browser.script("const e = document.getElementById('logprobs'); e.checked = true; e.dispatchEvent(new Event('change'));")
+    set_setting(browser, "max_tokens", "8")
+    send(browser, "Say hello.")
+    stats = browser.script("return [...document.querySelectorAll('.msg.assistant .stats')].pop().textContent;")
+    generated = int(stats.split(" tokens")[0])
+    tokens = browser.script("return [...document.querySelectorAll('.msg.assistant .logprobs .tok')]"
+                            ".map(t => [t.textContent, t.title]);")
+    # One entry per generated token (an end-of-sequence token has none).
+    assert generated - 1 <= len(tokens) <= generated, (stats, tokens)
+    text = stored(browser)[-1]["content"]
+    assert "".join(t for t, _ in tokens) == text[: len("".join(t for t, _ in tokens))]
+    assert all("%" in title and "top: " in title for _, title in tokens), tokens
+    assert not browser.script("return document.querySelector('.msg.assistant details.logprobs').open;")
+    browser.script("const e = document.getElementById('logprobs'); e.checked = false; e.dispatchEvent(new Event('change'));")
+    set_setting(browser, "max_tokens", "40")
+
+
 def test_context_exceeded_is_explained(served, browser):
     browser.click("#new")
     set_setting(browser, "max_tokens", "5000")  # over the server's --max-context 1024

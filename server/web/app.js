@@ -9,6 +9,7 @@ const R = HubzooRender;
 const STORE = "hubzoo.conversations", CURRENT = "hubzoo.current", KEY = "hubzoo.apiKey", THEME = "hubzoo.theme";
 const SETTINGS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
 const MAX_IMPORT_BYTES = 20 << 20;
+const TOP_LOGPROBS = 5;  // alternatives shown per token when token probabilities are on
 
 const state = {
   conversations: [],  // [{id, title, created, system, settings, messages: [{role, content, ...}]}]
@@ -122,6 +123,7 @@ function showConversation() {
   }
   $("system").value = c?.system ?? "";
   for (const k of SETTINGS) $(k).value = c?.settings?.[k] ?? "";
+  $("logprobs").checked = !!c?.settings?.logprobs;
   scrollDown();
 }
 
@@ -211,6 +213,7 @@ function readSettings(c) {
     const v = number(k, ["top_k", "max_tokens", "seed"].includes(k));
     if (v !== undefined) c.settings[k] = v;
   }
+  if ($("logprobs").checked) Object.assign(c.settings, { logprobs: true, top_logprobs: TOP_LOGPROBS });
 }
 
 // What the server gets: the system prompt, then each message as the API has it.
@@ -285,6 +288,10 @@ function applyChunk(m, j, run) {
       if (t.id) call.id = t.id;
       if (t.function?.name) call.function.name += t.function.name;
       if (t.function?.arguments) call.function.arguments += t.function.arguments;
+    }
+    for (const t of ch.logprobs?.content || []) {  // {token, logprob, top_logprobs: [{token, logprob}]}
+      (m.logprobs ??= []).push({ token: t.token, logprob: t.logprob,
+        top: (t.top_logprobs || []).map((a) => ({ token: a.token, logprob: a.logprob })) });
     }
     if (ch.finish_reason) run.finish = ch.finish_reason;
   }
@@ -485,7 +492,8 @@ function importText(text) {
   const bad = list.findIndex((c) => !validConversation(c));
   if (bad >= 0) throw new Error(`conversation ${bad + 1}: messages must be [{role, content}] with a known role`);
   for (const c of list) c.settings = Object.fromEntries(Object.entries(c.settings)
-    .filter(([k, v]) => SETTINGS.includes(k) && typeof v === "number" && Number.isFinite(v)));
+    .filter(([k, v]) => (SETTINGS.includes(k) && typeof v === "number" && Number.isFinite(v)) ||
+                        (k === "logprobs" && v === true) || (k === "top_logprobs" && v === TOP_LOGPROBS)));
   state.conversations.unshift(...list);
   state.current = list[0]?.id ?? state.current;
   save();
@@ -556,7 +564,7 @@ function wire() {
     $("settings").hidden = !open;
     $("settings-toggle").setAttribute("aria-expanded", String(open));
   });
-  for (const id of ["system", ...SETTINGS]) {
+  for (const id of ["system", "logprobs", ...SETTINGS]) {
     $(id).addEventListener("change", () => { const c = conversation(); if (c) { readSettings(c); save(); } });
   }
   $("forget-key").addEventListener("click", () => sessionStorage.removeItem(KEY));

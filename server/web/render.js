@@ -146,6 +146,32 @@ const HubzooRender = (() => {
     return box;
   }
 
+  const percent = (logprob) => `${(100 * Math.exp(logprob)).toFixed(1)}%`;
+
+  // Each generated token shaded by its probability; its alternatives in the tooltip
+  // (and to screen readers, as its label).
+  function logprobsView(entries) {
+    const d = document.createElement("details");
+    d.className = "logprobs";
+    const s = document.createElement("summary");
+    s.textContent = `Token probabilities (${entries.length} tokens)`;
+    const p = document.createElement("p");
+    for (const e of entries) {
+      const span = document.createElement("span");
+      span.className = "tok";
+      span.textContent = e.token;
+      const prob = Math.exp(e.logprob);
+      span.style.setProperty("--p", prob.toFixed(3));
+      const alternatives = (e.top || []).map((a) => `${JSON.stringify(a.token)} ${percent(a.logprob)}`).join(", ");
+      span.title = `${JSON.stringify(e.token)} ${percent(e.logprob)}` + (alternatives ? `; top: ${alternatives}` : "");
+      span.setAttribute("aria-label", span.title);
+      span.tabIndex = 0;
+      p.append(span);
+    }
+    d.append(s, p);
+    return d;
+  }
+
   // A message's body (not its buttons): the reasoning, the answer, the tool calls.
   function messageBody(msg) {
     const body = document.createElement("div");
@@ -172,6 +198,7 @@ const HubzooRender = (() => {
     fillMarkdown(md, answer);
     body.append(md);
     if (Array.isArray(msg.tool_calls) && msg.tool_calls.length) body.append(toolCallsView(msg.tool_calls));
+    if (Array.isArray(msg.logprobs) && msg.logprobs.length) body.append(logprobsView(msg.logprobs));
     return body;
   }
 
