@@ -191,7 +191,11 @@ RepoInfo parse_repo_info(std::string_view json) {
     }
     const std::string& f = name->get_ref<const std::string&>();
     if (!is_safe_repo_path(f)) {
-      bad_info("file name '" + f.substr(0, 200) + "' would leave the snapshot folder");
+      std::string shown = f.substr(0, 200);  // control characters shown as '?'
+      for (char& ch : shown) {
+        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+      }
+      bad_info("file name '" + shown + "' would leave the snapshot folder");
     }
     info.files.push_back(f);
   }
