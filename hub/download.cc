@@ -143,7 +143,7 @@ void transfer(const BlobJob& job, BlobWriter& w) {
     try {
       r = http_send(req, s.http);
     } catch (const DownloadError& e) {
-      if (!w.error().empty()) throw DownloadError(w.error());
+      if (!w.error().empty()) throw DownloadError("'" + *job.file + "': " + w.error());
       if (!dynamic_cast<const NetworkError*>(&e) || attempt >= s.http.max_retries) {
         throw DownloadError(std::string(e.what()) + "; " + std::to_string(w.offset()) +
                             " bytes of '" + *job.file + "' are kept: run again to resume");

@@ -372,3 +372,52 @@ def test_serve_logs_download_progress(hubzoo_bin, hub, home, smollm2_path):
     text = "".join(lines)
     assert f"hubzoo serve: downloading {REPO}-chat" in text, text
     assert "hubzoo serve: [1/" in text and "listening on" in text, text
+
+
+def test_write_failure_keeps_the_partial_file(hubzoo_bin, hub, home):
+    """A disk that refuses writes (here RLIMIT_FSIZE, as a full disk would): a clear error, the
+    partial file kept, and the next run resumes it."""
+    import resource
+
+    limit = len(hub.files["model.safetensors"]) // 2
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run([str(_util.HUBZOO_BIN), "pull", REPO], capture_output=True, text=True,
+                          env=hub_env(hub, home), preexec_fn=small_files, timeout=60)
+    assert_error(proc, "cannot write", "model.safetensors", "run again to resume")
+    partial = repo_dir(home) / "blobs" / (lfs_sha(hub, "model.safetensors") + ".incomplete")
+    kept = partial.stat().st_size
+    assert 0 < kept <= limit
+    assert not (repo_dir(home) / "refs" / "main").exists()
+    hub.reset()
+    assert run(hub, home, "pull", REPO).returncode == 0
+    gets = [r for r in hub.cdn_requests if r["method"] == "GET"]
+    assert [g["headers"].get("range") for g in gets] == [f"bytes={kept}-"]
+
+
+def test_gguf_repo_takes_only_the_file_asked_for(hubzoo_bin, hub, home):
+    hub.add_repo("hubzoo-test/tiny-gguf", {"a.Q4_K_M.gguf": b"GGUF" + b"\0" * 100,
+                                           "a.Q8_0.gguf": b"GGUF" + b"\1" * 100, "README.md": b"x"})
+    assert_error(run(hub, home, "pull", "hubzoo-test/tiny-gguf"), "--gguf-file", "a.Q4_K_M.gguf", "a.Q8_0.gguf")
+    proc = run(hub, home, "pull", "hubzoo-test/tiny-gguf", "--gguf-file", "a.Q8_0.gguf")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in Path(proc.stdout.strip()).iterdir()) == ["a.Q8_0.gguf"]
+
+
+def test_revisions_branch_tag_pr_and_commit(hubzoo_bin, hub, home):
+    v1 = hub.add_repo("hubzoo-test/revs", {"config.json": b'{"v": 1}'}, revision="v1")
+    pr = hub.add_repo("hubzoo-test/revs", {"config.json": b'{"v": 2}'}, revision="refs/pr/1")
+    refs = home / "hub" / "models--hubzoo-test--revs" / "refs"
+    for rev, commit in (("v1", v1), ("refs/pr/1", pr)):
+        proc = run(hub, home, "pull", f"hubzoo-test/revs@{rev}")
+        assert proc.returncode == 0, proc.stderr
+        assert Path(proc.stdout.strip()).name == commit
+        assert (refs / rev).read_text() == commit
+    before = sorted(p.relative_to(refs) for p in refs.rglob("*") if p.is_file())
+    proc = run(hub, home, "pull", f"hubzoo-test/revs@{v1}")  # a commit: no ref written
+    assert proc.returncode == 0 and Path(proc.stdout.strip()).name == v1
+    assert sorted(p.relative_to(refs) for p in refs.rglob("*") if p.is_file()) == before
+    assert any("/revision/refs%2Fpr%2F1" in r["path"] for r in hub.requests)
