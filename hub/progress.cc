@@ -59,7 +59,8 @@ void DownloadProgress::begin(const std::string& repo, size_t files, uint64_t tot
   repo_ = repo;
   files_ = files;
   total_ = total_bytes;
-  start_ = last_draw_ = std::chrono::steady_clock::now();
+  start_ = std::chrono::steady_clock::now();
+  last_draw_ = start_ - std::chrono::seconds(1);  // the first bytes draw the bar
   if (files > 0) {
     emit("downloading " + repo + ": " + std::to_string(files) + " files, " +
          format_bytes(total_bytes));

@@ -421,3 +421,25 @@ def test_revisions_branch_tag_pr_and_commit(hubzoo_bin, hub, home):
     assert proc.returncode == 0 and Path(proc.stdout.strip()).name == v1
     assert sorted(p.relative_to(refs) for p in refs.rglob("*") if p.is_file()) == before
     assert any("/revision/refs%2Fpr%2F1" in r["path"] for r in hub.requests)
+
+
+def test_terminal_shows_a_bar_with_rate_and_eta(hubzoo_bin, hub, home):
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([str(_util.HUBZOO_BIN), "pull", REPO], env=hub_env(hub, home),
+                         stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=60) == 0
+    text = out.decode()
+    assert "\r\x1b[K[" in text and "ETA" in text and "total" in text and "/s" in text, text
