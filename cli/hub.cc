@@ -35,8 +35,11 @@ void ensure_model(const std::string& model, const std::string& gguf_file, bool o
 CLI::App* add_pull_command(CLI::App& app, PullArgs& a) {
   auto* cmd = app.add_subcommand("pull", "download a model repo into the HF cache");
   cmd->add_option("repo", a.repo, "ORG/NAME[@REVISION] (branch, tag or commit)")->required();
-  cmd->add_option("--include", a.include, "also fetch files matching this glob (repeatable)");
-  cmd->add_option("--exclude", a.exclude, "skip files matching this glob (repeatable)");
+  // One glob per flag, so `--include '*.bin' org/name` keeps the repo positional.
+  cmd->add_option("--include", a.include, "also fetch files matching this glob (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--exclude", a.exclude, "skip files matching this glob (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_option("--gguf-file", a.gguf_file, "a GGUF repo: the one .gguf file to fetch");
   cmd->add_option("--workers", a.workers, "files downloaded at once")->check(CLI::Range(1, 64));
   cmd->add_flag("-q,--quiet", a.quiet, "no progress output");

@@ -119,8 +119,8 @@ def test_pull_again_fetches_nothing_and_quiet_is_quiet(hubzoo_bin, hub, home):
 
 
 def test_include_and_exclude_globs(hubzoo_bin, hub, home):
-    proc = run(hub, home, "pull", REPO, "--include", "*.bin", "--include", "onnx/",
-               "--exclude", "generation_config.json")
+    proc = run(hub, home, "pull", "--include", "*.bin", "--include", "onnx/",
+               "--exclude", "generation_config.json", REPO)  # one glob per flag: REPO stays positional
     assert proc.returncode == 0, proc.stderr
     snap = Path(proc.stdout.strip())
     assert (snap / "pytorch_model.bin").is_file() and (snap / "onnx" / "model.onnx").is_file()
