@@ -1,6 +1,7 @@
 #include "hub/hub_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -51,7 +52,10 @@ std::string bounded(std::string s) {
 }
 
 int64_t parse_size(const std::string& v) {
-  if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), ::isdigit)) return -1;
+  if (v.empty() || v.size() > 18 ||
+      !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
   return std::stoll(v);
 }
 

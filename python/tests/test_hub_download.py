@@ -52,7 +52,8 @@ def home(tmp_path, hub):
 def hub_env(hub, home, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE")}
     env.update(HF_HOME=str(home), HF_ENDPOINT=hub.endpoint, HF_HUB_DOWNLOAD_TIMEOUT="5",
-               HUBZOO_HTTP_MAX_BACKOFF="0.05")
+               HUBZOO_HTTP_MAX_BACKOFF="0.05",
+               no_proxy="127.0.0.1,localhost", NO_PROXY="127.0.0.1,localhost")  # a CI proxy must not take the mock's traffic
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
