@@ -444,3 +444,19 @@ def test_terminal_shows_a_bar_with_rate_and_eta(hubzoo_bin, hub, home):
     assert p.wait(timeout=60) == 0
     text = out.decode()
     assert "\r\x1b[K[" in text and "ETA" in text and "total" in text and "/s" in text, text
+
+
+def test_hf_hub_cache_and_an_unreachable_hub_fall_back_to_the_cache(hubzoo_bin, hub, home):
+    cache = home.parent / "elsewhere"
+    proc = run(hub, home, "pull", REPO, HF_HUB_CACHE=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).is_relative_to(cache) and not home.exists()
+    # The Hub is down (nothing listens there): the cached snapshot serves, with a warning.
+    proc = run(hub, home, "inspect", "-m", REPO, HF_HUB_CACHE=cache, HF_ENDPOINT="http://127.0.0.1:9",
+               HUBZOO_HTTP_RETRIES=0)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot reach the Hub" in proc.stderr and "using the cached" in proc.stderr
+    # Not cached and unreachable: the network error.
+    proc = run(hub, home, "inspect", "-m", "hubzoo-test/other", HF_ENDPOINT="http://127.0.0.1:9",
+               HUBZOO_HTTP_RETRIES=0)
+    assert_error(proc, "127.0.0.1:9")
