@@ -66,4 +66,27 @@ struct BenchArgs {
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args, std::chrono::steady_clock::time_point process_start);
 
+// --offline on every -m command (cli/hub.cc).
+void add_offline_flag(CLI::App* cmd, bool& offline);
+// Downloads `model` into the HF cache unless it is a directory, already there, or
+// offline; progress on stderr, or one "<log_prefix>line" per line when given.
+void ensure_model(const std::string& model, const std::string& gguf_file, bool offline,
+                  const std::string& log_prefix = "");
+
+struct PullArgs {
+  std::string repo, gguf_file;
+  std::vector<std::string> include, exclude;
+  int workers = 8;
+  bool quiet = false;
+};
+CLI::App* add_pull_command(CLI::App& app, PullArgs& args);
+int run_pull(const PullArgs& args);
+
+struct CacheArgs {
+  std::string action, repo, format = "text";
+};
+// `hubzoo cache ls [--format json]`, `hubzoo cache rm ORG/NAME[@REV]`.
+CLI::App* add_cache_command(CLI::App& app, CacheArgs& args);
+int run_cache(const CacheArgs& args);
+
 }  // namespace hubzoo::cli

@@ -203,6 +203,22 @@ CLI::App* add_chat_command(CLI::App& app, cli::ChatArgs& c) {
   return chat;
 }
 
+struct InspectArgs {
+  std::string model, dtype = "float32", mode = "fused", gguf_file, quantize;
+  int threads = 0;
+};
+
+// `hubzoo inspect`: its options into a.
+CLI::App* add_inspect_command(CLI::App& app, InspectArgs& a) {
+  auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
+  inspect->add_option("-m,--model", a.model)->required();
+  inspect->add_option("--threads", a.threads);
+  inspect->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  inspect->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  cli::add_load_options(inspect, a.gguf_file, a.quantize);
+  return inspect;
+}
+
 int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point process_start) {
   CLI::App app{"hubzoo: Hugging Face Hub models in native C++, verified against transformers"};
   app.require_subcommand(1);
@@ -230,15 +246,17 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   server::ServerOptions serve_options;
   auto* serve = cli::add_serve_command(app, serve_options);
 
-  std::string inspect_model, inspect_dtype = "float32", inspect_mode = "fused";
-  std::string inspect_gguf, inspect_quantize;
-  int inspect_threads = 0;
-  auto* inspect = app.add_subcommand("inspect", "load a model and describe it");
-  inspect->add_option("-m,--model", inspect_model)->required();
-  inspect->add_option("--threads", inspect_threads);
-  inspect->add_option("--dtype", inspect_dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  inspect->add_option("--mode", inspect_mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
-  cli::add_load_options(inspect, inspect_gguf, inspect_quantize);
+  InspectArgs ia;
+  auto* inspect = add_inspect_command(app, ia);
+
+  cli::PullArgs pull_args;
+  auto* pull = cli::add_pull_command(app, pull_args);
+  cli::CacheArgs cache_args;
+  auto* cache = cli::add_cache_command(app, cache_args);
+  bool offline = false;
+  for (CLI::App* cmd : {gen, tokenize, chat, embed, bench, serve, inspect}) {
+    cli::add_offline_flag(cmd, offline);
+  }
 
   try {
     app.parse(argc, argv);
@@ -252,6 +270,19 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  if (pull->parsed()) return cli::run_pull(pull_args);
+  if (cache->parsed()) return cli::run_cache(cache_args);
+  // Every -m command: download what the cache lacks first (unless --offline).
+  if (serve->parsed()) {
+    cli::ensure_model(serve_options.model, serve_options.gguf_file, offline, "hubzoo serve: ");
+    cli::ensure_model(serve_options.embedding_model, "", offline, "hubzoo serve: ");
+  }
+  if (gen->parsed()) cli::ensure_model(g.model, g.gguf_file, offline);
+  if (chat->parsed()) cli::ensure_model(c.model, c.gguf_file, offline);
+  if (embed->parsed()) cli::ensure_model(e.model, "", offline);
+  if (bench->parsed()) cli::ensure_model(bench_args.model, bench_args.gguf_file, offline);
+  if (tokenize->parsed()) cli::ensure_model(tok_model, tok_gguf, offline);
+  if (inspect->parsed()) cli::ensure_model(ia.model, ia.gguf_file, offline);
   if (gen->parsed()) {
     if (g.ids.empty() && g.prompt.empty()) throw InvalidArgument("give --ids or --prompt");
     return run_generate(g);
@@ -261,8 +292,8 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   if (serve->parsed()) return cli::run_serve(serve_options);
   if (bench->parsed()) return cli::run_bench(bench_args, process_start);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_gguf, tok_text, tok_format);
-  return run_inspect(inspect_model, cli::load_options(inspect_threads, inspect_dtype, inspect_mode,
-                                                      inspect_quantize, inspect_gguf));
+  return run_inspect(ia.model,
+                     cli::load_options(ia.threads, ia.dtype, ia.mode, ia.quantize, ia.gguf_file));
 }
 
 }  // namespace

@@ -83,6 +83,8 @@ std::string download_hint(const std::string& repo, const std::string& revision) 
 
 }  // namespace
 
+bool is_hub_repo_id(const std::string& s) { return is_repo_id(s); }
+
 ModelRef parse_model_ref(const std::string& s) {
   std::error_code ec;
   if (fs::is_directory(expand_user(s), ec)) return {s, ""};

@@ -14,6 +14,9 @@ struct ModelRef {
 // Parses "org/name@revision" (revision optional) or a filesystem path.
 ModelRef parse_model_ref(const std::string& s);
 
+// "name" or "org/name" with [A-Za-z0-9._-] parts, no "--" or "..": a Hub repo id.
+bool is_hub_repo_id(const std::string& s);
+
 // The HF hub cache directory: $HF_HUB_CACHE, else $HF_HOME/hub, else
 // $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
 std::filesystem::path hf_hub_cache_dir();

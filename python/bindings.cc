@@ -222,14 +222,15 @@ class PyCausalLM {
 
 }  // namespace
 
-void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
-void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
-void bind_ops(nb::module_& m);            // python/ops_bindings.cc
-void bind_embed(nb::module_& m);          // python/embed_bindings.cc
-void bind_quant(nb::module_& m);          // python/quant_bindings.cc
-void bind_gguf_import(nb::module_& m);    // python/gguf_import_bindings.cc
-void bind_gguf(nb::module_& m);           // python/gguf_bindings.cc
-void bind_hub_quant(nb::module_& m);      // python/hub_quant_bindings.cc
+void bind_tokenizer(nb::module_& m);              // python/tokenizer_bindings.cc
+void bind_chat_template(nb::module_& m);          // python/chat_template_bindings.cc
+void bind_ops(nb::module_& m);                    // python/ops_bindings.cc
+void bind_embed(nb::module_& m);                  // python/embed_bindings.cc
+void bind_quant(nb::module_& m);                  // python/quant_bindings.cc
+void bind_gguf_import(nb::module_& m);            // python/gguf_import_bindings.cc
+void bind_gguf(nb::module_& m);                   // python/gguf_bindings.cc
+void bind_hub_quant(nb::module_& m);              // python/hub_quant_bindings.cc
+void bind_hub(nb::module_& m, nb::handle error);  // python/hub_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -253,6 +254,7 @@ NB_MODULE(_hubzoo, m) {
   bind_gguf_import(m);
   bind_gguf(m);
   bind_hub_quant(m);
+  bind_hub(m, error);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,

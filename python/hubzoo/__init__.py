@@ -14,15 +14,19 @@ import numpy as np
 from . import _hubzoo
 from ._hubzoo import (  # noqa: F401  (re-exported)
     ConfigError,
+    DownloadError,
     Error,
     FileError,
     FormatError,
     InvalidArgument,
+    NetworkError,
     NotFoundError,
     TensorMappingError,
 )
 
 from .embedder import Embedder, Encoder, supported_encoders  # noqa: E402,F401  (re-exported)
+from .hub import ensure as _ensure_downloaded  # noqa: E402
+from .hub import pull  # noqa: E402,F401  (re-exported)
 
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
@@ -68,6 +72,7 @@ class CausalLM:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
         if mode not in _MODES:
             raise InvalidArgument(f"mode must be one of {_MODES}, got {mode!r}")
+        _ensure_downloaded(path_or_id, gguf_file)
         native = _hubzoo.CausalLM(str(path_or_id), num_threads, dtype, mode, gguf_file or "",
                                   quantize or "")
         return cls(native, dtype, mode)
@@ -161,6 +166,7 @@ class Tokenizer:
         its own tokenizer metadata, as transformers' AutoTokenizer(gguf_file=)), or a
         tokenizer.json."""
         path = str(path_or_id)
+        _ensure_downloaded(path, gguf_file)
         if gguf_file:
             path = os.path.join(_hubzoo.resolve_snapshot(path), gguf_file)
         if path.endswith(".gguf") and os.path.isfile(path):

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _hubzoo
 from ._hubzoo import InvalidArgument
+from .hub import ensure
 
 _DTYPES = ("float32", "bfloat16")
 _MODES = ("eager", "fused")
@@ -57,6 +58,7 @@ class Encoder:
     def from_pretrained(cls, path_or_id, dtype: str = "float32", mode: str = "fused",
                         num_threads: int = 0) -> "Encoder":
         _check(dtype, mode)
+        ensure(path_or_id)
         return cls(_hubzoo.Encoder(str(path_or_id), num_threads, dtype, mode), dtype, mode)
 
     @property
@@ -89,6 +91,7 @@ class Embedder:
     def from_pretrained(cls, path_or_id, dtype: str = "float32", mode: str = "fused",
                         num_threads: int = 0) -> "Embedder":
         _check(dtype, mode)
+        ensure(path_or_id)
         return cls(_hubzoo.Embedder(str(path_or_id), num_threads, dtype, mode), dtype, mode)
 
     def encode(self, texts: str | Sequence[str], normalize: bool | None = None,

@@ -142,6 +142,7 @@ def _resolve(model: str) -> str:
     if not str(model):
         raise VerifyError("MODEL is empty")
     try:
+        hubzoo.hub.ensure(str(model))  # downloads a repo id the cache lacks (unless offline)
         snapshot = hubzoo._hubzoo.resolve_snapshot(str(model))
     except hubzoo.Error as e:
         raise VerifyError(f"{model}: cannot resolve the model: {e}") from None
