@@ -352,10 +352,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # Qwen2-MoE: decoder_sparse_step 2 makes layers 1 and 3 sparse, 0 and 2 dense; 6
     # experts, top 3 renormalised; no q/k/v biases (qkv_bias false); MQA; tied embeddings.
+    # hidden 64 (head_dim 16): at hidden 48 (head_dim 12, as qwen3_moe_step2_top3) eager bf16
+    # differed from transformers' bf16 by an ulp at ~20% of layer 0's attention outputs on
+    # some prompts (measured, cause not found; qwen3_moe_step2_top3 shows it too), which
+    # flipped near-tie routes and left verify's long-input eager error ratio at 1.14 (bar
+    # 1.15); at 64 layer 0 is bit-identical and the ratios are 1.00 eager, 0.56-0.74 fused.
     "qwen2_moe_step2_norm": (
         "Qwen2MoeForCausalLM",
         {
-            "hidden_size": 48,
+            "hidden_size": 64,
             "num_attention_heads": 4,
             "num_key_value_heads": 1,  # MQA
             "qkv_bias": False,
