@@ -351,13 +351,14 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
   qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
   if (opt.v_norm) v_norm_ = RMSNorm::unscaled(opt.head_dim, opt.rms_norm_eps, w.numerics());
+  const bool whole = opt.qk_norm_scope == QkNormScope::kProjection;
   if (opt.qk_norm) {
-    q_norm_ = RMSNorm::load_kind(opt.qk_norm_kind, w, prefix + ".q_norm.weight", opt.head_dim,
-                                 opt.rms_norm_eps);
+    q_norm_ = RMSNorm::load_kind(opt.qk_norm_kind, w, prefix + ".q_norm.weight",
+                                 whole ? q_size : opt.head_dim, opt.rms_norm_eps);
   }
   if (opt.qk_norm && !opt.kv_shared) {
-    k_norm_ = RMSNorm::load_kind(opt.qk_norm_kind, w, prefix + ".k_norm.weight", opt.head_dim,
-                                 opt.rms_norm_eps);
+    k_norm_ = RMSNorm::load_kind(opt.qk_norm_kind, w, prefix + ".k_norm.weight",
+                                 whole ? kv_size : opt.head_dim, opt.rms_norm_eps);
   }
 }
 
@@ -381,14 +382,18 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
   };
   take(0, q_size, q);
-  auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t rows) {
+  // Over [M * heads, D] (kHead) or [M, heads * D] (kProjection): rows of norm.size().
+  auto norm_heads = [&](const RMSNorm& norm, float* data, int64_t size) {
+    const int64_t rows = m * size / norm.size();
     if (num.eager_bf16()) {
       norm.forward(data, rows, data);
     } else {
       norm.forward_fp32(data, rows, data);
     }
   };
-  if (q_norm_) norm_heads(*q_norm_, q, m * nh);
+  if (q_norm_) norm_heads(*q_norm_, q, q_size);
+  // eager bf16 rotation of transformers' bf16 cos/sin, or fp32 (rope_fp32, then rounded)
+  const bool rope_bf16 = num.eager_bf16() && !opt_.rope_fp32;
 
   // [M, kv_heads*D] keys and values, as stored: a producer's straight into the
   // chunk its consumers read, a consumer's its producer's.
@@ -397,8 +402,9 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     if (!sharing.reuse)
       throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
     for (int64_t t = 0; t < m && rope_; ++t) {
-      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, num.eager_bf16());
+      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, rope_bf16);
     }
+    if (rope_ && opt_.rope_fp32) num.round_eager(q, m * q_size);
     keys = sharing.reuse->k.data();
     values = sharing.reuse->v.data();
   } else {
@@ -412,16 +418,17 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     take(q_size, kv_size, k);
     // k_eq_v: transformers' value_states = the k_proj output, before k_norm.
     take(opt_.k_eq_v ? q_size : q_size + kv_size, kv_size, v);
-    if (k_norm_) norm_heads(*k_norm_, k, m * nkv);
+    if (k_norm_) norm_heads(*k_norm_, k, kv_size);
     if (v_norm_) v_norm_->forward(v, m * nkv, v);
     // Keys and values are stored: bf16 in both bf16 modes.
     num.round_stored(v, m * kv_size);
     for (int64_t t = 0; t < m; ++t) {
       if (rope_) {
-        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
+        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16);
       }
       num.round_stored(&k[t * kv_size], kv_size);
     }
+    if (rope_ && opt_.rope_fp32) num.round_eager(q, m * q_size);
     keys = k;
     values = v;
   }

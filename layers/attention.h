@@ -18,6 +18,11 @@ namespace hubzoo {
 // (Qwen3, Llama's RMSNorm), by (1 + w) in fp32 (Gemma 2/3), by w in fp32 (Gemma 4).
 using QkNormKind = NormKind;
 
+// What a q/k norm normalises: each head's head_dim values (Qwen3, Gemma), or a
+// row's whole projection, num_heads * head_dim (q) and num_kv_heads * head_dim
+// (k) values, before the split into heads (OLMo 2).
+enum class QkNormScope { kHead, kProjection };
+
 struct AttentionOptions {
   int64_t hidden_size = 0;
   int64_t num_heads = 0;
@@ -27,6 +32,10 @@ struct AttentionOptions {
   bool o_bias = false;
   bool qk_norm = false;  // RMSNorm over head_dim of q and k before RoPE
   QkNormKind qk_norm_kind = QkNormKind::kWeight;
+  QkNormScope qk_norm_scope = QkNormScope::kHead;
+  // Eager bf16: RoPE's cos/sin stay fp32, so q and k rotate in fp32 and round
+  // once (OLMo 2's rotary embedding does not cast them to the activations' dtype).
+  bool rope_fp32 = false;
   bool v_norm = false;     // Gemma 4: unscaled RMSNorm over head_dim of v
   bool k_eq_v = false;     // Gemma 4 attention_k_eq_v: no v_proj, v is k_proj's output
   bool kv_shared = false;  // reads another layer's keys/values: no k/v tensors of its own
@@ -95,6 +104,7 @@ struct KvSharing {
 class Attention {
  public:
   // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight
+  // ([head_dim]; kProjection: [heads * head_dim], [kv_heads * head_dim])
   // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj). rope null:
   // no rotary embedding (positions enter only through the cache order).
   Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,

@@ -12,7 +12,8 @@ namespace {
 
 void check_options(const MoeOptions& o) {
   if (o.hidden_size <= 0 || o.num_experts <= 0 || o.moe_intermediate_size <= 0 ||
-      o.num_experts_per_tok <= 0 || o.num_experts_per_tok > o.num_experts) {
+      o.num_experts_per_tok <= 0 || o.num_experts_per_tok > o.num_experts ||
+      o.shared_expert_intermediate_size < 0) {
     throw InvalidArgument("SparseMoe: need hidden, experts, intermediate > 0 and 0 < k <= experts");
   }
 }
@@ -86,12 +87,29 @@ SparseMoe::SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOption
                             opt_.activation);
     }
   }
+  if (opt_.shared_expert_intermediate_size > 0) {
+    // The gate, [1, H], kept as stored in fused mode as the router is.
+    const std::string gate = prefix + ".shared_expert_gate.weight";
+    shared_.emplace(SharedExpert{
+        GatedMlp(w, prefix + ".shared_expert", h, opt_.shared_expert_intermediate_size, false,
+                 opt_.activation),
+        Linear{as_stored ? w.take_packed_fp32(gate, 1, h) : w.take_packed(gate, 1, h), {}}});
+  }
 }
 
 SparseMoe::SparseMoe(Linear router, std::vector<GatedMlp> experts, const MoeOptions& options,
-                     Numerics numerics)
-    : opt_(options), numerics_(numerics), router_(std::move(router)), experts_(std::move(experts)) {
+                     Numerics numerics, std::optional<SharedExpert> shared)
+    : opt_(options),
+      numerics_(numerics),
+      router_(std::move(router)),
+      experts_(std::move(experts)),
+      shared_(std::move(shared)) {
   check_options(opt_);
+  if (shared_.has_value() != (opt_.shared_expert_intermediate_size > 0) ||
+      (shared_ &&
+       (shared_->gate.out_features() != 1 || shared_->gate.in_features() != opt_.hidden_size))) {
+    throw InvalidArgument("SparseMoe: the shared expert differs from the options");
+  }
   if (opt_.router != MoeRouter::kSoftmaxTopK) {
     throw InvalidArgument("SparseMoe: only a softmax-top-k router can be built from values");
   }
@@ -176,6 +194,26 @@ void SparseMoe::forward(const float* router_x, const float* x, int64_t m, float*
     }
   }
   combine(cells, m, k, h, numerics_, out);
+  add_shared_expert(x, m, out, pool, ws);
+}
+
+void SparseMoe::add_shared_expert(const float* x, int64_t m, float* out, ThreadPool& pool,
+                                  LayerWorkspace& ws) const {
+  if (!shared_) return;
+  const int64_t h = opt_.hidden_size;
+  const Numerics& n = numerics_;
+  float* const y = ws.shared_out.get(m * h);
+  float* const g = ws.shared_gate.get(m);
+  shared_->mlp.forward(x, m, y, pool, ws);
+  shared_->gate.forward(x, m, g, pool);
+  n.round_eager(g, m);
+  for (int64_t t = 0; t < m; ++t) {
+    // F.sigmoid(gate) * shared, then expert_output + shared, each in the activation dtype.
+    const float s = n.round_eager(1.0f / (1.0f + std::exp(-g[t])));
+    for (int64_t i = 0; i < h; ++i) {
+      out[t * h + i] = n.round_eager(out[t * h + i] + n.round_eager(s * y[t * h + i]));
+    }
+  }
 }
 
 void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float* out,
@@ -194,6 +232,7 @@ void sparse_moe_reference(const SparseMoe& moe, const float* x, int64_t m, float
     }
   }
   combine(cells.data(), m, k, h, moe.numerics(), out);
+  for (int64_t t = 0; t < m; ++t) moe.add_shared_expert(x + t * h, 1, out + t * h, pool, ws);
 }
 
 }  // namespace hubzoo

@@ -17,6 +17,10 @@
 // promotes to fp32), so each weighted expert output is fp32 too and the
 // token's sum rounds once.
 //
+// Qwen2-MoE adds a shared expert, a gated MLP every token runs, weighted by a
+// sigmoid gate of its own: out = routed + sigmoid(x shared_expert_gate^T) *
+// shared_expert(x), each op rounded to the activation dtype in eager bf16.
+//
 // Compute is grouped by expert: the rows routed to an expert are gathered,
 // run through its matmuls together and their weighted outputs written to the
 // (token, rank) cell they came from; a token's output then sums its k cells
@@ -48,8 +52,16 @@ struct MoeOptions {
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;  // always on for kGemma4
   MoeRouter router = MoeRouter::kSoftmaxTopK;
-  Activation activation = Activation::kSilu;  // the experts' gate activation
-  float rms_norm_eps = 1e-6f;                 // kGemma4's router norm
+  Activation activation = Activation::kSilu;    // the experts' gate activation
+  float rms_norm_eps = 1e-6f;                   // kGemma4's router norm
+  int64_t shared_expert_intermediate_size = 0;  // > 0: a shared expert (Qwen2-MoE)
+};
+
+// Qwen2-MoE's shared expert: a gated MLP of shared_expert_intermediate_size
+// and its gate, [1, H].
+struct SharedExpert {
+  GatedMlp mlp;
+  Linear gate;
 };
 
 // A forward pass's routing, per token (row-major, fp32).
@@ -66,12 +78,15 @@ class SparseMoe {
   // router.per_expert_scale [E]) and the experts either as the Hub stores them,
   // experts.{e}.{gate,up,down}_proj .weight, or fused as transformers 5 holds them in memory,
   // experts.gate_up_proj [E, 2I, H] (gate rows first) and experts.down_proj [E, H, I].
+  // With a shared expert: shared_expert.{gate,up,down}_proj.weight and
+  // shared_expert_gate.weight [1, H].
   SparseMoe(WeightLoader& w, const std::string& prefix, const MoeOptions& options);
   // From values, without a checkpoint (tests).
   // Experts are gated MLPs without biases: down(act(gate(x)) * up(x)).
-  // kSoftmaxTopK only (kGemma4 routers load from a checkpoint).
+  // kSoftmaxTopK only (kGemma4 routers load from a checkpoint). `shared` is
+  // required exactly when options.shared_expert_intermediate_size > 0.
   SparseMoe(Linear router, std::vector<GatedMlp> experts, const MoeOptions& options,
-            Numerics numerics);
+            Numerics numerics, std::optional<SharedExpert> shared = std::nullopt);
 
   const MoeOptions& options() const { return opt_; }
   const Numerics& numerics() const { return numerics_; }
@@ -88,6 +103,10 @@ class SparseMoe {
   // on the residual and feeds the experts its pre_feedforward_layernorm_2).
   void forward(const float* router_x, const float* x, int64_t m, float* out, ThreadPool& pool,
                LayerWorkspace& ws, MoeRouting* routing = nullptr) const;
+  // out [M, H] += sigmoid(x gate^T) * shared_expert(x) for x [M, H]; nothing
+  // without a shared expert. Row by row batch invariant.
+  void add_shared_expert(const float* x, int64_t m, float* out, ThreadPool& pool,
+                         LayerWorkspace& ws) const;
   // Whether a weighted expert output is rounded to the activation dtype
   // (Qwen3-MoE's bf16 weights) or kept fp32 until the sum (Gemma 4's).
   bool rounds_weighted() const { return opt_.router == MoeRouter::kSoftmaxTopK; }
@@ -100,6 +119,7 @@ class SparseMoe {
   // kGemma4's router: unweighted norm, then x * scale_ * hidden^-0.5; per-expert weight scale.
   std::optional<RMSNorm> router_norm_;
   FloatWeights router_scale_, per_expert_scale_;
+  std::optional<SharedExpert> shared_;
 };
 
 // Puts the k largest (probability, expert) pairs first, descending, exactly

@@ -42,15 +42,53 @@ struct Block {
     return Linear{numerics.bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k),
                   {}};
   }
+  // Qwen2-MoE's shared expert: [kShared, H] gate/up, [H, kShared] down, [1, H] gate.
+  static constexpr int64_t kShared = 16;
+  std::vector<float> shared_gate, shared_up, shared_dn, shared_expert_gate;
+  void add_shared_expert(uint32_t seed = 13) {
+    std::mt19937 rng(seed);
+    opt.shared_expert_intermediate_size = kShared;
+    shared_gate = randn(kShared * kHidden, rng, 0.2f);
+    shared_up = randn(kShared * kHidden, rng, 0.2f);
+    shared_dn = randn(kHidden * kShared, rng, 0.2f);
+    shared_expert_gate = randn(kHidden, rng, 0.3f);
+  }
   SparseMoe build() const {
     std::vector<GatedMlp> experts;
     for (int64_t e = 0; e < kExperts; ++e) {
       experts.emplace_back(linear(gate[e], kInter, kHidden), linear(up[e], kInter, kHidden),
                            linear(dn[e], kHidden, kInter), numerics);
     }
-    return SparseMoe(linear(router, kExperts, kHidden), std::move(experts), opt, numerics);
+    std::optional<SharedExpert> shared;
+    if (!shared_expert_gate.empty()) {
+      shared.emplace(SharedExpert{
+          GatedMlp(linear(shared_gate, kShared, kHidden), linear(shared_up, kShared, kHidden),
+                   linear(shared_dn, kHidden, kShared), numerics),
+          linear(shared_expert_gate, 1, kHidden)});
+    }
+    return SparseMoe(linear(router, kExperts, kHidden), std::move(experts), opt, numerics,
+                     std::move(shared));
   }
 };
+
+// A gated SiLU MLP in double: down(silu(gate x) * up x), gate/up [inter, H], down [H, inter].
+std::vector<double> naive_mlp(const std::vector<float>& gate, const std::vector<float>& up,
+                              const std::vector<float>& dn, int64_t inter, const float* xt) {
+  const int64_t h = kHidden;
+  std::vector<double> act(inter), out(h, 0.0);
+  for (int64_t r = 0; r < inter; ++r) {
+    double g = 0, u = 0;
+    for (int64_t i = 0; i < h; ++i) {
+      g += double(gate[r * h + i]) * xt[i];
+      u += double(up[r * h + i]) * xt[i];
+    }
+    act[r] = g / (1 + std::exp(-g)) * u;
+  }
+  for (int64_t i = 0; i < h; ++i) {
+    for (int64_t r = 0; r < inter; ++r) out[i] += double(dn[i * inter + r]) * act[r];
+  }
+  return out;
+}
 
 // Token by token in double: softmax, a stable sort (ties: lower index first),
 // optional renormalisation, each chosen expert's MLP, the weighted sum.
@@ -79,21 +117,16 @@ std::vector<float> naive(const Block& b, const std::vector<float>& x, int64_t m,
       const int32_t e = order[j];
       if (chosen) chosen->push_back(e);
       const double w = b.opt.norm_topk_prob ? p[e] / total : p[e];
-      std::vector<double> act(kInter);
-      for (int64_t r = 0; r < kInter; ++r) {
-        double g = 0, u = 0;
-        for (int64_t i = 0; i < h; ++i) {
-          g += double(b.gate[e][r * h + i]) * xt[i];
-          u += double(b.up[e][r * h + i]) * xt[i];
-        }
-        act[r] = g / (1 + std::exp(-g)) * u;
-      }
-      for (int64_t i = 0; i < h; ++i) {
-        double y = 0;
-        for (int64_t r = 0; r < kInter; ++r) y += double(b.dn[e][i * kInter + r]) * act[r];
-        out[t * h + i] += static_cast<float>(w * y);
-      }
+      const auto y = naive_mlp(b.gate[e], b.up[e], b.dn[e], kInter, xt);
+      for (int64_t i = 0; i < h; ++i) out[t * h + i] += static_cast<float>(w * y[i]);
     }
+    if (b.shared_expert_gate.empty()) continue;
+    // + sigmoid(x . shared_expert_gate) * shared_expert(x)
+    double g = 0;
+    for (int64_t i = 0; i < h; ++i) g += double(b.shared_expert_gate[i]) * xt[i];
+    const double s = 1 / (1 + std::exp(-g));
+    const auto y = naive_mlp(b.shared_gate, b.shared_up, b.shared_dn, Block::kShared, xt);
+    for (int64_t i = 0; i < h; ++i) out[t * h + i] += static_cast<float>(s * y[i]);
   }
   return out;
 }
@@ -206,6 +239,59 @@ TEST(SparseMoe, TiesOrderedAsTorchTopk) {
   MoeRouting r;
   moe.route(x.data(), 1, r, pool);
   EXPECT_EQ(r.experts, (std::vector<int32_t>{3, 5, 4}));
+}
+
+TEST(SparseMoe, SharedExpertMatchesNaiveMath) {
+  ThreadPool pool(2);
+  LayerWorkspace ws;
+  for (bool norm : {false, true}) {
+    Block b(2, norm, Numerics{});
+    b.add_shared_expert();
+    SparseMoe moe = b.build();
+    std::mt19937 rng(17);
+    const int64_t m = 31;
+    const auto x = randn(m * kHidden, rng, 1.0f);
+    std::vector<float> out(m * kHidden);
+    moe.forward(x.data(), m, out.data(), pool, ws);
+    const auto ref = naive(b, x, m, nullptr);
+    // The shared expert's contribution is far above the tolerance: dropping it fails.
+    Block routed_only(2, norm, Numerics{});
+    const auto without = naive(routed_only, x, m, nullptr);
+    double largest = 0;
+    for (int64_t i = 0; i < m * kHidden; ++i) {
+      ASSERT_NEAR(out[i], ref[i], 2e-5) << "norm=" << norm << " at " << i;
+      largest = std::max(largest, std::abs(double(ref[i]) - without[i]));
+    }
+    EXPECT_GT(largest, 1e-2);
+  }
+}
+
+TEST(SparseMoe, SharedExpertGroupedEqualsPerTokenReferenceBitForBit) {
+  ThreadPool pool(2);
+  LayerWorkspace ws;
+  for (Numerics n : {Numerics{false, false}, Numerics{true, true}, Numerics{true, false}}) {
+    Block b(3, false, n);
+    b.add_shared_expert();
+    SparseMoe moe = b.build();
+    std::mt19937 rng(19);
+    const int64_t m = 41;
+    auto x = randn(m * kHidden, rng, 1.0f);
+    n.round_eager(x.data(), m * kHidden);
+    std::vector<float> grouped(m * kHidden), ref(m * kHidden);
+    moe.forward(x.data(), m, grouped.data(), pool, ws);
+    sparse_moe_reference(moe, x.data(), m, ref.data(), pool);
+    EXPECT_EQ(grouped, ref) << n.dtype_name() << " " << n.mode_name();
+  }
+}
+
+TEST(SparseMoe, RejectsASharedExpertTheOptionsDoNotDeclare) {
+  Block b(2, false, Numerics{});
+  b.add_shared_expert();
+  b.opt.shared_expert_intermediate_size = 0;  // tensors given, options say none
+  EXPECT_THROW(b.build(), InvalidArgument);
+  Block c(2, false, Numerics{});
+  c.opt.shared_expert_intermediate_size = Block::kShared;  // options say one, none given
+  EXPECT_THROW(c.build(), InvalidArgument);
 }
 
 TEST(SparseMoe, RejectsTopKAboveExperts) {

@@ -32,6 +32,8 @@ struct LayerWorkspace {
   // SparseMoe: the gathered rows of an expert, its output, and the weighted
   // (token, rank) cells (layers/moe.h).
   ScratchBuffer expert_rows, expert_out, moe_cells;
+  // SparseMoe's shared expert: its output [M, H] and gate [M].
+  ScratchBuffer shared_out, shared_gate;
 };
 
 }  // namespace hubzoo

@@ -58,6 +58,7 @@ void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOpti
       batch, cache, opt, out, m, h, ws_.x.get(m * h), ws_.normed.get(m * h), ws_.branch.get(m * h)};
   embed(batch, s.x);
   s.capture("embed", s.x, m, h);
+  scale_rows(s.x, m * h, spec_.embedding_multiplier);  // Granite, after embed_tokens
   if (spec_.hidden_size_per_layer_input) {
     const int64_t width = nl * spec_.hidden_size_per_layer_input;
     per_layer_inputs(batch, s.x, ws_.per_layer.get(m * width));
@@ -139,11 +140,22 @@ void Decoder::layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm,
   s.capture(layer.names.layer, s.x, s.m, s.h);
 }
 
-// normed = input_layernorm(x) (unless a fused add computed it); branch =
-// attention (post-normed with sandwich norms); x += branch; normed = the
-// pre-MLP norm of x. The branch added is what "layers.{i}.self_attn" captures.
+// x *= factor (unless 1), rounded as a bf16 tensor times a Python float in eager mode.
+void Decoder::scale_rows(float* x, int64_t n, float factor) const {
+  if (factor == 1.0f) return;
+  for (int64_t j = 0; j < n; ++j) x[j] = numerics_.round_eager(x[j] * factor);
+}
+
+// normed = input_layernorm(x) (unless a fused add computed it, or kPost: none);
+// branch = attention (post-normed with kSandwich/kPost norms); x += branch
+// (times residual_multiplier); normed = the pre-MLP norm of x (kPost: none).
+// The branch before the multiplier is what "layers.{i}.self_attn" captures.
 void Decoder::attention_block(const DecoderLayer& layer, Step& s) {
-  if (!spec_.fuse_residual_add) layer.input_layernorm.forward(s.x, s.m, s.normed);
+  const NormPlacement placement = spec_.norm_placement;
+  const float* in = placement == NormPlacement::kPost ? s.x : s.normed;
+  if (!spec_.fuse_residual_add && placement != NormPlacement::kPost) {
+    layer.input_layernorm.forward(s.x, s.m, s.normed);
+  }
   const int64_t i = &layer - layers_.data();
   KvSharing sharing;
   if (layer.spec.attn.kv_shared) {
@@ -153,30 +165,41 @@ void Decoder::attention_block(const DecoderLayer& layer, Step& s) {
     sharing.keep = &ws_.kept[i];
     sharing.defer_store = true;
   }
-  layer.self_attn->forward(s.batch, s.normed, s.branch, s.cache, layer.cache_layer, *pool_,
-                           ws_.layers, sharing);
+  layer.self_attn->forward(s.batch, in, s.branch, s.cache, layer.cache_layer, *pool_, ws_.layers,
+                           sharing);
   const RMSNorm* pre_mlp = &layer.post_attention_layernorm;
-  if (spec_.sandwich_norms) {
+  if (placement != NormPlacement::kPre) {
     layer.post_attention_layernorm.forward(s.branch, s.m, s.branch);
-    pre_mlp = &*layer.pre_feedforward_layernorm;
+    pre_mlp = layer.pre_feedforward_layernorm ? &*layer.pre_feedforward_layernorm : nullptr;
   }
   s.capture(layer.names.self_attn, s.branch, s.m, s.h);
-  pre_mlp->add_forward(s.x, s.branch, s.m, s.normed, numerics_);
+  scale_rows(s.branch, s.m * s.h, spec_.residual_multiplier);
+  if (pre_mlp) {
+    pre_mlp->add_forward(s.x, s.branch, s.m, s.normed, numerics_);
+  } else {  // kPost: the MLP reads x itself
+    add_inplace(s.x, s.branch, s.m * s.h);
+    numerics_.round_eager(s.x, s.m * s.h);  // a bf16 residual add in eager
+  }
 }
 
-// branch = the MLP (or MoE) of normed, post-normed with sandwich norms; what
-// "layers.{i}.mlp" captures.
+// branch = the MLP (or MoE) of normed (kPost: of x), post-normed with
+// kSandwich/kPost norms; what "layers.{i}.mlp" captures; then times
+// residual_multiplier.
 void Decoder::feed_forward_block(const DecoderLayer& layer, Step& s) {
+  const float* in = spec_.norm_placement == NormPlacement::kPost ? s.x : s.normed;
   if (layer.spec.moe == MoeKind::kReplacesMlp) {
     MoeRouting routing;
-    layer.moe->forward(s.normed, s.m, s.branch, *pool_, ws_.layers, &routing);
+    layer.moe->forward(in, s.m, s.branch, *pool_, ws_.layers, &routing);
     s.capture_routing(layer.names, routing, spec_.moe);
   } else {
-    layer.mlp->forward(s.normed, s.m, s.branch, *pool_, ws_.layers);
+    layer.mlp->forward(in, s.m, s.branch, *pool_, ws_.layers);
   }
   if (layer.spec.moe == MoeKind::kBesideMlp) moe_beside_mlp(layer, s);
-  if (spec_.sandwich_norms) layer.post_feedforward_layernorm->forward(s.branch, s.m, s.branch);
+  if (layer.post_feedforward_layernorm) {
+    layer.post_feedforward_layernorm->forward(s.branch, s.m, s.branch);
+  }
   s.capture(layer.names.mlp, s.branch, s.m, s.h);
+  scale_rows(s.branch, s.m * s.h, spec_.residual_multiplier);
 }
 
 // Gemma 4: branch = norm_1(mlp(norm(x))) + norm_2(moe(route on x, experts on norm_2'(x))).
@@ -225,6 +248,9 @@ void Decoder::logits_tail(const float* normed, Step& s) {
   }
   compute_logits(normed, s.m, s.h, s.opt.logits_rows, lm_head_, numerics_, *pool_, s.out.logits);
   const int64_t rows = static_cast<int64_t>(s.out.logits.size()) / v;
+  if (spec_.logits_scaling != 1.0f) {  // Granite: logits / logits_scaling
+    for (float& l : s.out.logits) l = numerics_.round_eager(l / spec_.logits_scaling);
+  }
   softcap_logits(s.out.logits.data(), rows * v, spec_.final_logit_softcapping, numerics_);
   s.capture("logits", s.out.logits.data(), rows, v);
 }

@@ -1,5 +1,5 @@
 // The one decoder every causal-LM family runs (Llama, Qwen2, Qwen3, Qwen3-MoE,
-// Gemma 2, Gemma 3, Gemma 4): a family file maps config.json onto a
+// Gemma 2, Gemma 3, Gemma 4, OLMo 2, Granite, Qwen2-MoE): a family file maps config.json onto a
 // DecoderSpec (one LayerSpec per layer, gemma.cpp style) and load_decoder
 // builds the model from it. The decoder owns the checkpoint and weight
 // loading, the embeddings (tied or untied; base-model checkpoints with bare
@@ -9,13 +9,18 @@
 //
 // One layer, as DecoderSpec and its LayerSpec say:
 //
-//   normed = input_layernorm(x)
-//   branch = self_attn(normed)                 (post_attention_layernorm(.) if sandwich)
+//   normed = input_layernorm(x)                (kPost: none, normed = x)
+//   branch = self_attn(normed)                 (post_attention_layernorm(.) if kSandwich/kPost)
+//   branch *= residual_multiplier              (Granite)
 //   x += branch; normed = pre-MLP norm(x)      (post_attention_layernorm, or
-//                                               pre_feedforward_layernorm if sandwich)
+//                                               pre_feedforward_layernorm if kSandwich;
+//                                               kPost: none, normed = x)
 //   branch = mlp(normed) | moe(normed)         (kBesideMlp: post_feedforward_layernorm_1(mlp)
 //                                               + post_feedforward_layernorm_2(moe(x, pre_2(x))))
-//   (post_feedforward_layernorm(.) if sandwich)
+//                                              (a shared expert: + sigmoid(gate(normed)) *
+//                                              shared(normed))
+//   (post_feedforward_layernorm(.) if kSandwich/kPost)
+//   branch *= residual_multiplier              (Granite)
 //   x += branch                                (fuse_residual_add: fused into the next norm)
 //   x += post_per_layer_input_norm(proj(gelu(gate(x)) * per_layer_input))   (PLE)
 //   x *= layer_scalar                          (layer_scalar)
@@ -44,6 +49,15 @@ enum class MoeKind {
   kBesideMlp,    // Gemma 4: a sparse MoE ({p}.router, {p}.experts) added to the dense MLP
 };
 
+// Where a layer's RMSNorms sit (the diagram above).
+enum class NormPlacement {
+  kPre,       // Llama: input_layernorm before attention, post_attention_layernorm before the MLP
+  kSandwich,  // Gemma: input_layernorm and post_attention_layernorm around attention,
+              // pre_feedforward_layernorm and post_feedforward_layernorm around the MLP
+  kPost,      // OLMo 2: no pre-norms; post_attention_layernorm of attention's output,
+              // post_feedforward_layernorm of the MLP's, each before its residual add
+};
+
 struct LayerSpec {
   // Heads, head_dim, biases, q/k(/v) norms and their kind, k_eq_v, KV sharing,
   // score scale, softcap, sliding window: layers/attention.h.
@@ -64,14 +78,11 @@ struct DecoderSpec {
   // Every RMSNorm of the model (the q/k norms' kind is attn.qk_norm_kind).
   NormKind norm_kind = NormKind::kWeight;
   float rms_norm_eps = 1e-6f;
-  // false (Llama): input_layernorm before attention, post_attention_layernorm
-  // before the MLP. true (Gemma): sandwich norms, input_layernorm and
-  // post_attention_layernorm around attention, pre_/post_feedforward_layernorm
-  // around the MLP.
-  bool sandwich_norms = false;
+  NormPlacement norm_placement = NormPlacement::kPre;
   // The residual add that ends a layer is fused into the next layer's
   // input_layernorm (or the final norm): RMSNorm::add_forward, bit for bit the
-  // separate add (Llama). Not with PLE or a layer scalar, which follow the add.
+  // separate add (Llama). Not with PLE or a layer scalar, which follow the add,
+  // nor with kPost (no input_layernorm to fuse into).
   bool fuse_residual_add = false;
 
   bool tie_word_embeddings = false;
@@ -79,6 +90,12 @@ struct DecoderSpec {
   // weights' dtype (PLE: its embeddings by sqrt(hidden_size_per_layer_input)).
   bool scale_embeddings = false;
   float final_logit_softcapping = 0.0f;  // > 0: tanh(logits / cap) * cap
+  // Granite, each rounded as transformers' bf16 tensor-times-Python-float (the
+  // factor an fp32 float): x = embed * embedding_multiplier after the "embed"
+  // capture (transformers multiplies outside embed_tokens); each branch times
+  // residual_multiplier after its capture, before its residual add; logits /
+  // logits_scaling (before any softcap). 1: none. The score scale is attn.scale.
+  float embedding_multiplier = 1.0f, residual_multiplier = 1.0f, logits_scaling = 1.0f;
 
   RopeParams rope_full, rope_sliding;  // by RopeKind; built for the layers that use them
   MoeOptions moe;                      // layers with MoeKind other than kNone

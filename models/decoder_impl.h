@@ -32,8 +32,9 @@ struct DecoderLayer {
   LayerNames names;
   int64_t cache_layer = 0;     // the cache layer it reads (a KV-shared one: its producer's)
   bool has_consumers = false;  // later layers reuse its keys/values
-  RMSNorm input_layernorm, post_attention_layernorm;
-  std::optional<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich
+  RMSNorm input_layernorm, post_attention_layernorm;  // input_layernorm: none with kPost
+  std::optional<RMSNorm> pre_feedforward_layernorm;   // kSandwich
+  std::optional<RMSNorm> post_feedforward_layernorm;  // kSandwich, kPost
   std::optional<Attention> self_attn;
   std::optional<GatedMlp> mlp;
   std::optional<SparseMoe> moe;
@@ -90,6 +91,7 @@ class Decoder final : public CausalLM {
   void moe_beside_mlp(const DecoderLayer& layer, Step& s);
   void per_layer_block(const DecoderLayer& layer, Step& s);
   void logits_tail(const float* normed, Step& s);
+  void scale_rows(float* x, int64_t n, float factor) const;
 
   std::shared_ptr<ThreadPool> pool_;
   DecoderSpec spec_;

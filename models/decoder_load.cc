@@ -37,6 +37,9 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   checkpoint_ = ckpt;
   WeightLoader w(ckpt, ctx.numerics);
   w.set_hub_quant(HubQuant::from_config(ctx.config));
+  if (spec_.norm_placement == NormPlacement::kPost && spec_.fuse_residual_add) {
+    throw ConfigError("post-norm layers have no input_layernorm to fuse the residual add into");
+  }
   rope_full_ = rope_for(spec_, RopeKind::kFull);
   rope_sliding_ = rope_for(spec_, RopeKind::kSliding);
   // Base-model checkpoints (LlamaModel, Qwen3Model, Gemma3TextModel: what
@@ -106,10 +109,13 @@ DecoderLayer Decoder::load_layer(WeightLoader& w, const std::string& m, int64_t 
   };
   DecoderLayer layer;
   layer.spec = s;
-  layer.input_layernorm = norm("input_layernorm", h);
+  const NormPlacement placement = spec_.norm_placement;
+  if (placement != NormPlacement::kPost) layer.input_layernorm = norm("input_layernorm", h);
   layer.post_attention_layernorm = norm("post_attention_layernorm", h);
-  if (spec_.sandwich_norms) {
+  if (placement == NormPlacement::kSandwich) {
     layer.pre_feedforward_layernorm = norm("pre_feedforward_layernorm", h);
+  }
+  if (placement != NormPlacement::kPre) {
     layer.post_feedforward_layernorm = norm("post_feedforward_layernorm", h);
   }
   if (s.attn.kv_shared) {

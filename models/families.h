@@ -15,5 +15,8 @@ std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx);       // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx);  // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx);  // models/gemma4.cc
+std::unique_ptr<CausalLM> load_olmo2(const LoadContext& ctx);        // models/olmo2.cc
+std::unique_ptr<CausalLM> load_granite(const LoadContext& ctx);      // models/granite.cc
+std::unique_ptr<CausalLM> load_qwen2_moe(const LoadContext& ctx);    // models/qwen2_moe.cc
 
 }  // namespace hubzoo

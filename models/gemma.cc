@@ -36,7 +36,7 @@ DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind) 
   s.max_position_embeddings = cfg.max_position_embeddings;
   s.norm_kind = norm_kind;
   s.rms_norm_eps = cfg.rms_norm_eps;
-  s.sandwich_norms = true;
+  s.norm_placement = NormPlacement::kSandwich;
   s.tie_word_embeddings = cfg.tie_word_embeddings;
   s.scale_embeddings = true;
   s.final_logit_softcapping = cfg.final_logit_softcapping;

@@ -29,9 +29,16 @@ struct SparseLayers {
   std::vector<bool> sparse;  // [num_hidden_layers]
 };
 
-// Qwen3-MoE's MoE fields of config.json (models/qwen3_moe.cc).
+// The config classes' defaults of the MoE fields (Qwen3MoeConfig's here).
+struct MoeDefaults {
+  int64_t num_experts = 128, num_experts_per_tok = 8, moe_intermediate_size = 768;
+  bool num_local_experts_alias = true;  // Qwen3MoeConfig.attribute_map; Qwen2MoeConfig has none
+};
+
+// Qwen3-MoE's MoE fields of config.json (models/qwen3_moe.cc); Qwen2-MoE reads
+// the same fields with its own defaults.
 SparseLayers parse_qwen3_moe_layers(const JsonObject& config, int64_t hidden_size,
-                                    int64_t num_layers);
+                                    int64_t num_layers, const MoeDefaults& defaults = {});
 
 // Qwen3's variant (models/llama.cc), which Qwen3-MoE starts from.
 LlamaVariant qwen3_variant();

@@ -11,7 +11,8 @@
 
 namespace hubzoo {
 
-SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, int64_t num_layers) {
+SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, int64_t num_layers,
+                                    const MoeDefaults& defaults) {
   auto field = [&](const std::string& key, int64_t fallback, int64_t lowest) {
     const int64_t x = c.get_or<int64_t>(key, fallback);
     if (x < lowest) {
@@ -22,9 +23,9 @@ SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, in
   };
   // transformers writes num_experts as num_local_experts (Qwen3MoeConfig.attribute_map);
   // Hub configs carry num_experts.
-  int64_t num_experts = field("num_experts", 128, 0);
-  if (c.has("num_local_experts")) {
-    const int64_t local = field("num_local_experts", 128, 0);
+  int64_t num_experts = field("num_experts", defaults.num_experts, 0);
+  if (defaults.num_local_experts_alias && c.has("num_local_experts")) {
+    const int64_t local = field("num_local_experts", defaults.num_experts, 0);
     if (c.has("num_experts") && local != num_experts) {
       throw ConfigError(c.where() + ": fields 'num_experts' (" + std::to_string(num_experts) +
                         ") and 'num_local_experts' (" + std::to_string(local) + ") differ");
@@ -47,13 +48,13 @@ SparseLayers parse_qwen3_moe_layers(const JsonObject& c, int64_t hidden_size, in
   MoeOptions& o = out.moe;
   o.hidden_size = hidden_size;
   o.num_experts = num_experts;
-  o.num_experts_per_tok = field("num_experts_per_tok", 8, 1);
+  o.num_experts_per_tok = field("num_experts_per_tok", defaults.num_experts_per_tok, 1);
   if (o.num_experts_per_tok > num_experts) {
     throw ConfigError(c.where() + ": field 'num_experts_per_tok' (" +
                       std::to_string(o.num_experts_per_tok) + ") exceeds num_experts (" +
                       std::to_string(num_experts) + ")");
   }
-  o.moe_intermediate_size = field("moe_intermediate_size", 768, 1);
+  o.moe_intermediate_size = field("moe_intermediate_size", defaults.moe_intermediate_size, 1);
   o.norm_topk_prob = c.get_or<bool>("norm_topk_prob", false);
   // router_aux_loss_coef and output_router_logits only shape the training loss.
   return out;

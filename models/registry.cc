@@ -20,6 +20,9 @@ const std::map<std::string, Loader>& registry() {
       {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
       {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
       {"Gemma4ForCausalLM", load_gemma4_text},  // models/gemma4.cc
+      {"Olmo2ForCausalLM", load_olmo2},         // models/olmo2.cc
+      {"GraniteForCausalLM", load_granite},     // models/granite.cc
+      {"Qwen2MoeForCausalLM", load_qwen2_moe},  // models/qwen2_moe.cc
   };
   return r;
 }

@@ -1,6 +1,6 @@
-"""Helpers shared by the sparse-MoE tests (test_qwen3_moe.py, test_gemma4_moe.py): our
-routing through the capture interface, its comparison with transformers', a long prompt,
-and planted checkpoint copies."""
+"""Helpers shared by the sparse-MoE tests (test_qwen3_moe.py, test_qwen2_moe.py,
+test_gemma4_moe.py): our routing through the capture interface, transformers' (Qwen-style
+routers), their comparison, a long prompt, and planted checkpoint copies."""
 
 from __future__ import annotations
 
@@ -25,6 +25,27 @@ def our_routing(ours, ids, layers) -> dict[int, tuple[np.ndarray, np.ndarray, np
     _, cap = ours.forward(ids[None], capture=names)
     return {i: (cap[f"layers.{i}.mlp.router_logits"][0], cap[f"layers.{i}.mlp.routing_weights"][0],
                 cap[f"layers.{i}.mlp.selected_experts"][0].astype(np.int64)) for i in layers}
+
+
+def hf_routing(hf, ids, layers) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """layer -> (router logits [T, E], weights [T, k], experts [T, k]) from the output of each
+    listed layer's `mlp.gate` router (transformers 5's Qwen3-MoE and Qwen2-MoE routers)."""
+    import torch
+
+    got, handles = {}, []
+    for i in layers:
+        def hook(_m, _inp, out, i=i):
+            logits, weights, experts = out
+            got[i] = (logits.float().numpy().copy(), weights.float().numpy().copy(), experts.numpy().copy())
+
+        handles.append(hf.model.layers[i].mlp.gate.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            hf(torch.as_tensor(ids[None]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
 
 
 def routing_mismatches(ours: dict, ref: dict) -> list[str]:

@@ -73,9 +73,13 @@ def test_hf_hooks_capture_named_intermediates(variant, hf_tiny):
         assert value.shape == (1, PROMPT_LEN, last), name
         assert value.dtype == np.float32
     # layers.i = layers.{i-1} + self_attn + mlp (self_attn and mlp are pre-residual outputs).
-    previous = got["embed"]
+    # Granite multiplies the embeddings (outside embed_tokens) and each branch before its add.
+    embedding_multiplier = getattr(hf.config, "embedding_multiplier", 1.0)
+    residual_multiplier = getattr(hf.config, "residual_multiplier", 1.0)
+    previous = got["embed"] * embedding_multiplier
     for i in range(L):
-        rebuilt = previous + got[f"layers.{i}.self_attn"] + got[f"layers.{i}.mlp"]
+        branches = got[f"layers.{i}.self_attn"] + got[f"layers.{i}.mlp"]
+        rebuilt = previous + residual_multiplier * branches
         if i in per_layer:
             rebuilt = rebuilt + per_layer[i]
         if hasattr(hf.model.layers[i], "layer_scalar"):  # Gemma 4, with or without PLE
@@ -86,7 +90,7 @@ def test_hf_hooks_capture_named_intermediates(variant, hf_tiny):
     with torch.no_grad():
         out = hf(torch.as_tensor(ids), output_hidden_states=True)
     states = [h.numpy() for h in out.hidden_states]
-    np.testing.assert_array_equal(states[0], got["embed"])
+    np.testing.assert_array_equal(states[0], got["embed"] * embedding_multiplier)
     for i in range(L - 1):
         np.testing.assert_array_equal(states[i + 1], got[f"layers.{i}"])
     np.testing.assert_array_equal(states[L], got["norm"])

@@ -26,8 +26,8 @@ import subprocess
 
 import numpy as np
 import pytest
-import torch
 
+import _moe
 import _util
 from _moe import LONG, copy_checkpoint, long_prompt, our_routing, routing_mismatches
 
@@ -47,20 +47,7 @@ def sparse_layers(hf) -> list[int]:
 
 def hf_routing(hf, ids) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """layer -> (router logits [T, E], weights [T, k], experts [T, k]) from the router's output."""
-    got, handles = {}, []
-    for i in sparse_layers(hf):
-        def hook(_m, _inp, out, i=i):
-            logits, weights, experts = out
-            got[i] = (logits.float().numpy().copy(), weights.float().numpy().copy(), experts.numpy().copy())
-
-        handles.append(hf.model.layers[i].mlp.gate.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            hf(torch.as_tensor(ids[None]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return got
+    return _moe.hf_routing(hf, ids, sparse_layers(hf))
 
 
 
