@@ -348,7 +348,12 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
       outs.push_back(kv_size);
     }
   }
-  qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
+  if (opt.fused_qkv) {  // Phi-3: the checkpoint stores them as one [q | k | v] matrix
+    qkv_proj_ =
+        Linear::load(w, prefix + ".qkv_proj", opt.hidden_size, q_size + 2 * kv_size, opt.qkv_bias);
+  } else {
+    qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
+  }
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
   if (opt.v_norm) v_norm_ = RMSNorm::unscaled(opt.head_dim, opt.rms_norm_eps, w.numerics());
   if (opt.qk_norm) {
@@ -389,6 +394,14 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     }
   };
   if (q_norm_) norm_heads(*q_norm_, q, m * nh);
+  // longrope: every row of a slot whose rows reach past long_after() positions
+  // takes the long factors (transformers' seq_len = max(position_ids) + 1).
+  std::vector<char> long_slot;
+  if (rope_ && rope_->long_after() > 0) {
+    long_slot.assign(cache.num_slots(), 0);
+    for (int64_t t = 0; t < m; ++t) long_slot[batch.slot[t]] |= batch.pos[t] >= rope_->long_after();
+  }
+  const auto long_row = [&](int64_t t) { return !long_slot.empty() && long_slot[batch.slot[t]]; };
 
   // [M, kv_heads*D] keys and values, as stored: a producer's straight into the
   // chunk its consumers read, a consumer's its producer's.
@@ -397,7 +410,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     if (!sharing.reuse)
       throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
     for (int64_t t = 0; t < m && rope_; ++t) {
-      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, num.eager_bf16());
+      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, num.eager_bf16(), long_row(t));
     }
     keys = sharing.reuse->k.data();
     values = sharing.reuse->v.data();
@@ -418,7 +431,8 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     num.round_stored(v, m * kv_size);
     for (int64_t t = 0; t < m; ++t) {
       if (rope_) {
-        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16());
+        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, num.eager_bf16(),
+                     long_row(t));
       }
       num.round_stored(&k[t * kv_size], kv_size);
     }

@@ -52,6 +52,7 @@ struct LayerSpec {
   int64_t kv_producer = -1;       // attn.kv_shared: the earlier layer whose keys/values it reads
   int64_t intermediate_size = 0;  // the dense gated MLP's width (unused with kReplacesMlp)
   bool mlp_bias = false;
+  bool fused_gate_up = false;  // Phi-3: one {p}.mlp.gate_up_proj tensor (gate rows, then up)
   Activation activation = Activation::kSilu;
   MoeKind moe = MoeKind::kNone;  // its options: DecoderSpec::moe
   bool per_layer_input = false;  // Gemma 4 PLE (sizes in DecoderSpec)

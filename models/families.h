@@ -15,5 +15,8 @@ std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx);       // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx);  // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx);  // models/gemma4.cc
+std::unique_ptr<CausalLM> load_mistral(const LoadContext& ctx);      // models/mistral.cc
+std::unique_ptr<CausalLM> load_phi3(const LoadContext& ctx);         // models/phi3.cc
+std::unique_ptr<CausalLM> load_smollm3(const LoadContext& ctx);      // models/smollm3.cc
 
 }  // namespace hubzoo

@@ -20,6 +20,9 @@ const std::map<std::string, Loader>& registry() {
       {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
       {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
       {"Gemma4ForCausalLM", load_gemma4_text},  // models/gemma4.cc
+      {"MistralForCausalLM", load_mistral},     // models/mistral.cc
+      {"Phi3ForCausalLM", load_phi3},           // models/phi3.cc
+      {"SmolLM3ForCausalLM", load_smollm3},     // models/smollm3.cc
   };
   return r;
 }
