@@ -71,8 +71,10 @@ def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
         assert stats["windows"] == [w if t == "sliding_attention" else 0 for t in types]
         for i, t in enumerate(types):
             held = stats["layer_slot_bytes"][i][0]
-            if t == "sliding_attention":
-                assert held == 2 * min(length, w) * row * FLOAT, (i, length, held)
+            if t == "sliding_attention":  # grows geometrically, never past the window
+                assert held <= 2 * w * row * FLOAT, (i, length, held)
+                if length >= w:
+                    assert held == 2 * w * row * FLOAT, (i, length, held)
             else:
                 assert held >= 2 * length * row * FLOAT, (i, length, held)
 
