@@ -1,5 +1,5 @@
 // The one decoder every causal-LM family runs (Llama, Qwen2, Qwen3, Qwen3-MoE,
-// Gemma 2, Gemma 3, Gemma 4): a family file maps config.json onto a
+// Gemma 2, Gemma 3, Gemma 4, Mistral, Phi-3, SmolLM3): a family file maps config.json onto a
 // DecoderSpec (one LayerSpec per layer, gemma.cpp style) and load_decoder
 // builds the model from it. The decoder owns the checkpoint and weight
 // loading, the embeddings (tied or untied; base-model checkpoints with bare

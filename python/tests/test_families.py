@@ -121,6 +121,15 @@ def test_phi3_cached_decode_switches_as_transformers_generates(hf_tiny, our_tiny
         _util.assert_argmax_equal(inc[:, n:], full[:, n:])
     # A prefill that itself crosses needs no replay: every row is the full forward's.
     np.testing.assert_array_equal(ours.forward_incremental(ids, n + 5), full)
+    # Without the replay (transformers' forward continuing a short cache, no generate())
+    # the rows past the switch read keys rotated by the short factors: far from the above.
+    import torch
+
+    with torch.no_grad():
+        t = torch.as_tensor(ids)
+        past = hf(t[:, :n], use_cache=True).past_key_values
+        stale = hf(t[:, n:], past_key_values=past, use_cache=True).logits.numpy()
+    assert np.max(np.abs(stale - full[:, n:])) > 1e-2
 
 
 def test_phi3_generation_across_original(hf_tiny, our_tiny):
