@@ -280,6 +280,19 @@ void throw_if_blocked(const KvCache& cache, int64_t layer, const char* why) {
   }
 }
 
+// longrope: per slot, whether its rows take the long factors: every row of a
+// slot whose rows reach past long_after() positions does (transformers' seq_len
+// = max(position_ids) + 1 of the forward). Empty: the rope has one set.
+std::vector<char> long_rope_slots(const TokenBatch& batch, const Rope* rope, int64_t num_slots) {
+  std::vector<char> long_slot;
+  if (!rope || rope->long_after() <= 0) return long_slot;
+  long_slot.assign(num_slots, 0);
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    long_slot[batch.slot[t]] |= batch.pos[t] >= rope->long_after() ? 1 : 0;
+  }
+  return long_slot;
+}
+
 }  // namespace
 
 void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
@@ -394,13 +407,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     }
   };
   if (q_norm_) norm_heads(*q_norm_, q, m * nh);
-  // longrope: every row of a slot whose rows reach past long_after() positions
-  // takes the long factors (transformers' seq_len = max(position_ids) + 1).
-  std::vector<char> long_slot;
-  if (rope_ && rope_->long_after() > 0) {
-    long_slot.assign(cache.num_slots(), 0);
-    for (int64_t t = 0; t < m; ++t) long_slot[batch.slot[t]] |= batch.pos[t] >= rope_->long_after();
-  }
+  const std::vector<char> long_slot = long_rope_slots(batch, rope_, cache.num_slots());
   const auto long_row = [&](int64_t t) { return !long_slot.empty() && long_slot[batch.slot[t]]; };
 
   // [M, kv_heads*D] keys and values, as stored: a producer's straight into the

@@ -210,42 +210,48 @@ Rope::Rope(const RopeParams& p, int64_t head_dim, int64_t /*max_position_embeddi
       f = scaled;
     }
   } else if (p.type == "yarn") {
-    auto get_mscale = [](double scale, double mscale) {
-      return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-    };
-    double attention = 0;
-    if (p.attention_factor) {
-      attention = *p.attention_factor;
-    } else if (p.mscale && p.mscale_all_dim && *p.mscale != 0 && *p.mscale_all_dim != 0) {
-      attention = get_mscale(p.factor, *p.mscale) / get_mscale(p.factor, *p.mscale_all_dim);
-    } else {
-      attention = get_mscale(p.factor, 1.0);
-    }
-    attention_scaling_ = static_cast<float>(attention);
-    const double dim = static_cast<double>(rotary_dim_);
-    const double orig = static_cast<double>(p.original_max_position_embeddings);
-    auto correction_dim = [&](double rotations) {
-      return dim * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(p.theta));
-    };
-    double low = correction_dim(p.beta_fast), high = correction_dim(p.beta_slow);
-    if (p.truncate) {
-      low = std::floor(low);
-      high = std::ceil(high);
-    }
-    low = std::max(low, 0.0);
-    high = std::min(high, dim - 1);
-    if (low == high) high += 0.001;
-    const float factor = static_cast<float>(p.factor);
-    for (int64_t i = 0; i < half; ++i) {
-      const float ramp = std::clamp(
-          (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
-          1.0f);
-      const float extrapolation_factor = 1.0f - ramp;
-      const float extrapolation = 1.0f / pos_freq[i];
-      const float interpolation = 1.0f / (factor * pos_freq[i]);
-      inv_freq_[i] =
-          interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
-    }
+    init_yarn(p, pos_freq);
+  }
+}
+
+// transformers' _compute_yarn_parameters over the rotary dims.
+void Rope::init_yarn(const RopeParams& p, const std::vector<float>& pos_freq) {
+  const int64_t half = rotary_dim_ / 2;
+  auto get_mscale = [](double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+  };
+  double attention = 0;
+  if (p.attention_factor) {
+    attention = *p.attention_factor;
+  } else if (p.mscale && p.mscale_all_dim && *p.mscale != 0 && *p.mscale_all_dim != 0) {
+    attention = get_mscale(p.factor, *p.mscale) / get_mscale(p.factor, *p.mscale_all_dim);
+  } else {
+    attention = get_mscale(p.factor, 1.0);
+  }
+  attention_scaling_ = static_cast<float>(attention);
+  const double dim = static_cast<double>(rotary_dim_);
+  const double orig = static_cast<double>(p.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(p.theta));
+  };
+  double low = correction_dim(p.beta_fast), high = correction_dim(p.beta_slow);
+  if (p.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const float factor = static_cast<float>(p.factor);
+  for (int64_t i = 0; i < half; ++i) {
+    const float ramp = std::clamp(
+        (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+        1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    const float extrapolation = 1.0f / pos_freq[i];
+    const float interpolation = 1.0f / (factor * pos_freq[i]);
+    inv_freq_[i] =
+        interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
   }
 }
 

@@ -72,6 +72,7 @@ class Rope {
              bool eager_bf16 = false, bool long_factors = false) const;
 
  private:
+  void init_yarn(const RopeParams& params, const std::vector<float>& pos_freq);
   void init_longrope(const RopeParams& params, const std::vector<float>& pos_freq);
 
   int64_t head_dim_, rotary_dim_;

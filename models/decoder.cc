@@ -42,7 +42,10 @@ void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOpti
   const std::lock_guard lock(forward_mu_);  // ws_ serves one step at a time
   const int64_t long_after = rope_full_ ? rope_full_->long_after() : 0;
   LongRopeReplay replay;
-  if (long_after > 0) check_token_batch(batch, cache, spec_.vocab_size);  // before replanning
+  if (long_after > 0) {  // what forward_step checks, before a replay resets a slot
+    check_token_batch(batch, cache, spec_.vocab_size);
+    if (!opt.capture.empty()) check_capture_names(opt.capture, capture_known_);
+  }
   if (plan_long_rope_replay(batch, cache, long_after, opt, replay)) {
     forward_step(replay.batch, cache, replay.options, out);
     drop_replayed_rows(replay, out);

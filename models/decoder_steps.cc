@@ -118,7 +118,6 @@ bool plan_long_rope_replay(const TokenBatch& batch, KvCache& cache, int64_t long
     replay.rows.push_back(replay.batch.size());
     replay.batch.add(batch.ids[t], slot, batch.pos[t]);
   }
-  for (int64_t slot : crossing) cache.set_length(slot, 0);
   replay.options.capture = options.capture;
   if (options.logits_rows.empty()) {
     replay.options.logits_rows = replay.rows;
@@ -130,6 +129,7 @@ bool plan_long_rope_replay(const TokenBatch& batch, KvCache& cache, int64_t long
       replay.options.logits_rows.push_back(replay.rows[r]);
     }
   }
+  for (int64_t slot : crossing) cache.set_length(slot, 0);  // last: nothing above throws after
   return true;
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
+
 namespace hubzoo {
 namespace {
 
@@ -65,6 +67,17 @@ TEST(LongRopeReplay, NothingToReplay) {
   EXPECT_FALSE(plan_long_rope_replay(one, no_ids, 4, {}, r));  // ids not kept
   EXPECT_TRUE(plan_long_rope_replay(one, cache, 4, {}, r));
   EXPECT_EQ(r.batch.size(), 5);
+}
+
+TEST(LongRopeReplay, ABadLogitsRowLeavesTheCacheAsItWas) {
+  KvCache cache = cache_holding({4, 0, 0});
+  TokenBatch one;
+  one.add(1, 0, 4);
+  ForwardOptions opt;
+  opt.logits_rows = {1};
+  LongRopeReplay r;
+  EXPECT_THROW(plan_long_rope_replay(one, cache, 4, opt, r), InvalidArgument);
+  EXPECT_EQ(cache.length(0), 4);
 }
 
 }  // namespace
