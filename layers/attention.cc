@@ -280,6 +280,19 @@ void throw_if_blocked(const KvCache& cache, int64_t layer, const char* why) {
   }
 }
 
+// longrope: per slot, whether its rows take the long factors: every row of a
+// slot whose rows reach past long_after() positions does (transformers' seq_len
+// = max(position_ids) + 1 of the forward). Empty: the rope has one set.
+std::vector<char> long_rope_slots(const TokenBatch& batch, const Rope* rope, int64_t num_slots) {
+  std::vector<char> long_slot;
+  if (!rope || rope->long_after() <= 0) return long_slot;
+  long_slot.assign(num_slots, 0);
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    long_slot[batch.slot[t]] |= batch.pos[t] >= rope->long_after() ? 1 : 0;
+  }
+  return long_slot;
+}
+
 }  // namespace
 
 void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
@@ -348,7 +361,12 @@ Attention::Attention(WeightLoader& w, const std::string& prefix, const Attention
       outs.push_back(kv_size);
     }
   }
-  qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
+  if (opt.fused_qkv) {  // Phi-3: the checkpoint stores them as one [q | k | v] matrix
+    qkv_proj_ =
+        Linear::load(w, prefix + ".qkv_proj", opt.hidden_size, q_size + 2 * kv_size, opt.qkv_bias);
+  } else {
+    qkv_proj_ = Linear::load_concat(w, parts, opt.hidden_size, outs, opt.qkv_bias);
+  }
   o_proj_ = Linear::load(w, prefix + ".o_proj", q_size, opt.hidden_size, opt.o_bias);
   if (opt.v_norm) v_norm_ = RMSNorm::unscaled(opt.head_dim, opt.rms_norm_eps, w.numerics());
   const bool whole = opt.qk_norm_scope == QkNormScope::kProjection;
@@ -394,6 +412,8 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   if (q_norm_) norm_heads(*q_norm_, q, q_size);
   // eager bf16 rotation of transformers' bf16 cos/sin, or fp32 (rope_fp32, then rounded)
   const bool rope_bf16 = num.eager_bf16() && !opt_.rope_fp32;
+  const std::vector<char> long_slot = long_rope_slots(batch, rope_, cache.num_slots());
+  const auto long_row = [&](int64_t t) { return !long_slot.empty() && long_slot[batch.slot[t]]; };
 
   // [M, kv_heads*D] keys and values, as stored: a producer's straight into the
   // chunk its consumers read, a consumer's its producer's.
@@ -402,7 +422,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     if (!sharing.reuse)
       throw InvalidArgument("attention: a KV-shared layer needs its producer's keys");
     for (int64_t t = 0; t < m && rope_; ++t) {
-      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, rope_bf16);
+      rope_->apply(batch.pos[t], &q[t * q_size], nh, nullptr, 0, rope_bf16, long_row(t));
     }
     if (rope_ && opt_.rope_fp32) num.round_eager(q, m * q_size);
     keys = sharing.reuse->k.data();
@@ -424,7 +444,8 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     num.round_stored(v, m * kv_size);
     for (int64_t t = 0; t < m; ++t) {
       if (rope_) {
-        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16);
+        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16,
+                     long_row(t));
       }
       num.round_stored(&k[t * kv_size], kv_size);
     }

@@ -39,6 +39,7 @@ struct AttentionOptions {
   bool v_norm = false;     // Gemma 4: unscaled RMSNorm over head_dim of v
   bool k_eq_v = false;     // Gemma 4 attention_k_eq_v: no v_proj, v is k_proj's output
   bool kv_shared = false;  // reads another layer's keys/values: no k/v tensors of its own
+  bool fused_qkv = false;  // Phi-3: one {prefix}.qkv_proj [q | k | v] tensor in the checkpoint
   float rms_norm_eps = 1e-6f;
   float scale = 0.0f;    // score scale; 0: head_dim^-0.5
   float softcap = 0.0f;  // > 0: scores -> tanh(scores / softcap) * softcap
@@ -105,7 +106,8 @@ class Attention {
  public:
   // Tensors: {prefix}.{q,k,v,o}_proj.weight (+ .bias), {prefix}.{q,k}_norm.weight
   // ([head_dim]; kProjection: [heads * head_dim], [kv_heads * head_dim])
-  // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj). rope null:
+  // (k_eq_v: no v_proj; kv_shared: only q_proj, q_norm, o_proj; fused_qkv:
+  // {prefix}.qkv_proj instead of q/k/v_proj). rope null:
   // no rotary embedding (positions enter only through the cache order).
   Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
             const Rope* rope);

@@ -49,8 +49,22 @@ void KvCache::reserve(int64_t slot, int64_t n) {
   }
 }
 
+void KvCache::set_token_id(int64_t slot, int64_t pos, int32_t id) {
+  auto& ids = token_ids_.at(slot);
+  if (pos < 0 || pos > static_cast<int64_t>(ids.size())) {
+    throw InvalidArgument("KvCache: token id at position " + std::to_string(pos) + " of slot " +
+                          std::to_string(slot) + " does not continue its ids");
+  }
+  if (pos == static_cast<int64_t>(ids.size())) {
+    ids.push_back(id);
+  } else {
+    ids[pos] = id;
+  }
+}
+
 void KvCache::clear(int64_t slot) {
   lengths_[slot] = 0;
+  if (keeps_token_ids()) std::vector<int32_t>().swap(token_ids_[slot]);
   for (int64_t layer = 0; layer < num_layers(); ++layer) {
     std::vector<float>().swap(keys_[index(layer, slot)]);
     std::vector<float>().swap(values_[index(layer, slot)]);

@@ -54,6 +54,15 @@ class KvCache {
   // must reserve per sequence of that length.
   int64_t slot_bytes_at(int64_t n) const;
 
+  // The token id of each position of each slot, kept once asked for (a model
+  // that may have to recompute a slot's cache from its tokens: Phi-3's
+  // LongRoPE when a sequence first grows past its original length). clear()
+  // forgets a slot's; they take 4 bytes a position.
+  void keep_token_ids() { token_ids_.resize(num_slots_); }
+  bool keeps_token_ids() const { return !token_ids_.empty(); }
+  void set_token_id(int64_t slot, int64_t pos, int32_t id);
+  const std::vector<int32_t>& token_ids(int64_t slot) const { return token_ids_.at(slot); }
+
   bool blocked_keys(int64_t layer) const { return layers_[layer].blocked_keys; }
   // Writes the key row of `pos` (row_size floats) in the layer's layout.
   void store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row);
@@ -88,6 +97,7 @@ class KvCache {
   int64_t num_slots_;
   std::vector<std::vector<float>> keys_, values_;  // [layer * num_slots + slot]
   std::vector<int64_t> lengths_;
+  std::vector<std::vector<int32_t>> token_ids_;  // [slot][position], when kept
 };
 
 }  // namespace hubzoo

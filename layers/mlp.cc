@@ -33,6 +33,16 @@ GatedMlp::GatedMlp(Linear gate, Linear up, Linear down, Numerics numerics, Activ
       gate_up_(Linear::concat({&gate, &up})),
       down_(std::move(down)) {}
 
+GatedMlp::GatedMlp(Numerics numerics, Activation act, Linear gate_up, Linear down)
+    : numerics_(numerics), act_(act), gate_up_(std::move(gate_up)), down_(std::move(down)) {}
+
+GatedMlp GatedMlp::load_fused(WeightLoader& w, const std::string& prefix, int64_t hidden,
+                              int64_t intermediate, bool bias, Activation act) {
+  Linear gate_up = Linear::load(w, prefix + ".gate_up_proj", hidden, 2 * intermediate, bias);
+  Linear down = Linear::load(w, prefix + ".down_proj", intermediate, hidden, bias);
+  return GatedMlp(w.numerics(), act, std::move(gate_up), std::move(down));
+}
+
 void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
                        LayerWorkspace& ws) const {
   const int64_t inter = down_.in_features();

@@ -109,5 +109,87 @@ TEST(Rope, RotationPreservesNormAndPositionZeroIsIdentity) {
   EXPECT_NEAR(y[4], x[4] * std::cos(angle) + x[0] * std::sin(angle), 1e-4);
 }
 
+// Phi-3 style: longrope with 3/4 of head_dim 16 rotating (6 factors each).
+const char* kLongrope = R"({"max_position_embeddings": 1024,
+  "original_max_position_embeddings": 64, "rope_parameters": {"rope_type": "longrope",
+  "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+  "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
+  "long_factor": [1.0, 1.4, 2.5, 4.0, 7.0, 11.0]}})";
+
+RopeParseOptions phi3_options() {
+  RopeParseOptions o;
+  o.partial_rotary = true;
+  o.longrope = true;
+  return o;
+}
+
+TEST(RopeParams, LongropeOnlyWhereTheFamilyTakesIt) {
+  try {
+    parse_rope_params(config(kLongrope));
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("longrope"), std::string::npos) << e.what();
+  }
+  // Phi3Config renames its older spellings su and yarn to longrope.
+  const RopeParams su = parse_rope_params(
+      config(R"({"rope_scaling": {"type": "su", "short_factor": [1.0], "long_factor": [2.0]}})"),
+      phi3_options());
+  EXPECT_EQ(su.type, "longrope");
+}
+
+TEST(RopeParams, PartialRotaryOnlyWhereTheFamilyTakesIt) {
+  EXPECT_THROW(parse_rope_params(config(R"({"partial_rotary_factor": 0.5})")), ConfigError);
+  const RopeParams p =
+      parse_rope_params(config(R"({"partial_rotary_factor": 0.5})"), phi3_options());
+  EXPECT_EQ(p.partial_rotary_factor, 0.5);
+  EXPECT_THROW(parse_rope_params(config(R"({"partial_rotary_factor": 1.5})"), phi3_options()),
+               ConfigError);
+}
+
+TEST(Rope, LongropeShortAndLongFactors) {
+  const RopeParams p = parse_rope_params(config(kLongrope), phi3_options());
+  EXPECT_EQ(p.factor, 16.0);  // max_position_embeddings / original
+  Rope rope(p, 16, 1024);
+  EXPECT_EQ(rope.rotary_dim(), 12);
+  EXPECT_EQ(rope.long_after(), 64);
+  EXPECT_FLOAT_EQ(rope.attention_scaling(),
+                  static_cast<float>(std::sqrt(1 + std::log(16.0) / std::log(64.0))));
+  ASSERT_EQ(rope.inv_freq().size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    const double base = std::pow(10000.0, 2.0 * i / 12);
+    EXPECT_NEAR(rope.inv_freq()[i], 1.0 / (p.short_factor[i] * base), 1e-7);
+  }
+  // Pair (0, 6) of a head at position 5, long factors: angle 5 / (1.0 * 1), scaled.
+  float v[16], w[16];
+  for (int i = 0; i < 16; ++i) v[i] = w[i] = 0.1f * static_cast<float>(i + 1);
+  rope.apply(5, v, 1, nullptr, 0, false, /*long_factors=*/true);
+  const double s = rope.attention_scaling();
+  EXPECT_NEAR(v[0], s * (w[0] * std::cos(5.0) - w[6] * std::sin(5.0)), 1e-5);
+  EXPECT_NEAR(v[6], s * (w[6] * std::cos(5.0) + w[0] * std::sin(5.0)), 1e-5);
+  // Pair (5, 11), long factor 11 vs short 2: the two sets differ.
+  const double a_long = 5.0 / (11.0 * std::pow(10000.0, 10.0 / 12));
+  EXPECT_NEAR(v[5], s * (w[5] * std::cos(a_long) - w[11] * std::sin(a_long)), 1e-5);
+  // Dims 12..15 pass unrotated.
+  for (int i = 12; i < 16; ++i) EXPECT_EQ(v[i], w[i]);
+}
+
+TEST(Rope, LongropeFactorCountMustMatchTheRotaryDim) {
+  RopeParams p = parse_rope_params(config(kLongrope), phi3_options());
+  p.short_factor.pop_back();
+  try {
+    Rope rope(p, 16, 1024);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("short_factor"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rope, PartialRotaryDimMustBeEven) {
+  RopeParams p;
+  p.partial_rotary_factor = 0.3;  // int(16 * 0.3) = 4: fine; int(10 * 0.3) = 3: odd
+  EXPECT_EQ(Rope(p, 16, 64).rotary_dim(), 4);
+  EXPECT_THROW(Rope(p, 10, 64), ConfigError);
+}
+
 }  // namespace
 }  // namespace hubzoo

@@ -40,6 +40,26 @@ struct Decoder::Step {
 void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                       ForwardResult& out) {
   const std::lock_guard lock(forward_mu_);  // ws_ serves one step at a time
+  const int64_t long_after = rope_full_ ? rope_full_->long_after() : 0;
+  LongRopeReplay replay;
+  if (long_after > 0) {  // what forward_step checks, before a replay resets a slot
+    check_token_batch(batch, cache, spec_.vocab_size);
+    if (!opt.capture.empty()) check_capture_names(opt.capture, capture_known_);
+  }
+  if (plan_long_rope_replay(batch, cache, long_after, opt, replay)) {
+    forward_step(replay.batch, cache, replay.options, out);
+    drop_replayed_rows(replay, out);
+  } else {
+    forward_step(batch, cache, opt, out);
+  }
+  if (!cache.keeps_token_ids()) return;
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    cache.set_token_id(batch.slot[t], batch.pos[t], batch.ids[t]);
+  }
+}
+
+void Decoder::forward_step(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+                           ForwardResult& out) {
   const int64_t m = batch.size(), h = spec_.hidden_size;
   const int64_t nl = static_cast<int64_t>(layers_.size());
   const auto new_lengths = check_token_batch(batch, cache, spec_.vocab_size);

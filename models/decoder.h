@@ -1,5 +1,6 @@
 // The one decoder every causal-LM family runs (Llama, Qwen2, Qwen3, Qwen3-MoE,
-// Gemma 2, Gemma 3, Gemma 4, OLMo 2, Granite, Qwen2-MoE): a family file maps config.json onto a
+// Gemma 2, Gemma 3, Gemma 4, OLMo 2, Granite, Qwen2-MoE, Mistral, Phi-3,
+// SmolLM3): a family file maps config.json onto a
 // DecoderSpec (one LayerSpec per layer, gemma.cpp style) and load_decoder
 // builds the model from it. The decoder owns the checkpoint and weight
 // loading, the embeddings (tied or untied; base-model checkpoints with bare
@@ -66,6 +67,7 @@ struct LayerSpec {
   int64_t kv_producer = -1;       // attn.kv_shared: the earlier layer whose keys/values it reads
   int64_t intermediate_size = 0;  // the dense gated MLP's width (unused with kReplacesMlp)
   bool mlp_bias = false;
+  bool fused_gate_up = false;  // Phi-3: one {p}.mlp.gate_up_proj tensor (gate rows, then up)
   Activation activation = Activation::kSilu;
   MoeKind moe = MoeKind::kNone;  // its options: DecoderSpec::moe
   bool per_layer_input = false;  // Gemma 4 PLE (sizes in DecoderSpec)

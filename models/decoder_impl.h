@@ -67,7 +67,12 @@ class Decoder final : public CausalLM {
   Decoder(const LoadContext& ctx, const DecoderSpec& spec);  // models/decoder_load.cc
 
   const ModelInfo& info() const override { return info_; }
-  KvCache new_cache(int64_t num_slots) const override { return KvCache(cache_specs_, num_slots); }
+  KvCache new_cache(int64_t num_slots) const override {
+    KvCache cache(cache_specs_, num_slots);
+    // LongRoPE may recompute a slot from its tokens (plan_long_rope_replay).
+    if (rope_full_ && rope_full_->long_after() > 0) cache.keep_token_ids();
+    return cache;
+  }
   std::vector<std::string> capture_names() const override { return capture_names_; }
   void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                ForwardResult& out) override;
@@ -82,7 +87,10 @@ class Decoder final : public CausalLM {
   void plan_cache();
   void build_capture_names();
 
-  // The forward pass (models/decoder.cc).
+  // The forward pass (models/decoder.cc): forward() replays a LongRoPE
+  // slot when it must, forward_step runs one batch.
+  void forward_step(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
+                    ForwardResult& out);
   void embed(const TokenBatch& batch, float* x) const;
   void per_layer_inputs(const TokenBatch& batch, const float* x, float* proj) const;
   void layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm, Step& s);

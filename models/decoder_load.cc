@@ -130,6 +130,9 @@ DecoderLayer Decoder::load_layer(WeightLoader& w, const std::string& m, int64_t 
   layer.self_attn.emplace(w, p + ".self_attn", s.attn, rope);
   if (s.moe == MoeKind::kReplacesMlp) {
     layer.moe.emplace(w, p + ".mlp", spec_.moe);
+  } else if (s.fused_gate_up) {
+    layer.mlp =
+        GatedMlp::load_fused(w, p + ".mlp", h, s.intermediate_size, s.mlp_bias, s.activation);
   } else {
     layer.mlp.emplace(w, p + ".mlp", h, s.intermediate_size, s.mlp_bias, s.activation);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "base/error.h"
@@ -87,6 +88,62 @@ void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numeric
     float x = numerics.round_eager(logits[i] / cap);
     x = numerics.round_eager(std::tanh(x));
     logits[i] = numerics.round_eager(x * cap);
+  }
+}
+
+bool plan_long_rope_replay(const TokenBatch& batch, KvCache& cache, int64_t long_after,
+                           const ForwardOptions& options, LongRopeReplay& replay) {
+  if (long_after <= 0 || !cache.keeps_token_ids()) return false;
+  std::map<int64_t, int64_t> end;  // slot -> its length after the step
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    auto [it, fresh] = end.try_emplace(batch.slot[t], cache.length(batch.slot[t]));
+    ++it->second;
+  }
+  std::set<int64_t> crossing;
+  for (const auto& [slot, n] : end) {
+    const int64_t held = cache.length(slot);
+    if (held > 0 && held <= long_after && n > long_after &&
+        static_cast<int64_t>(cache.token_ids(slot).size()) >= held) {
+      crossing.insert(slot);
+    }
+  }
+  if (crossing.empty()) return false;
+  replay = LongRopeReplay{};
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int32_t slot = batch.slot[t];
+    if (crossing.count(slot) && batch.pos[t] == cache.length(slot)) {  // the slot's first row
+      const auto& ids = cache.token_ids(slot);
+      for (int32_t p = 0; p < batch.pos[t]; ++p) replay.batch.add(ids[p], slot, p);
+    }
+    replay.rows.push_back(replay.batch.size());
+    replay.batch.add(batch.ids[t], slot, batch.pos[t]);
+  }
+  replay.options.capture = options.capture;
+  if (options.logits_rows.empty()) {
+    replay.options.logits_rows = replay.rows;
+  } else {
+    for (int64_t r : options.logits_rows) {
+      if (r < 0 || r >= batch.size()) {
+        throw InvalidArgument("logits row " + std::to_string(r) + " out of range");
+      }
+      replay.options.logits_rows.push_back(replay.rows[r]);
+    }
+  }
+  for (int64_t slot : crossing) cache.set_length(slot, 0);  // last: nothing above throws after
+  return true;
+}
+
+void drop_replayed_rows(const LongRopeReplay& replay, ForwardResult& result) {
+  const auto m = static_cast<int64_t>(replay.batch.size());
+  for (auto& [name, data] : result.captured) {
+    if (name == "logits") continue;
+    const int64_t cols = static_cast<int64_t>(data.size()) / m;
+    std::vector<float> kept;
+    kept.reserve(replay.rows.size() * cols);
+    for (int64_t r : replay.rows) {
+      kept.insert(kept.end(), data.data() + r * cols, data.data() + (r + 1) * cols);
+    }
+    data = std::move(kept);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "layers/kv_cache.h"
 #include "layers/linear.h"
 #include "layers/numerics.h"
+#include "models/causal_lm.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -48,5 +49,25 @@ float embedding_scale(int64_t hidden_size, const Numerics& numerics);
 // logits -> tanh(logits / cap) * cap in place (cap > 0), rounding each op as
 // transformers' bf16 eager code does.
 void softcap_logits(float* logits, int64_t n, float cap, const Numerics& numerics);
+
+// LongRoPE (Phi-3) as transformers generates: a step in which a sequence first
+// grows past `long_after` positions while its cache holds 1..long_after of
+// them recomputes those too, so that every position takes the long factors
+// (Phi3ForCausalLM.prepare_inputs_for_generation drops the cache then; a step
+// that starts from an empty cache needs nothing). The replay batch holds such
+// a slot's kept token ids at positions 0..L-1 just before the step's rows of
+// that slot, and the slot's cache length is reset to 0 (the cache must keep
+// token ids: KvCache::keep_token_ids). false: nothing to replay.
+struct LongRopeReplay {
+  TokenBatch batch;
+  ForwardOptions options;     // logits_rows: the original rows' (or all of them), in order
+  std::vector<int64_t> rows;  // [M]: each original row's index in `batch`
+};
+bool plan_long_rope_replay(const TokenBatch& batch, KvCache& cache, int64_t long_after,
+                           const ForwardOptions& options, LongRopeReplay& replay);
+
+// Keeps only the original rows of each capture of a replayed step (the
+// logits were already asked for by row).
+void drop_replayed_rows(const LongRopeReplay& replay, ForwardResult& result);
 
 }  // namespace hubzoo

@@ -18,5 +18,8 @@ std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx);  // models/g
 std::unique_ptr<CausalLM> load_olmo2(const LoadContext& ctx);        // models/olmo2.cc
 std::unique_ptr<CausalLM> load_granite(const LoadContext& ctx);      // models/granite.cc
 std::unique_ptr<CausalLM> load_qwen2_moe(const LoadContext& ctx);    // models/qwen2_moe.cc
+std::unique_ptr<CausalLM> load_mistral(const LoadContext& ctx);      // models/mistral.cc
+std::unique_ptr<CausalLM> load_phi3(const LoadContext& ctx);         // models/phi3.cc
+std::unique_ptr<CausalLM> load_smollm3(const LoadContext& ctx);      // models/smollm3.cc
 
 }  // namespace hubzoo

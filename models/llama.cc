@@ -65,8 +65,8 @@ DecoderSpec llama_spec(const JsonObject& c, const LlamaVariant& v) {
   s.tie_word_embeddings = c.get_or<bool>("tie_word_embeddings", false);
   require_activation(c, "hidden_act", "silu");
   const bool mlp_bias = v.mlp_bias_key && c.get_or<bool>("mlp_bias", false);
-  reject_sliding_window(c);
-  s.rope_full = parse_rope_params(c);
+  if (!v.family_windows) reject_sliding_window(c);
+  s.rope_full = parse_rope_params(c, v.rope);
   SparseLayers moe;
   if (v.sparse_moe) moe = parse_qwen3_moe_layers(c, s.hidden_size, num_layers);
   s.moe = moe.moe;

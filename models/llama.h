@@ -21,6 +21,10 @@ struct LlamaVariant {
   int64_t default_vocab_size = 32000;
   int64_t default_max_position_embeddings = 2048;
   bool sparse_moe = false;  // Qwen3-MoE: sparse MoE MLPs on the layers the config picks
+  // The family maps sliding windows onto the layers itself (Mistral, Phi-3,
+  // SmolLM3): llama_spec leaves them full instead of refusing a window.
+  bool family_windows = false;
+  RopeParseOptions rope;  // partial rotary, longrope (Phi-3)
 };
 
 // Which layers are sparse MoE blocks (the rest are dense GatedMlps), and their options.

@@ -23,6 +23,9 @@ const std::map<std::string, Loader>& registry() {
       {"Olmo2ForCausalLM", load_olmo2},         // models/olmo2.cc
       {"GraniteForCausalLM", load_granite},     // models/granite.cc
       {"Qwen2MoeForCausalLM", load_qwen2_moe},  // models/qwen2_moe.cc
+      {"MistralForCausalLM", load_mistral},     // models/mistral.cc
+      {"Phi3ForCausalLM", load_phi3},           // models/phi3.cc
+      {"SmolLM3ForCausalLM", load_smollm3},     // models/smollm3.cc
   };
   return r;
 }

@@ -378,6 +378,68 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
         },
     ),
+    # Mistral: Llama's layers with a sliding window on every layer (11, crossed by the
+    # ladder's 37-token prompts: the ring-buffer cache), head_dim != hidden / heads.
+    "mistral_window": (
+        "MistralForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # GQA 2
+            "head_dim": 24,  # != 64 / 4
+            "intermediate_size": 136,
+            "vocab_size": 521,
+            "tie_word_embeddings": False,
+            "sliding_window": 11,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
+    # Phi-3 (as Phi-4-mini): fused qkv_proj and gate_up_proj tensors, longrope RoPE whose
+    # long factors apply past original_max_position_embeddings 64 (the ladder's 37-token
+    # prompts stay short, their 32-token greedy continuation crosses it and the 512-token
+    # input starts long), attention factor from max_position_embeddings / 64, 3/4 of each
+    # head rotating, sliding window 48.
+    "phi3_longrope": (
+        "Phi3ForCausalLM",
+        {
+            "hidden_size": 96,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,  # GQA 3
+            "intermediate_size": 160,
+            "vocab_size": 1013,
+            "max_position_embeddings": 1024,
+            "original_max_position_embeddings": 64,
+            "tie_word_embeddings": False,
+            "sliding_window": 48,
+            "rope_parameters": {
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.75,  # rotary dim 12 of head_dim 16
+                "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
+                "long_factor": [1.0, 1.4, 2.5, 4.0, 7.0, 11.0],
+            },
+        },
+    ),
+    # SmolLM3: layer 1 without RoPE (no_rope_layers), and with use_sliding_window it is the
+    # sliding layer (window 13); attention and MLP biases; tied embeddings.
+    "smollm3_norope": (
+        "SmolLM3ForCausalLM",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,  # MQA
+            "intermediate_size": 120,
+            "vocab_size": 509,
+            "num_hidden_layers": 3,
+            "no_rope_layers": [1, 0, 1],
+            "use_sliding_window": True,
+            "sliding_window": 13,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 2000000.0},
+        },
+    ),
 }
 
 SEED = 1234
@@ -397,6 +459,9 @@ def _config_class(architecture: str):
         "Olmo2ForCausalLM": transformers.Olmo2Config,
         "GraniteForCausalLM": transformers.GraniteConfig,
         "Qwen2MoeForCausalLM": transformers.Qwen2MoeConfig,
+        "MistralForCausalLM": transformers.MistralConfig,
+        "Phi3ForCausalLM": transformers.Phi3Config,
+        "SmolLM3ForCausalLM": transformers.SmolLM3Config,
     }[architecture]
 
 
