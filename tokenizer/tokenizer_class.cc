@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <iterator>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "tokenizer/tokenizer_class_impl.h"
@@ -240,19 +242,21 @@ namespace hubzoo::tok {
 namespace {
 
 // Added tokens in the order they are added; a token already present is
-// updated in place (tokenizers' add_tokens keeps its id).
+// updated in place (tokenizers' add_tokens keeps its id). Indexed by content:
+// Gemma's files carry thousands.
 class AddedList {
  public:
   Json* find(const Json& content) {
-    for (Json& t : tokens_) {
-      if (t["content"] == content) return &t;
-    }
-    return nullptr;
+    auto it = index_.find(content.is_string() ? content.get<std::string>() : content.dump());
+    return it == index_.end() ? nullptr : &tokens_[it->second];
   }
   void upsert(const Json& token) {
-    if (Json* t = find(token["content"])) {
+    const Json& content = token.contains("content") ? token["content"] : Json();
+    if (Json* t = find(content)) {
       *t = token;
     } else {
+      index_.emplace(content.is_string() ? content.get<std::string>() : content.dump(),
+                     tokens_.size());
       tokens_.push_back(token);
     }
   }
@@ -269,6 +273,7 @@ class AddedList {
 
  private:
   std::vector<Json> tokens_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // tokenizer_config.json's added_tokens_decoder ({"<id>": AddedToken}) sorted
@@ -401,11 +406,11 @@ Json class_post_processor(const std::string& name, const Json& config,
     throw FormatError(src.file + ": " + std::string(name) + " needs the id of special token '" +
                       token + "', which is not in the vocabulary");
   };
-  if (name == "BertTokenizer") {  // models/bert/tokenization_bert.py
+  if (spec->post == ClassPost::kBert) {  // models/bert/tokenization_bert.py
     const std::string cls = s.token_text("cls_token"), sep = s.token_text("sep_token");
     return template_processing({cls}, {sep}, {{cls, id(cls, 2)}, {sep, id(sep, 3)}});
   }
-  if (name == "RobertaTokenizer") {  // models/roberta/tokenization_roberta.py
+  if (spec->post == ClassPost::kRoberta) {  // models/roberta/tokenization_roberta.py
     const std::string cls = s.token_text("cls_token"), sep = s.token_text("sep_token");
     return {{"type", "RobertaProcessing"},
             {"sep", {sep, id(sep, std::nullopt)}},
@@ -413,12 +418,12 @@ Json class_post_processor(const std::string& name, const Json& config,
             {"trim_offsets", s.flag("trim_offsets", true)},
             {"add_prefix_space", s.flag("add_prefix_space", false)}};
   }
-  if (name == "XLMRobertaTokenizer") {  // models/xlm_roberta/tokenization_xlm_roberta.py
+  if (spec->post == ClassPost::kXlmRoberta) {  // models/xlm_roberta/tokenization_xlm_roberta.py
     const std::string bos = s.token_text("bos_token"), eos = s.token_text("eos_token");
     return template_processing({bos}, {eos},
                                {{bos, id(bos, std::nullopt)}, {eos, id(eos, std::nullopt)}});
   }
-  if (name == "T5Tokenizer") {  // models/t5/tokenization_t5.py: "</s>" with eos_token's id
+  if (spec->post == ClassPost::kT5) {  // models/t5/tokenization_t5.py: "</s>" with eos_token's id
     return template_processing({}, {"</s>"},
                                {{"</s>", id(s.token_text("eos_token"), std::nullopt)}});
   }

@@ -38,6 +38,9 @@ class Settings {
   const Source& src_;
 };
 
+// The post-processor a class sets after its tokens are added.
+enum class ClassPost { kFile, kBert, kRoberta, kXlmRoberta, kT5 };
+
 // An emulated class: the model it builds, its special-token defaults (in
 // kSpecialTokenKeys order, nullptr: none), the pipeline it sets.
 struct ClassSpec {
@@ -49,6 +52,7 @@ struct ClassSpec {
   bool plain_specials;
   // T5Tokenizer's default extra_ids (<extra_id_N> sentinels), 0 for others.
   int extra_ids;
+  ClassPost post;
 };
 
 const ClassSpec* find_class(std::string_view name);

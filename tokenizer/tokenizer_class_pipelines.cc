@@ -2,6 +2,7 @@
 // tokenizer.json's vocabulary and merges, as tokenizer.json rewrites. Each
 // builder names the file it mirrors; settings come from tokenizer_config.json
 // with the class's defaults.
+#include <array>
 #include <string_view>
 
 #include "base/error.h"
@@ -161,40 +162,46 @@ void t5(const Settings&, Json& t) { unigram(t, 2, "always"); }
 }  // namespace
 
 const ClassSpec* find_class(std::string_view name) {
+  using P = ClassPost;
+  static constexpr std::array<const char*, 7> kBertTokens = {nullptr, nullptr, "[UNK]", "[SEP]",
+                                                             "[PAD]", "[CLS]", "[MASK]"};
+  static constexpr std::array<const char*, 7> kRobertaTokens = {"<s>",   "</s>", "<unk>", "</s>",
+                                                                "<pad>", "<s>",  "<mask>"};
   static const ClassSpec kClasses[] = {
       {"Qwen2Tokenizer",
        "BPE",
        {nullptr, "<|endoftext|>", "<|endoftext|>", nullptr, "<|endoftext|>", nullptr, nullptr},
        qwen2,
        true,
-       0},
-      {"LlamaTokenizer", "BPE", {"<s>", "</s>", "<unk>"}, llama, false, 0},
+       0,
+       P::kFile},
+      {"LlamaTokenizer", "BPE", {"<s>", "</s>", "<unk>"}, llama, false, 0, P::kFile},
       {"GemmaTokenizer",
        "BPE",
        {"<bos>", "<eos>", "<unk>", nullptr, "<pad>", nullptr, "<mask>"},
        gemma,
        false,
-       0},
-      {"GPT2Tokenizer", "BPE", {"<|endoftext|>", "<|endoftext|>", "<|endoftext|>"}, gpt2, false, 0},
-      {"RobertaTokenizer",
+       0,
+       P::kFile},
+      {"GPT2Tokenizer",
        "BPE",
-       {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>", "<mask>"},
+       {"<|endoftext|>", "<|endoftext|>", "<|endoftext|>"},
        gpt2,
        false,
-       0},
-      {"BertTokenizer",
-       "WordPiece",
-       {nullptr, nullptr, "[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"},
-       bert,
-       false,
-       0},
-      {"XLMRobertaTokenizer",
+       0,
+       P::kFile},
+      {"RobertaTokenizer", "BPE", kRobertaTokens, gpt2, false, 0, P::kRoberta},
+      {"BertTokenizer", "WordPiece", kBertTokens, bert, false, 0, P::kBert},
+      // models/distilbert/tokenization_distilbert.py: BertTokenizer's __init__.
+      {"DistilBertTokenizer", "WordPiece", kBertTokens, bert, false, 0, P::kBert},
+      {"XLMRobertaTokenizer", "Unigram", kRobertaTokens, xlm_roberta, false, 0, P::kXlmRoberta},
+      {"T5Tokenizer",
        "Unigram",
-       {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>", "<mask>"},
-       xlm_roberta,
+       {nullptr, "</s>", "<unk>", nullptr, "<pad>"},
+       t5,
        false,
-       0},
-      {"T5Tokenizer", "Unigram", {nullptr, "</s>", "<unk>", nullptr, "<pad>"}, t5, false, 100},
+       100,
+       P::kT5},
   };
   for (const ClassSpec& c : kClasses) {
     if (c.name == name) return &c;

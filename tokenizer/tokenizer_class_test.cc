@@ -36,6 +36,7 @@ TEST(TokenizerClass, AutoTokenizerChoice) {
   EXPECT_EQ(choice("GemmaTokenizer", "gemma4"), "GemmaTokenizer");
   EXPECT_EQ(choice(nullptr, "gemma3_text"), "GemmaTokenizer");
   EXPECT_EQ(choice("BertTokenizer", nullptr), "BertTokenizer");
+  EXPECT_EQ(choice("DistilBertTokenizerFast", "bert"), "DistilBertTokenizer");
   EXPECT_EQ(choice(nullptr, nullptr), kBackendClass);
   EXPECT_EQ(choice("SomeRemoteTokenizer", nullptr), "SomeRemoteTokenizer");
 }

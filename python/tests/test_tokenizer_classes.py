@@ -305,6 +305,7 @@ def uncased_file(tok):
 @pytest.mark.parametrize("name,config,cls,disagrees", [
     ("bert_lowercases", {}, "BertTokenizer", True),
     ("bert_cased_strip_accents", dict(do_lower_case=False, strip_accents=True), "BertTokenizer", True),
+    ("distilbert", dict(tokenizer_class="DistilBertTokenizerFast"), "DistilBertTokenizer", True),
     ("backend_keeps_file", dict(tokenizer_class="PreTrainedTokenizerFast"), "TokenizersBackend", False),
 ])
 def test_bert(hz, tmp_path, name, config, cls, disagrees):
