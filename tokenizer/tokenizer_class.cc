@@ -260,10 +260,11 @@ class AddedList {
       tokens_.push_back(token);
     }
   }
-  // A named special token: one already added stays as it is, marked special
-  // (transformers maps the name to that AddedToken); a new one is added.
-  void add_special(const Json& token, bool from_string) {
-    if (Json* t = find(token["content"]); t && from_string) {
+  // A special token the config names: one already added keeps its flags and
+  // is marked special (transformers maps the name to that AddedToken, and
+  // add_special_tokens sets the flag); a new one is added.
+  void add_special(const Json& token) {
+    if (Json* t = find(token["content"])) {
       (*t)["special"] = true;
     } else {
       upsert(token);
@@ -315,6 +316,23 @@ std::vector<Json> extra_special_tokens(const Json& config, const Source& src) {
   return out;
 }
 
+// Model-specific named tokens ("image_token": "<image>"): other *_token keys
+// holding a string or a serialized AddedToken, as tokenization_utils_base.py
+// collects them (in key order here, file order there: it only changes the ids
+// of several such tokens that are all new).
+std::vector<Json> model_specific_tokens(const Json& config, const Source& src) {
+  std::vector<Json> out;
+  for (const auto& [key, value] : config.items()) {
+    if (!key.ends_with("_token") || std::find(kSpecialTokenKeys.begin(), kSpecialTokenKeys.end(),
+                                              key) != kSpecialTokenKeys.end()) {
+      continue;
+    }
+    if (value.is_string() || (value.is_object() && string_of(value, "__type") == "AddedToken"))
+      out.push_back(added_token(value, true, key, src));
+  }
+  return out;
+}
+
 // The added tokens AutoTokenizer ends with (TokenizersBackend.__init__ and
 // _post_init): a class that rebuilds the pipeline starts from the config's
 // added_tokens_decoder when present, TokenizersBackend from the file's with
@@ -335,10 +353,13 @@ void apply_added_tokens(const ClassSpec* spec, const Json& config, Json& tokeniz
   std::vector<Json> specials;
   for (size_t i = 0; i < kSpecialTokenKeys.size(); ++i) {
     if (std::optional<Json> t = settings.token(i)) {
-      const char* key = kSpecialTokenKeys[i];
-      list.add_special(*t, !config.contains(key) || config[key].is_string());
+      list.add_special(*t);
       specials.push_back(std::move(*t));
     }
+  }
+  for (Json& t : model_specific_tokens(config, src)) {
+    list.add_special(t);
+    specials.push_back(std::move(t));
   }
   std::vector<Json> extra = extra_special_tokens(config, src);
   if (extra.empty() && spec && spec->extra_ids > 0) {
@@ -347,7 +368,7 @@ void apply_added_tokens(const ClassSpec* spec, const Json& config, Json& tokeniz
       extra.push_back(added_token(Json("<extra_id_" + std::to_string(i) + ">"), true, "", src));
   }
   for (Json& t : extra) {
-    list.add_special(t, true);
+    list.add_special(t);
     specials.push_back(std::move(t));
   }
   if (spec && spec->plain_specials) {

@@ -24,6 +24,7 @@ QWEN_GGUF = REPO / "models" / "gguf" / "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
 SPECIAL_TEXTS = [
     "x<|im_start|>y <|im_start|> z <|endoftext|>w <|fresh|> <|another|> <|brand_new|>",
     "a <tool_call> b<tool_call>c <TOOL_CALL> <s>d</s> <bos>e<eos> [CLS] [SEP] <mask>",
+    "a <|img|> b<|img2|>c <|x|> d <|im_end|> e",
 ]
 TEXTS = CORPUS + SPECIAL_TEXTS
 
@@ -287,6 +288,16 @@ SMOLLM2_CASES = {
                                 **ROBERTA_TOKENS), None, "RobertaTokenizer", True),
     # A named special token tokenizer.json lacks becomes a special added token.
     "new_named_token": (None, dict(bos_token="<|brand_new|>"), None, "TokenizersBackend", True),
+    # Other *_token keys are special tokens too (a string, or a serialized AddedToken).
+    "model_specific_tokens": (None, dict(image_token="<|img|>", audio_token={
+        "content": "<|img2|>", "lstrip": True, "__type": "AddedToken"}), None,
+        "TokenizersBackend", True),
+    "extra_special_tokens_dict": (None, dict(extra_special_tokens={"image_token": "<|x|>"}), None,
+                                  "TokenizersBackend", True),
+    # A named token tokenizer.json already has keeps the file's flags, not the config's.
+    "named_token_keeps_file_flags": (None, dict(eos_token={
+        "content": "<|im_end|>", "lstrip": True, "special": True, "__type": "AddedToken"}), None,
+        "TokenizersBackend", False),
 }
 
 
