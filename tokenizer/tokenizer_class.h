@@ -10,8 +10,9 @@
 // rest itself: model flags, normalizer, pre-tokenizer, decoder and, for the
 // encoder classes, the post-processor. Added tokens then come from
 // tokenizer_config.json's `added_tokens_decoder` when present, and named
-// special tokens (bos/eos/unk/sep/pad/cls/mask, extra_special_tokens) missing
-// from them are added as special tokens, for every class.
+// special tokens (bos/eos/unk/sep/pad/cls/mask, other *_token keys,
+// extra_special_tokens) missing from them are added as special tokens, for
+// every class.
 // Where the file disagrees with its class, AutoTokenizer follows the class;
 // so does Tokenizer::from_pretrained(dir).
 #pragma once
