@@ -2,6 +2,7 @@
 
 #include "io/gguf.h"
 #include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/tokenizer_class.h"
 
 #include <limits>
 
@@ -56,10 +57,32 @@ Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
   }
   const std::filesystem::path file = dir / "tokenizer.json";
   if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
-  Tokenizer t = from_file(file);
-  const std::filesystem::path config = dir / "tokenizer_config.json";
-  t.apply_tokenizer_config(
-      std::filesystem::exists(config) ? read_json_file(config) : Json::object(), config.string());
+  Json tokenizer_json = read_json_file(file);
+  const std::filesystem::path config_file = dir / "tokenizer_config.json";
+  const std::filesystem::path model_file = dir / "config.json";
+  const Json config =
+      std::filesystem::exists(config_file) ? read_json_file(config_file) : Json::object();
+  if (!config.is_object())
+    throw FormatError(config_file.string() + ": top level must be an object");
+  const Json model = std::filesystem::exists(model_file) ? read_json_file(model_file) : Json();
+  // The class AutoTokenizer picks rebuilds parts of tokenizer.json (tokenizer_class.h).
+  const std::string name = tok::auto_tokenizer_class(config, model, tokenizer_json);
+  const Source config_src{config_file.string()};
+  bool rebuilt = false;
+  if (tokenizer_json.is_object()) {
+    try {
+      rebuilt = tok::apply_tokenizer_class(name, config, tokenizer_json, config_src);
+    } catch (const Json::exception& e) {
+      throw FormatError(config_file.string() + ": " + e.what());
+    }
+  }
+  Tokenizer t = from_json(tokenizer_json, file.string());
+  if (rebuilt) {
+    auto id_of = [&t](const std::string& token) { return t.token_to_id(token); };
+    Json processor = tok::class_post_processor(name, config, id_of, config_src);
+    if (!processor.is_null()) t.post_processor_ = tok::make_post_processor(processor, config_src);
+  }
+  t.apply_tokenizer_config(config, config_file.string());
   return t;
 }
 

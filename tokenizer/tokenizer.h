@@ -26,7 +26,8 @@ class Tokenizer {
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
   static Tokenizer from_json(const nlohmann::json& j, const std::string& source = "tokenizer.json");
   // A snapshot directory holding tokenizer.json, used as transformers'
-  // AutoTokenizer uses it (tokenizer_config.json applied on top; see
+  // AutoTokenizer uses it: the class it picks rebuilds parts of the file
+  // (tokenizer_class.h), then tokenizer_config.json applies on top (see
   // apply_tokenizer_config). from_file/from_json are HF `tokenizers` exactly.
   static Tokenizer from_pretrained(const std::filesystem::path& snapshot_dir);
 
