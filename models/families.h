@@ -15,5 +15,8 @@ std::unique_ptr<CausalLM> load_qwen3_moe(const LoadContext& ctx);
 std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx);       // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx);  // models/gemma.cc
 std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx);  // models/gemma4.cc
+// The text towers of multimodal checkpoints (models/gemma_multimodal.cc).
+std::unique_ptr<CausalLM> load_gemma3_conditional(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_gemma4_conditional(const LoadContext& ctx);
 
 }  // namespace hubzoo
