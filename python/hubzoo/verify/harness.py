@@ -346,6 +346,8 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
     snapshot = _resolve(model)
     with open(os.path.join(snapshot, "config.json")) as f:
         config = json.load(f)
+    if isinstance(config.get("text_config"), dict):  # a multimodal checkpoint: its text tower
+        config = {**config["text_config"], "architectures": config.get("architectures")}
 
     import torch
 
