@@ -366,7 +366,7 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
             hf16 = reference.load(snapshot, "bfloat16")
         except Exception as e:  # transformers raises many types for an unloadable snapshot
             raise VerifyError(f"{model}: transformers cannot load {snapshot}: {type(e).__name__}: {e}") from None
-        num_layers = len(hf32.model.layers)
+        num_layers = len(getattr(hf32.model, "language_model", hf32.model).layers)
         names = reference.layer_names(num_layers)
 
         refs = {}
