@@ -29,6 +29,7 @@ class ChatSession {
                               load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file))),
         tokenizer_(Tokenizer::from_pretrained(model_->info().tokenizer_source())),
         template_(ChatTemplate::from_snapshot(model_->info().tokenizer_source())) {
+    note_ignored_modules(model_->info());
     reset();
   }
 

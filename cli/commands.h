@@ -24,6 +24,10 @@ void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quanti
 LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
                          const std::string& quantize, const std::string& gguf_file);
 
+// One stderr line per part of the checkpoint the model does not run (a
+// multimodal checkpoint's vision/audio towers), with the reason.
+void note_ignored_modules(const ModelInfo& info);
+
 struct ChatArgs {
   std::string model, message, system, dtype = "float32", mode = "fused", gguf_file, quantize;
   int64_t max_new_tokens = 512;

@@ -64,6 +64,7 @@ int run_generate(const GenerateArgs& a) {
   // With --ids a checkpoint without tokenizer.json still runs (text is then null).
   std::optional<Tokenizer> tokenizer;
   const ModelInfo& info = model->info();
+  cli::note_ignored_modules(info);
   if (!a.prompt.empty() || !info.gguf_file.empty() ||
       std::filesystem::exists(info.snapshot / "tokenizer.json")) {
     tokenizer = Tokenizer::from_pretrained(info.tokenizer_source());
@@ -147,6 +148,7 @@ int run_inspect(const std::string& model_ref, const LoadOptions& options) {
       {"bos_token_id", i.bos_token_id},
       {"pad_token_id", i.pad_token_id},
       {"ignored_tensors", i.ignored_tensors},
+      {"ignored_modules", i.ignored_modules},
       {"dtype", i.numerics.dtype_name()},
       {"mode", i.numerics.mode_name()},
       {"matmul_target", matmul_target_name()},

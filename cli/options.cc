@@ -1,5 +1,6 @@
 // Options every model-loading subcommand shares.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "cli/commands.h"
 
@@ -16,6 +17,12 @@ void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quanti
 LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
                          const std::string& quantize, const std::string& gguf_file) {
   return LoadOptions::parse(threads, dtype, mode, quantize, gguf_file);
+}
+
+void note_ignored_modules(const ModelInfo& info) {
+  for (const auto& [prefix, reason] : info.ignored_modules) {
+    std::fprintf(stderr, "hubzoo: not loaded: %s* (%s)\n", prefix.c_str(), reason.c_str());
+  }
 }
 
 }  // namespace hubzoo::cli

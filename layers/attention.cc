@@ -85,12 +85,22 @@ struct Chunk {
   int64_t m, d, nh, nkv, q_size, kv_size, group;
   // Rows differ in length: smaller chunks, claimed by whichever thread is free.
   int chunks;
+  // Bidirectional: one past each slot's last position in this batch.
+  std::vector<int64_t> seq_end;
 
   // Rows are taken from both ends of the batch in turn, so that the
   // contiguous halves the threads get hold as many long causal rows as short ones.
   int64_t row_of(int64_t i) const { return i % 2 == 0 ? i / 2 : m - 1 - i / 2; }
   int64_t first_visible(int64_t p) const {
     return opt.window > 0 ? std::max<int64_t>(0, p - opt.window + 1) : 0;
+  }
+  // One past the last position row t sees: its own (causal), or its
+  // sequence's last within the window (bidirectional).
+  int64_t visible_end(int64_t t) const {
+    const int64_t p = batch.pos[t];
+    if (!opt.bidirectional) return p + 1;
+    const int64_t end = seq_end[batch.slot[t]];
+    return opt.window > 0 ? std::min(end, p + opt.window) : end;
   }
   // fp32 scores without softcap: one pass with an online softmax over keys in
   // blocks of 16 positions (ops/attend_online.h).
@@ -118,7 +128,7 @@ void attend_online_cache(const Chunk& c, const BlocksOf& blocks_of, int64_t stri
                              .values = stored.value(c.layer, slot, lo) + kvh * c.d,
                              .v_stride = c.kv_size,
                              .lane0 = lo % kKeyBlock,
-                             .len = c.batch.pos[t] + 1 - lo,
+                             .len = c.visible_end(t) - lo,
                              .d = c.d,
                              .scale = c.opt.score.scale,
                              .out = &c.out[at],
@@ -186,7 +196,7 @@ void attend_cache_rows(const Chunk& c) {
         for (int64_t item = begin; item < end; ++item) {
           const int64_t t = c.row_of(item / c.nh), h = item % c.nh, kvh = h / c.group;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
-          const int64_t len = c.batch.pos[t] + 1 - lo;
+          const int64_t len = c.visible_end(t) - lo;
           const float* keys = stored.key(c.layer, slot, lo) + kvh * c.d;
           const float* values = stored.value(c.layer, slot, lo) + kvh * c.d;
           scores.resize(len);
@@ -226,7 +236,7 @@ void attend_ring(const Chunk& c) {
           const int64_t t = c.row_of(item / per_row), h = item % per_row * heads_per_item,
                         kvh = h / c.group;
           const int64_t slot = c.batch.slot[t], p = c.batch.pos[t], lo = c.first_visible(p);
-          const int64_t cached = stored.length(slot), len = p + 1 - lo;
+          const int64_t cached = stored.length(slot), len = c.visible_end(t) - lo;
           const std::vector<int64_t>& chunk = rows[slot];
           auto key_at = [&](int64_t j) {
             const int64_t pj = lo + j;
@@ -273,6 +283,21 @@ void attend_ring(const Chunk& c) {
       c.chunks);
 }
 
+// One past each slot's last position; every slot's rows must be its whole
+// sequence (an empty cache), since a row sees the positions after its own.
+std::vector<int64_t> bidirectional_ends(const TokenBatch& batch, const KvCache& cache) {
+  std::vector<int64_t> end(cache.num_slots(), 0);
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    if (cache.length(batch.slot[t]) != 0) {
+      throw InvalidArgument(
+          "attention: bidirectional attention needs each sequence whole in one chunk (slot " +
+          std::to_string(batch.slot[t]) + " continues a cached sequence)");
+    }
+    end[batch.slot[t]] = std::max<int64_t>(end[batch.slot[t]], batch.pos[t] + 1);
+  }
+  return end;
+}
+
 void throw_if_blocked(const KvCache& cache, int64_t layer, const char* why) {
   if (cache.blocked_keys(layer)) {
     throw InvalidArgument("attention: cache layer " + std::to_string(layer) +
@@ -299,23 +324,25 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
                   KvCache& cache, int64_t layer, const ChunkOptions& opt, float* out,
                   ThreadPool& pool, LayerWorkspace& ws, bool store) {
   const int64_t d = opt.head_dim, nh = opt.num_heads, nkv = opt.num_kv_heads;
-  const Chunk c{batch,
-                q,
-                k,
-                v,
-                cache,
-                layer,
-                opt,
-                out,
-                pool,
-                batch.size(),
-                d,
-                nh,
-                nkv,
-                nh * d,
-                nkv * d,
-                nh / nkv,
-                8 * pool.num_threads()};
+  Chunk c{batch,
+          q,
+          k,
+          v,
+          cache,
+          layer,
+          opt,
+          out,
+          pool,
+          batch.size(),
+          d,
+          nh,
+          nkv,
+          nh * d,
+          nkv * d,
+          nh / nkv,
+          8 * pool.num_threads(),
+          {}};
+  if (opt.bidirectional) c.seq_end = bidirectional_ends(batch, cache);
   const int64_t ring = cache.window(layer);
   if (cache.row_size(layer) != c.kv_size) {
     throw InvalidArgument("attention: cache layer " + std::to_string(layer) + " holds rows of " +
@@ -458,6 +485,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   chunk.num_kv_heads = nkv;
   chunk.head_dim = d;
   chunk.window = opt_.window;
+  chunk.bidirectional = opt_.bidirectional;
   chunk.score.scale =
       opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   chunk.score.softcap = opt_.softcap;

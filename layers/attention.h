@@ -44,6 +44,10 @@ struct AttentionOptions {
   float scale = 0.0f;    // score scale; 0: head_dim^-0.5
   float softcap = 0.0f;  // > 0: scores -> tanh(scores / softcap) * softcap
   int64_t window = 0;    // > 0: a row at position p sees positions (p - window, p]
+  // An encoder's attention (EmbeddingGemma): a row at p sees every position of
+  // its sequence, or (p - window, p + window) of it; the whole sequence comes
+  // in one chunk from position 0.
+  bool bidirectional = false;
 };
 
 // How one query head turns q k^T into attention weights.
@@ -64,7 +68,8 @@ void attend_head(const float* q, const float* keys, const float* values, int64_t
 // The geometry of attend_chunk.
 struct ChunkOptions {
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  int64_t window = 0;  // > 0: a row at position p sees positions (p - window, p]
+  int64_t window = 0;          // > 0: a row at position p sees positions (p - window, p]
+  bool bidirectional = false;  // AttentionOptions::bidirectional
   ScoreOptions score;
 };
 

@@ -1,5 +1,6 @@
 // The ring-buffer KV cache of a sliding-window layer against a full cache
-// with the window as a mask: same bits for every row, whatever the chunking.
+// with the window as a mask: same bits for every row, whatever the chunking;
+// bidirectional (encoder) attention against explicit attention over its window.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -238,6 +239,64 @@ TEST(RingKvCache, DeferredStoreServesALayerReadingAnotherLayersKeys) {
   for (int s = 0; s < 2; ++s) {
     expect_same_bits(producer[s], want[s]);
     expect_same_bits(consumer[s], want[s]);
+  }
+}
+
+// Bidirectional (an encoder, EmbeddingGemma): each row attends to its
+// sequence's positions [p - window + 1, p + window - 1] (all of them without a
+// window), the same bits from a ring or a full cache, alone or beside
+// another sequence; a sequence continuing a cached one is refused.
+TEST(BidirectionalAttention, SeesBothWaysWithinTheWindow) {
+  ThreadPool pool(2);
+  const std::vector<Rows> seqs = {random_rows(21, 13), random_rows(21, 14)};
+  for (int64_t window : {int64_t{0}, int64_t{5}, kWindow}) {
+    ChunkOptions opt = options(false, 0.0f);
+    opt.window = window;
+    opt.bidirectional = true;
+    KvCache full(1, 2, kKv);
+    const auto out = run(full, seqs, {{21}, {9}}, opt, pool);
+    for (bool eager : {false, true}) {
+      ChunkOptions o = options(eager, 0.0f);
+      o.window = window;
+      o.bidirectional = true;
+      KvCache ring({KvLayerSpec{kKv, window}}, 2), rows(1, 2, kKv);
+      const auto a = run(ring, seqs, {{21}, {9}}, o, pool);
+      const auto b = run(rows, seqs, {{21}, {9}}, o, pool);
+      expect_same_bits(a[0], b[0]);
+      expect_same_bits(a[1], b[1]);
+      if (!eager) expect_same_bits(a[0], out[0]);
+    }
+    std::vector<float> blocks, expect(kDim);
+    for (int64_t p = 0; p < 21; ++p) {
+      const int64_t lo = window ? std::max<int64_t>(0, p - window + 1) : 0;
+      const int64_t hi = window ? std::min<int64_t>(21, p + window) : 21, len = hi - lo;
+      const int64_t lane0 = lo % kKeyBlock;
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const int64_t kvh = h / (kHeads / kKvHeads);
+        blocks.assign(key_blocks(lane0, len) * kDim * kKeyBlock, 0.0f);
+        transpose_key_blocks_reference(&seqs[0].k[lo * kKv + kvh * kDim], kKv, lane0, len, kDim,
+                                       blocks.data());
+        attend_online_f32_reference({.q = &seqs[0].q[p * kQ + h * kDim],
+                                     .q_stride = kDim,
+                                     .nq = 1,
+                                     .kt = blocks.data(),
+                                     .kt_stride = kDim * kKeyBlock,
+                                     .values = &seqs[0].v[lo * kKv + kvh * kDim],
+                                     .v_stride = kKv,
+                                     .lane0 = lane0,
+                                     .len = len,
+                                     .d = kDim,
+                                     .scale = 0.3f,
+                                     .out = expect.data(),
+                                     .out_stride = kDim});
+        for (int64_t i = 0; i < kDim; ++i) {
+          ASSERT_EQ(out[0][p * kQ + h * kDim + i], expect[i]) << "window " << window << " p " << p;
+        }
+      }
+    }
+    // A second chunk would need keys after the first chunk's rows: refused.
+    KvCache again(1, 2, kKv);
+    EXPECT_THROW(run(again, seqs, {{5, 3}, {4, 1}}, opt, pool), InvalidArgument);
   }
 }
 

@@ -35,6 +35,12 @@ struct ModelInfo {
   int64_t bos_token_id = -1;
   int64_t pad_token_id = -1;
   std::map<std::string, std::string> ignored_tensors;  // name -> reason
+  // Tensor-name prefixes not run, with the reason (a multimodal checkpoint's
+  // vision/audio towers); each of their tensors is in ignored_tensors too.
+  std::map<std::string, std::string> ignored_modules;
+  // false: bidirectional attention (an encoder such as EmbeddingGemma), which
+  // runs each sequence whole and cannot generate.
+  bool causal = true;
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;        // resident, as packed for compute
   int64_t quantized_matrices = 0;  // matrices kept block-quantized

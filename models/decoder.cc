@@ -101,16 +101,24 @@ void Decoder::forward_step(const TokenBatch& batch, KvCache& cache, const Forwar
 }
 
 // x [M, H]: the token embeddings, times embed_scale_ (rounded as transformers) when scaled.
+int64_t Decoder::embedding_id(int64_t id) const {
+  const auto& remap = spec_.text_tower.embed_as;
+  if (remap.empty()) return id;
+  const auto it = remap.find(id);
+  return it == remap.end() ? id : it->second;
+}
+
 void Decoder::embed(const TokenBatch& batch, float* x) const {
   const int64_t m = batch.size(), h = spec_.hidden_size;
   for (int64_t t = 0; t < m; ++t) {
     float* row = x + t * h;
+    const int64_t id = embedding_id(batch.ids[t]);
     if (spec_.tie_word_embeddings) {
-      lm_head_.weight.copy_row(batch.ids[t], row);
+      lm_head_.weight.copy_row(id, row);
     } else if (embed_quantized_.is_quantized()) {
-      embed_quantized_.copy_row(batch.ids[t], row);
+      embed_quantized_.copy_row(id, row);
     } else {
-      std::copy_n(embed_tokens_.data() + batch.ids[t] * h, h, row);
+      std::copy_n(embed_tokens_.data() + id * h, h, row);
     }
     if (!spec_.scale_embeddings) continue;
     for (int64_t i = 0; i < h; ++i) row[i] = numerics_.round_eager(row[i] * embed_scale_);
@@ -131,7 +139,7 @@ void Decoder::per_layer_inputs(const TokenBatch& batch, const float* x, float* p
   per_layer_projection_norm_.forward(proj, m * nl, proj);
   const auto input_scale = static_cast<float>(std::pow(2.0, -0.5));
   for (int64_t t = 0; t < m; ++t) {
-    const float* token = embed_tokens_per_layer_.data() + batch.ids[t] * width;
+    const float* token = embed_tokens_per_layer_.data() + embedding_id(batch.ids[t]) * width;
     for (int64_t j = 0; j < width; ++j) {
       const float tok = num.round_eager(token[j] * ple_embed_scale_);
       float& value = proj[t * width + j];

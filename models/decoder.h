@@ -28,7 +28,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/attention.h"
@@ -111,6 +114,20 @@ struct DecoderSpec {
   bool blocked_key_cache = false;
 
   std::vector<LayerSpec> layers;
+
+  // A multimodal checkpoint's text tower (Gemma 3/4 *ForConditionalGeneration).
+  // names: {model prefix, lm_head prefix} spellings tried in order, the first
+  // whose {model prefix}embed_tokens.weight exists wins; empty: "model." and
+  // "lm_head" (a CausalLM), or bare names (a base model). ignored_prefixes:
+  // tensor-name prefix -> why every tensor under it is not run (vision/audio towers).
+  // embed_as: token id -> the id whose embeddings (and PLE) it takes (Gemma 4's
+  // media placeholders, embedded as pad_token_id in text-only input).
+  struct TextTower {
+    std::vector<std::pair<std::string, std::string>> names;
+    std::map<std::string, std::string> ignored_prefixes;
+    std::map<int64_t, int64_t> embed_as;
+  };
+  TextTower text_tower;
 };
 
 // Builds the decoder `spec` describes from the checkpoint in ctx.snapshot.

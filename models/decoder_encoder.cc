@@ -2,6 +2,8 @@
 // the last hidden state is the CausalLM's final norm output ("norm"), taken
 // through the capture interface so the decoder's numerics stay exactly those
 // of generation. Each sequence gets its own cache slot, positions 0..n-1.
+// Gemma 3 with use_bidirectional_attention (EmbeddingGemma, a Gemma3TextModel)
+// attends both ways: each sequence runs whole in one chunk.
 #include <algorithm>
 
 #include "base/error.h"
@@ -23,7 +25,7 @@ class DecoderEncoder final : public Encoder {
     info_.max_position_embeddings = i.max_position_embeddings;
     info_.max_tokens = i.max_position_embeddings;
     info_.pad_token_id = i.pad_token_id;
-    info_.causal = true;
+    info_.causal = i.causal;  // false: bidirectional (EmbeddingGemma)
     info_.ignored_tensors = i.ignored_tensors;
     info_.num_parameters = i.num_parameters;
     info_.numerics = i.numerics;

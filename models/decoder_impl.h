@@ -81,7 +81,9 @@ class Decoder final : public CausalLM {
   struct Step;  // one forward's batch, cache, options and buffers (models/decoder.cc)
 
   // Loading (models/decoder_load.cc).
-  void load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m);
+  // m: the model's tensor prefix ("model.", ""); head: the lm_head's ("lm_head").
+  void load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m,
+                       const std::string& head);
   DecoderLayer load_layer(WeightLoader& w, const std::string& m, int64_t i);
   void load_moe_branch(WeightLoader& w, const std::string& p, DecoderLayer& layer);
   void plan_cache();
@@ -91,6 +93,8 @@ class Decoder final : public CausalLM {
   // slot when it must, forward_step runs one batch.
   void forward_step(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                     ForwardResult& out);
+  // The row a token id takes in the embedding tables (DecoderSpec::TextTower::embed_as).
+  int64_t embedding_id(int64_t id) const;
   void embed(const TokenBatch& batch, float* x) const;
   void per_layer_inputs(const TokenBatch& batch, const float* x, float* proj) const;
   void layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm, Step& s);

@@ -28,6 +28,53 @@ std::unique_ptr<Rope> rope_for(const DecoderSpec& spec, RopeKind kind) {
   return std::make_unique<Rope>(params, head_dim, spec.max_position_embeddings);
 }
 
+// The tensor names of the text tower: {model prefix, lm_head prefix}.
+// Base-model checkpoints (LlamaModel, Qwen3Model, Gemma3TextModel: what
+// sentence-transformers saves, e.g. Qwen3-Embedding) carry bare names and no lm_head.
+std::pair<std::string, std::string> tower_names(const DecoderSpec& spec, const WeightLoader& w) {
+  const auto& names = spec.text_tower.names;
+  for (const auto& [model, head] : names) {
+    if (w.contains(model + "embed_tokens.weight")) return {model, head};
+  }
+  if (!names.empty()) {
+    std::string tried;
+    for (const auto& n : names)
+      tried += (tried.empty() ? "" : ", ") + n.first + "embed_tokens.weight";
+    throw TensorMappingError("the checkpoint has no text tower: none of " + tried);
+  }
+  const bool bare = !w.contains("model.embed_tokens.weight") && w.contains("embed_tokens.weight");
+  return {bare ? "" : "model.", "lm_head"};
+}
+
+// Ignores every tensor under an ignored prefix (a tower not run) with its
+// reason; returns the prefixes that held tensors.
+std::map<std::string, std::string> ignore_modules(const DecoderSpec& spec, const Checkpoint& ckpt,
+                                                  WeightLoader& w) {
+  std::map<std::string, std::string> found;
+  if (spec.text_tower.ignored_prefixes.empty()) return found;
+  for (const auto& name : ckpt.names()) {
+    for (const auto& [prefix, reason] : spec.text_tower.ignored_prefixes) {
+      if (!name.starts_with(prefix)) continue;
+      w.ignore(name, reason);
+      found[prefix] = reason;
+    }
+  }
+  return found;
+}
+
+// The ids placeholders are embedded as must have embeddings.
+void check_embed_as(const DecoderSpec& spec) {
+  for (const auto& [from, to] : spec.text_tower.embed_as) {
+    const bool ple = spec.hidden_size_per_layer_input > 0;
+    if (to < 0 || to >= spec.vocab_size || (ple && to >= spec.vocab_size_per_layer_input)) {
+      throw ConfigError("pad_token_id " + std::to_string(to) + ", which token " +
+                        std::to_string(from) +
+                        " (a media placeholder) is embedded as, is "
+                        "outside the vocabulary");
+    }
+  }
+}
+
 }  // namespace
 
 Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
@@ -42,11 +89,10 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   }
   rope_full_ = rope_for(spec_, RopeKind::kFull);
   rope_sliding_ = rope_for(spec_, RopeKind::kSliding);
-  // Base-model checkpoints (LlamaModel, Qwen3Model, Gemma3TextModel: what
-  // sentence-transformers saves, e.g. Qwen3-Embedding) carry bare names and no lm_head.
-  const bool bare = !w.contains("model.embed_tokens.weight") && w.contains("embed_tokens.weight");
-  const std::string m = bare ? "" : "model.";
-  load_embeddings(ctx, w, m);
+  check_embed_as(spec_);
+  const auto [m, head] = tower_names(spec_, w);
+  const auto ignored_modules = ignore_modules(spec_, *ckpt, w);
+  load_embeddings(ctx, w, m, head);
   const int64_t nl = static_cast<int64_t>(spec_.layers.size());
   for (int64_t i = 0; i < nl; ++i) layers_.push_back(load_layer(w, m, i));
   norm_ = RMSNorm::load_kind(spec_.norm_kind, w, m + "norm.weight", spec_.hidden_size,
@@ -61,6 +107,8 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   build_capture_names();
   info_ = decoder_model_info(ctx, *ckpt, w.ignored(), spec_.vocab_size, spec_.hidden_size, nl,
                              spec_.max_position_embeddings);
+  info_.ignored_modules = ignored_modules;
+  for (const LayerSpec& l : spec_.layers) info_.causal = info_.causal && !l.attn.bidirectional;
   info_.quantized_matrices = w.quantized_matrices();
   info_.weight_bytes = w.bytes();
   if (ctx.numerics.int8 && info_.quantized_matrices == 0) {
@@ -70,21 +118,22 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   }
 }
 
-void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m) {
+void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std::string& m,
+                              const std::string& head) {
   const int64_t h = spec_.hidden_size, v = spec_.vocab_size;
   if (spec_.scale_embeddings) embed_scale_ = embedding_scale(h, numerics_);
   // (V, H): embed_tokens; lm_head shares it when tied.
   if (spec_.tie_word_embeddings) {
     lm_head_.weight = w.take_packed(m + "embed_tokens.weight", v, h);
-    w.ignore("lm_head.weight", "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
+    w.ignore(head + ".weight", "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
   } else {
     if (w.quantized(m + "embed_tokens.weight")) {  // rows dequantized at lookup
       embed_quantized_ = w.take_packed(m + "embed_tokens.weight", v, h);
     } else {
       embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
     }
-    has_lm_head_ = ctx.needs_lm_head || w.contains("lm_head.weight");
-    if (has_lm_head_) lm_head_ = Linear::load(w, "lm_head", h, v, /*has_bias=*/false);
+    has_lm_head_ = ctx.needs_lm_head || w.contains(head + ".weight");
+    if (has_lm_head_) lm_head_ = Linear::load(w, head, h, v, /*has_bias=*/false);
   }
   const int64_t ple = spec_.hidden_size_per_layer_input;
   if (ple == 0) return;

@@ -21,5 +21,8 @@ std::unique_ptr<CausalLM> load_qwen2_moe(const LoadContext& ctx);    // models/q
 std::unique_ptr<CausalLM> load_mistral(const LoadContext& ctx);      // models/mistral.cc
 std::unique_ptr<CausalLM> load_phi3(const LoadContext& ctx);         // models/phi3.cc
 std::unique_ptr<CausalLM> load_smollm3(const LoadContext& ctx);      // models/smollm3.cc
+// The text towers of multimodal checkpoints (models/gemma_multimodal.cc).
+std::unique_ptr<CausalLM> load_gemma3_conditional(const LoadContext& ctx);
+std::unique_ptr<CausalLM> load_gemma4_conditional(const LoadContext& ctx);
 
 }  // namespace hubzoo

@@ -6,19 +6,22 @@
 // (Gemma 3), and interleaved sliding-window / global layers, each type with
 // its own RoPE; a sliding layer's KV cache holds only its window.
 #include "models/gemma.h"
+#include "base/error.h"
 #include "models/decoder.h"
 #include "models/families.h"
 
 namespace hubzoo {
-namespace {
 
-DecoderSpec gemma_spec(const GemmaConfig& cfg) {
+DecoderSpec gemma_decoder_spec(const GemmaConfig& cfg) {
   DecoderSpec s = gemma_common_spec(cfg, NormKind::kUnitOffset);  // (1 + w) in fp32
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const bool sliding = cfg.layer_types[i] == LayerType::kSliding;
     LayerSpec l;
     l.attn = cfg.attn;
     l.attn.window = sliding ? cfg.sliding_window : 0;
+    // Bidirectional: |q - k| < sliding_window // 2 + 1 (Gemma3TextConfig.__post_init__).
+    l.attn.bidirectional = cfg.bidirectional;
+    if (sliding && cfg.bidirectional) l.attn.window = cfg.sliding_window / 2 + 1;
     l.rope = sliding ? RopeKind::kSliding : RopeKind::kFull;
     l.intermediate_size = cfg.intermediate_size;
     l.activation = Activation::kGeluTanh;
@@ -26,8 +29,6 @@ DecoderSpec gemma_spec(const GemmaConfig& cfg) {
   }
   return s;
 }
-
-}  // namespace
 
 DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind) {
   DecoderSpec s;
@@ -46,11 +47,17 @@ DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind) 
 }
 
 std::unique_ptr<CausalLM> load_gemma2(const LoadContext& ctx) {
-  return load_decoder(ctx, gemma_spec(parse_gemma_config(ctx.config, 2)));
+  return load_decoder(ctx, gemma_decoder_spec(parse_gemma_config(ctx.config, 2)));
 }
 
 std::unique_ptr<CausalLM> load_gemma3_text(const LoadContext& ctx) {
-  return load_decoder(ctx, gemma_spec(parse_gemma_config(ctx.config, 3)));
+  const GemmaConfig cfg = parse_gemma_config(ctx.config, 3);
+  if (cfg.bidirectional && ctx.needs_lm_head) {
+    throw ConfigError(ctx.config.where() +
+                      ": use_bidirectional_attention true makes an encoder (EmbeddingGemma), "
+                      "not a causal LM; load it as an encoder (hubzoo embed, hubzoo.Embedder)");
+  }
+  return load_decoder(ctx, gemma_decoder_spec(cfg));
 }
 
 }  // namespace hubzoo

@@ -35,7 +35,14 @@ struct GemmaConfig : GemmaCommonConfig {
   int64_t intermediate_size = 0;
   std::vector<LayerType> layer_types;  // one per layer
   AttentionOptions attn;               // window is set per layer from layer_types
+  // use_bidirectional_attention (Gemma 3, EmbeddingGemma): every layer attends
+  // both ways, a sliding one within sliding_window // 2 + 1 (exclusive) of the
+  // row, as Gemma3TextConfig converts it; an encoder only.
+  bool bidirectional = false;
 };
+
+// The decoder spec of a Gemma 2 / Gemma 3 text config (models/gemma.cc).
+DecoderSpec gemma_decoder_spec(const GemmaConfig& cfg);
 
 // Gemma2Config / Gemma3TextConfig as transformers 5.23 reads them (defaults,
 // layer_types or the sliding-window pattern, per-layer-type RoPE in either
@@ -75,5 +82,8 @@ struct Gemma4Config : GemmaCommonConfig {
 // use_bidirectional_attention "vision" is causal for text and accepted,
 // "all" (bidirectional everywhere) is a ConfigError.
 Gemma4Config parse_gemma4_config(const JsonObject& c);
+
+// The decoder spec of a Gemma 4 text config (models/gemma4.cc).
+DecoderSpec gemma4_decoder_spec(const Gemma4Config& cfg);
 
 }  // namespace hubzoo

@@ -33,7 +33,9 @@ AttentionOptions gemma4_attention(const Gemma4Config& cfg, const Gemma4Layer& la
   return a;
 }
 
-DecoderSpec gemma4_spec(const Gemma4Config& cfg) {
+}  // namespace
+
+DecoderSpec gemma4_decoder_spec(const Gemma4Config& cfg) {
   DecoderSpec s = gemma_common_spec(cfg, NormKind::kScaleInFp32);  // w in fp32
   s.moe = cfg.moe_options;
   s.hidden_size_per_layer_input = cfg.hidden_size_per_layer_input;
@@ -53,10 +55,8 @@ DecoderSpec gemma4_spec(const Gemma4Config& cfg) {
   return s;
 }
 
-}  // namespace
-
 std::unique_ptr<CausalLM> load_gemma4_text(const LoadContext& ctx) {
-  return load_decoder(ctx, gemma4_spec(parse_gemma4_config(ctx.config)));
+  return load_decoder(ctx, gemma4_decoder_spec(parse_gemma4_config(ctx.config)));
 }
 
 }  // namespace hubzoo

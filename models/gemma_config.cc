@@ -117,8 +117,15 @@ GemmaConfig parse_gemma_config(const JsonObject& c, int generation) {
   cfg.rms_norm_eps = static_cast<float>(c.get_or<double>("rms_norm_eps", 1e-6));
   cfg.tie_word_embeddings = c.get_or<bool>("tie_word_embeddings", true);
   require_activation(c, "hidden_activation", "gelu_pytorch_tanh");
+  // Gemma 3's use_bidirectional_attention (EmbeddingGemma): an encoder; the
+  // loader refuses it as a causal LM.
   if (c.has("use_bidirectional_attention") && c.json()["use_bidirectional_attention"] != false) {
-    throw ConfigError(c.where() + ": use_bidirectional_attention is not supported (causal only)");
+    if (!g3 || c.json()["use_bidirectional_attention"] != true) {
+      throw ConfigError(c.where() + ": use_bidirectional_attention " +
+                        json_excerpt(c.json()["use_bidirectional_attention"]) +
+                        " is not supported (Gemma 3: true or false)");
+    }
+    cfg.bidirectional = true;
   }
   parse_gemma_attention(c, cfg, g3);
   parse_gemma_layer_types(c, cfg, g3);

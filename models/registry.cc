@@ -15,8 +15,10 @@ using Loader = std::unique_ptr<CausalLM> (*)(const LoadContext&);
 
 const std::map<std::string, Loader>& registry() {
   static const std::map<std::string, Loader> r = {
-      {"LlamaForCausalLM", load_llama},        {"Qwen2ForCausalLM", load_qwen2},
-      {"Qwen3ForCausalLM", load_qwen3},        {"Qwen3MoeForCausalLM", load_qwen3_moe},
+      {"LlamaForCausalLM", load_llama},
+      {"Qwen2ForCausalLM", load_qwen2},
+      {"Qwen3ForCausalLM", load_qwen3},
+      {"Qwen3MoeForCausalLM", load_qwen3_moe},
       {"Gemma2ForCausalLM", load_gemma2},       // models/gemma.cc
       {"Gemma3ForCausalLM", load_gemma3_text},  // models/gemma.cc
       {"Gemma4ForCausalLM", load_gemma4_text},  // models/gemma4.cc
@@ -26,6 +28,9 @@ const std::map<std::string, Loader>& registry() {
       {"MistralForCausalLM", load_mistral},     // models/mistral.cc
       {"Phi3ForCausalLM", load_phi3},           // models/phi3.cc
       {"SmolLM3ForCausalLM", load_smollm3},     // models/smollm3.cc
+      // The text towers of multimodal checkpoints: models/gemma_multimodal.cc.
+      {"Gemma3ForConditionalGeneration", load_gemma3_conditional},
+      {"Gemma4ForConditionalGeneration", load_gemma4_conditional},
   };
   return r;
 }
@@ -52,7 +57,9 @@ const std::map<std::string, EncoderLoader>& encoder_registry() {
 const std::map<std::string, std::string>& base_decoders() {
   static const std::map<std::string, std::string> r = {{"LlamaModel", "LlamaForCausalLM"},
                                                        {"Qwen2Model", "Qwen2ForCausalLM"},
-                                                       {"Qwen3Model", "Qwen3ForCausalLM"}};
+                                                       {"Qwen3Model", "Qwen3ForCausalLM"},
+                                                       // EmbeddingGemma (bidirectional)
+                                                       {"Gemma3TextModel", "Gemma3ForCausalLM"}};
   return r;
 }
 

@@ -67,6 +67,7 @@ class PyCausalLM {
     d["pad_token_id"] = i.pad_token_id;
     d["num_parameters"] = i.num_parameters;
     d["ignored_tensors"] = i.ignored_tensors;
+    d["ignored_modules"] = i.ignored_modules;
     d["matmul_target"] = std::string(matmul_target_name());
     d["dtype"] = std::string(i.numerics.dtype_name());
     d["mode"] = std::string(i.numerics.mode_name());

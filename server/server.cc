@@ -368,7 +368,10 @@ std::string Server::describe() const {
                 "repetition_penalty %g",
                 d.temperature, d.top_p, static_cast<long long>(d.top_k), d.min_p,
                 d.repetition_penalty);
-  return std::string(line) + defaults;
+  std::string not_loaded;  // a multimodal checkpoint's towers: text only
+  for (const auto& [prefix, reason] : info.ignored_modules)
+    not_loaded += "; not loaded: " + prefix + "*";
+  return std::string(line) + defaults + not_loaded;
 }
 
 void Server::run() {

@@ -113,6 +113,23 @@ class Embedder:
         out = self._emb.encode(batch, normalize, prompt_name, prompt, int(batch_size))
         return out[0] if single else out
 
+    def encode_query(self, texts: str | Sequence[str], **kwargs) -> np.ndarray:
+        """encode() with the "query" prompt when the snapshot configures one (else as
+        encode()), as SentenceTransformer.encode_query."""
+        if kwargs.get("prompt_name") is None and kwargs.get("prompt") is None and "query" in self.prompts:
+            kwargs["prompt_name"] = "query"
+        return self.encode(texts, **kwargs)
+
+    def encode_document(self, texts: str | Sequence[str], **kwargs) -> np.ndarray:
+        """encode() with the first of the "document", "passage", "corpus" prompts the snapshot
+        configures (else as encode()), as SentenceTransformer.encode_document."""
+        if kwargs.get("prompt_name") is None and kwargs.get("prompt") is None:
+            for name in ("document", "passage", "corpus"):
+                if name in self.prompts:
+                    kwargs["prompt_name"] = name
+                    break
+        return self.encode(texts, **kwargs)
+
     def tokenize(self, text: str) -> list[int]:
         """Token ids the encoder gets for a text (a prompt already prepended), truncated
         to max_seq_length."""

@@ -58,7 +58,7 @@ def hf_forward(model, input_ids, attention_mask=None, position_ids=None, capture
         return fn
 
     if capture:
-        inner = model.model
+        inner = getattr(model.model, "language_model", model.model)  # a multimodal model's text tower
         handles.append(inner.embed_tokens.register_forward_hook(hook("embed")))
         for i, layer in enumerate(inner.layers):
             handles.append(layer.register_forward_hook(hook(f"layers.{i}")))

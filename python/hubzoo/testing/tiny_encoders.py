@@ -1,6 +1,6 @@
 """Tiny random encoders and sentence-transformers pipelines, for embedding parity tests.
 
-Encoders (BERT, RoBERTa, XLM-RoBERTa) and decoders (Qwen3, Llama) are built with
+Encoders (BERT, RoBERTa, XLM-RoBERTa) and decoders (Qwen3, Llama, bidirectional Gemma 3) are built with
 transformers from a config, every parameter randomised (norm weights 1 + 0.1*randn,
 everything else, biases included, 0.05*randn), with irregular shapes (odd head sizes,
 vocabularies that are not a multiple of 8) and RoBERTa-style pad ids where the position
@@ -126,10 +126,38 @@ ENCODERS: dict[str, tuple[str, dict[str, Any], str, list[str]]] = {
         "bytelevel_eos",
         ["<|endoftext|>", "<s>"],
     ),
+    # EmbeddingGemma style: Gemma3TextModel with use_bidirectional_attention (every layer
+    # attends both ways; a sliding layer within sliding_window // 2 + 1 = 5, which the
+    # pipeline's 48-token texts cross), q/k norms, per-layer-type RoPE, untied (no lm_head).
+    "gemma3_bidirectional": (
+        "Gemma3TextModel",
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 24,
+            "intermediate_size": 120,
+            "num_hidden_layers": 3,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "sliding_window": 8,
+            "use_bidirectional_attention": True,
+            "query_pre_attn_scalar": 24,
+            "max_position_embeddings": 256,
+            "rms_norm_eps": 1e-6,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            },
+        },
+        "bytelevel_bos_eos",
+        ["<pad>", "<eos>", "<bos>"],
+    ),
 }
 
 # sentence-transformers pipelines: name -> what to build around an encoder.
-#   pooling: a mode or a tuple of modes; dense: (out_features, bias, activation) or None;
+#   pooling: a mode or a tuple of modes; dense: (out_features, bias, activation), a list of
+#   them (one Dense module each), or None;
 #   sbert_config: fields added to sentence_bert_config.json after saving;
 #   causal_checkpoint: keep the CausalLM checkpoint (model.* names, lm_head) instead of the
 #   base model sentence-transformers saves.
@@ -198,6 +226,16 @@ PIPELINES: dict[str, dict[str, Any]] = {
         "dense": None,
         "normalize": True,
         "max_seq_length": 64,
+    },
+    # EmbeddingGemma's pipeline: mean pooling, two Dense layers without bias (Identity), Normalize,
+    # query/document prompts (config_sentence_transformers.json).
+    "gemma_embedding": {
+        "encoder": "gemma3_bidirectional",
+        "pooling": "mean",
+        "dense": [(96, False, "Identity"), (48, False, "Identity")],
+        "normalize": True,
+        "max_seq_length": 48,
+        "prompts": {"query": "task: search result | query: ", "document": "title: none | text: "},
     },
 }
 
@@ -268,6 +306,16 @@ def _train_tokenizer(kind: str, specials: list[str]):
             single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
             special_tokens=[("<s>", bos), ("</s>", eos)])
         tok.decoder = decoders.Metaspace()
+    elif kind == "bytelevel_bos_eos":  # EmbeddingGemma style: <bos> text <eos>
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(
+            vocab_size=360, special_tokens=specials, show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok.post_processor = processors.TemplateProcessing(
+            single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1",
+            special_tokens=[("<bos>", tok.token_to_id("<bos>")), ("<eos>", tok.token_to_id("<eos>"))])
+        tok.decoder = decoders.ByteLevel()
     elif kind == "bytelevel_eos":  # Qwen3-Embedding style: text <|endoftext|>
         tok = Tokenizer(models.BPE(unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -301,6 +349,10 @@ def _wrap_tokenizer(kind: str, tok, specials: list[str], max_length: int):
             cls_token="<s>", sep_token="</s>", mask_token="<mask>",
             model_input_names=["input_ids", "attention_mask"])
     # Decoders: right padding, so sentence-transformers' padded batches keep positions 0..n-1.
+    if kind == "bytelevel_bos_eos":
+        return transformers.PreTrainedTokenizerFast(
+            **common, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", padding_side="right",
+            model_input_names=["input_ids", "attention_mask"])
     return transformers.PreTrainedTokenizerFast(
         **common, eos_token=specials[0], pad_token=specials[0], padding_side="right",
         model_input_names=["input_ids", "attention_mask"])
@@ -325,15 +377,18 @@ def build_encoder(name: str, out_dir: str | Path, seed: int = SEED,
     fields["vocab_size"] = _vocab_size(tok.get_vocab_size())
     if kind == "bytelevel_eos":
         fields.update(bos_token_id=None, eos_token_id=0, pad_token_id=0)
+    if kind == "bytelevel_bos_eos":
+        fields.update(pad_token_id=0, eos_token_id=1, bos_token_id=2)
     torch.manual_seed(seed)
     config_class = transformers.AutoConfig.for_model(
         {"BertModel": "bert", "RobertaModel": "roberta", "XLMRobertaModel": "xlm-roberta",
-         "Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}[base_architecture]).__class__
+         "Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama",
+         "Gemma3TextModel": "gemma3_text"}[base_architecture]).__class__
     config = config_class(**fields)
     config.architectures = [architecture]
     model = getattr(transformers, architecture)._from_config(
         config, attn_implementation="eager", dtype=torch.float32)
-    if kind == "bytelevel_eos":
+    if kind in ("bytelevel_eos", "bytelevel_bos_eos"):  # decoders: as every tiny decoder
         _tiny_models().randomise_(model, seed)
     else:
         randomise_(model, seed)
@@ -361,12 +416,15 @@ def build(pipeline: str, out_dir: str | Path, seed: int = SEED) -> Path:
     pooling = Pooling(hidden, pooling_mode=spec["pooling"],
                       include_prompt=spec.get("include_prompt", True))
     modules = [transformer, pooling]
-    if spec["dense"] is not None:
-        out_features, bias, activation = spec["dense"]
-        dense = Dense(pooling.get_embedding_dimension(), out_features, bias=bias,
+    dense_specs = spec["dense"] if isinstance(spec["dense"], list) else [spec["dense"]]
+    in_features = pooling.get_embedding_dimension()
+    for i, dense_spec in enumerate(d for d in dense_specs if d is not None):
+        out_features, bias, activation = dense_spec
+        dense = Dense(in_features, out_features, bias=bias,
                       activation_function=getattr(torch.nn, activation)())
-        randomise_(dense, seed + 1)
+        randomise_(dense, seed + 1 + i)
         modules.append(dense)
+        in_features = out_features
     if spec["normalize"]:
         modules.append(Normalize())
     model = SentenceTransformer(modules=modules, device="cpu", prompts=spec.get("prompts"),

@@ -548,6 +548,84 @@ def build(variant: str, out_dir: str | Path, seed: int = SEED, **overrides: Any)
     return out
 
 
+# Multimodal checkpoints whose text tower is a tiny variant: name -> (architecture, text
+# variant, the other towers' configs and top-level fields). The towers are as small as their
+# configs allow; hubzoo ignores them. Gemma 4's media placeholder ids lie inside the tiny
+# vocabulary, so random prompts hold them (text-only forward embeds them as pad_token_id).
+MULTIMODAL: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gemma3_multimodal": (
+        "Gemma3ForConditionalGeneration",
+        "gemma3_text",
+        {
+            "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                              "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+            "mm_tokens_per_image": 4,
+            "tie_word_embeddings": False,  # lm_head saved as language_model.lm_head.weight
+            "boi_token_index": 506,
+            "eoi_token_index": 507,
+            "image_token_index": 508,
+        },
+    ),
+    "gemma4_multimodal": (
+        "Gemma4ForConditionalGeneration",
+        "gemma4_text",
+        {
+            "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16,
+                              "position_embedding_size": 64, "patch_size": 4},
+            "audio_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                             "output_proj_dims": 48},
+            "boi_token_id": 125,
+            "eoi_token_id": 126,
+            "boa_token_id": 127,
+            "eoa_token_index": 124,
+            "image_token_id": 128,
+            "audio_token_id": 129,
+            "video_token_id": 130,
+        },
+    ),
+}
+
+
+def build_multimodal(name: str, out_dir: str | Path, seed: int = SEED) -> Path:
+    """MULTIMODAL[name] with random weights (every tower randomised as the rest) into out_dir,
+    as transformers 5 saves it (Gemma 3: language_model.model.*; Gemma 4: model.language_model.*)."""
+    import torch
+    import transformers
+
+    architecture, text_variant, fields = MULTIMODAL[name]
+    text_config = make_config(text_variant)
+    config_class = {"Gemma3ForConditionalGeneration": transformers.Gemma3Config,
+                    "Gemma4ForConditionalGeneration": transformers.Gemma4Config}[architecture]
+    config = config_class(text_config=text_config.to_dict(), **copy.deepcopy(fields))
+    config.architectures = [architecture]
+    torch.manual_seed(seed)
+    model = getattr(transformers, architecture)._from_config(
+        config, attn_implementation="eager", dtype=torch.float32)
+    randomise_(model, seed)
+    model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    generation_config = transformers.GenerationConfig(**SPECIAL_TOKENS)
+    generation_config.save_pretrained(out)
+    return out
+
+
+def load_hf_multimodal(path: str | Path, dtype: str = "float32"):
+    """The transformers multimodal model of a checkpoint (its class from config.json), eager."""
+    import json
+
+    import torch
+    import transformers
+
+    architecture = json.loads((Path(path) / "config.json").read_text())["architectures"][0]
+    model = getattr(transformers, architecture).from_pretrained(
+        path, dtype=getattr(torch, dtype), attn_implementation="eager")
+    model.eval()
+    return model
+
+
 def load_hf(path: str | Path, dtype: str = "float32"):
     """The transformers model of a checkpoint: eager attention, eval mode, fp32 or bf16.
 

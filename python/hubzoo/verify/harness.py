@@ -347,6 +347,8 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
     snapshot = _resolve(model)
     with open(os.path.join(snapshot, "config.json")) as f:
         config = json.load(f)
+    if isinstance(config.get("text_config"), dict):  # a multimodal checkpoint: its text tower
+        config = {**config["text_config"], "architectures": config.get("architectures")}
 
     import torch
 
@@ -365,7 +367,7 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
             hf16 = reference.load(snapshot, "bfloat16")
         except Exception as e:  # transformers raises many types for an unloadable snapshot
             raise VerifyError(f"{model}: transformers cannot load {snapshot}: {type(e).__name__}: {e}") from None
-        num_layers = len(hf32.model.layers)
+        num_layers = len(getattr(hf32.model, "language_model", hf32.model).layers)
         names = reference.layer_names(num_layers)
 
         refs = {}

@@ -65,7 +65,7 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
         return fn
 
-    inner = model.model
+    inner = getattr(model.model, "language_model", model.model)  # a multimodal model's text tower
     handles = [inner.embed_tokens.register_forward_hook(hook("embed"))]
     for i, layer in enumerate(inner.layers):
         handles.append(layer.register_forward_hook(hook(f"layers.{i}")))
