@@ -23,6 +23,7 @@ from ._hubzoo import (  # noqa: F401  (re-exported)
 )
 
 from .embedder import Embedder, Encoder, supported_encoders  # noqa: E402,F401  (re-exported)
+from .seq2seq import Seq2SeqLM  # noqa: E402,F401  (re-exported)
 
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
