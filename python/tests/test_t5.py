@@ -224,3 +224,18 @@ def test_bf16_error_ratio_and_top5(t5, mode):
     assert ratio <= {"eager": 1.15, "fused": 1.0}[mode], f"{name} {mode}: ratio {ratio:.3f}"
     top5 = np.argsort(-got, axis=-1)[..., :5]
     assert (top5 == ref32.argmax(-1)[..., None]).any(-1).all(), f"{name} {mode}"
+
+
+def test_cli_generate_detects_the_encoder_decoder(t5):
+    from _util import assert_cli_error, run_cli
+
+    name, path, _, ours = t5
+    prompt = random_prompt(ours.vocab_size, 9, 16)
+    ids = ",".join(str(i) for i in prompt)
+    proc = run_cli("generate", "-m", str(path), "--ids", ids, "--max-new-tokens", "12",
+                   "--format", "json", "--threads", "2")
+    assert proc.returncode == 0, proc.stderr
+    want = ours.generate(prompt[None, :], max_new_tokens=12)[0]
+    assert json.loads(proc.stdout)["ids"] == want.tolist(), name
+    bad = run_cli("generate", "-m", str(path), "--ids", f"5,{ours.vocab_size + 3}")
+    assert_cli_error(bad, "outside the vocabulary")
