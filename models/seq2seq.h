@@ -81,5 +81,8 @@ std::unique_ptr<Seq2SeqLM> load_seq2seq_lm(const std::string& model,
 
 // Families (models/t5.cc).
 std::unique_ptr<Seq2SeqLM> load_t5(const LoadContext& ctx);
+// T5EncoderModel (sentence-T5, GTR): the encoder stack alone, as an Encoder
+// whose capture names are the "encoder.*" ones.
+std::unique_ptr<Encoder> load_t5_encoder(const LoadContext& ctx);
 
 }  // namespace hubzoo

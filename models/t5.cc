@@ -359,7 +359,46 @@ void T5Model::decode(const std::vector<Seq2SeqState*>& states,
   cap("logits", out.logits.data(), rows.m * vocab);
 }
 
+// T5EncoderModel: the encoder of a T5Model loaded without its decoder.
+class T5Encoder final : public Encoder {
+ public:
+  explicit T5Encoder(const LoadContext& ctx) : model_(ctx, /*encoder_only=*/true) {
+    const Seq2SeqInfo& s = model_.info();
+    info_.architecture = s.architecture;
+    info_.snapshot = s.snapshot;
+    info_.vocab_size = s.vocab_size;
+    info_.hidden_size = s.hidden_size;
+    info_.num_layers = s.num_layers;
+    info_.max_position_embeddings = s.max_tokens;  // relative positions: no table
+    info_.max_tokens = s.max_tokens;
+    info_.pad_token_id = s.pad_token_id;
+    info_.ignored_tensors = s.ignored_tensors;
+    info_.num_parameters = s.num_parameters;
+    info_.numerics = s.numerics;
+  }
+  const EncoderInfo& info() const override { return info_; }
+  void forward(const EncoderBatch& batch, const EncoderOptions& options,
+               EncoderResult& result) override {
+    model_.encode(batch, options.capture, result);
+  }
+  std::vector<std::string> capture_names() const override {
+    std::vector<std::string> names;
+    for (const auto& n : model_.capture_names()) {
+      if (n.starts_with("encoder.")) names.push_back(n);
+    }
+    return names;
+  }
+
+ private:
+  T5Model model_;
+  EncoderInfo info_;
+};
+
 }  // namespace
+
+std::unique_ptr<Encoder> load_t5_encoder(const LoadContext& ctx) {
+  return std::make_unique<T5Encoder>(ctx);
+}
 
 std::unique_ptr<Seq2SeqLM> load_t5(const LoadContext& ctx) {
   return std::make_unique<T5Model>(ctx);

@@ -239,3 +239,15 @@ def test_cli_generate_detects_the_encoder_decoder(t5):
     assert json.loads(proc.stdout)["ids"] == want.tolist(), name
     bad = run_cli("generate", "-m", str(path), "--ids", f"5,{ours.vocab_size + 3}")
     assert_cli_error(bad, "outside the vocabulary")
+
+
+def test_sentence_t5_embedder_equals_sentence_transformers(tmp_path):
+    """T5EncoderModel -> mean Pooling -> Dense (no bias, Identity) -> Normalize."""
+    from hubzoo.testing import tiny_encoders
+
+    path = tiny_t5.build_sentence_t5(tmp_path / "st5")
+    ref = tiny_encoders.load_st(path).encode(tiny_encoders.CORPUS, batch_size=5)
+    ours = hubzoo.Embedder.from_pretrained(path, num_threads=2).encode(tiny_encoders.CORPUS)
+    assert ours.shape == ref.shape == (len(tiny_encoders.CORPUS), 40)
+    failure = allclose_failure("sentence-T5", ours, ref, rtol=1e-4, atol=1e-5)
+    assert failure is None, failure

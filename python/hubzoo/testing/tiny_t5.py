@@ -105,3 +105,50 @@ def load_hf(path: str | Path, dtype: str = "float32"):
     )
     model.eval()
     return model
+
+
+def build_sentence_t5(out_dir: str | Path, seed: int = SEED) -> Path:
+    """A sentence-T5/GTR-style sentence-transformers folder: a tiny random T5EncoderModel
+    (v1.1 shapes) with a Unigram tokenizer appending </s>, mean Pooling, Dense without
+    bias (Identity activation) and Normalize, saved by sentence-transformers itself."""
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    from hubzoo.testing import tiny_encoders, tiny_models
+
+    specials = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(tiny_encoders.CORPUS * 4, trainers.UnigramTrainer(
+        vocab_size=220, special_tokens=specials, unk_token="<unk>", show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
+    tok.decoder = decoders.Metaspace()
+    fields = {k: v for k, v in VARIANTS["t5_v1_1"].items() if k != "untied"}
+    fields["vocab_size"] = tok.get_vocab_size() + 3
+    torch.manual_seed(seed)
+    config = transformers.T5Config(**fields, **SPECIAL_TOKENS, dropout_rate=0.0)
+    config.architectures = ["T5EncoderModel"]
+    model = transformers.T5EncoderModel._from_config(config, attn_implementation="eager",
+                                                     dtype=torch.float32)
+    tiny_models.randomise_(model, seed)
+    model.eval()
+    out = Path(out_dir)
+    hf_dir = out.parent / f"{out.name}.hf"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=512, eos_token="</s>", pad_token="<pad>",
+        unk_token="<unk>", model_input_names=["input_ids", "attention_mask"]).save_pretrained(hf_dir)
+    transformer = Transformer(str(hf_dir), max_seq_length=256)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    dense = Dense(pooling.get_embedding_dimension(), 40, bias=False,
+                  activation_function=torch.nn.Identity())
+    tiny_encoders.randomise_(dense, seed + 1)
+    SentenceTransformer(modules=[transformer, pooling, dense, Normalize()], device="cpu").save(str(out))
+    return out
