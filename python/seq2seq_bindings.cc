@@ -64,7 +64,7 @@ class PySeq2SeqLM {
   // per column. -> (logits [B, T, V], {name: array}).
   nb::tuple forward(IdArray ids, std::optional<IdArray> mask, IdArray dec,
                     std::vector<std::string> capture, int64_t prefill_len) {
-    const int64_t batch = ids.shape(0), seq = ids.shape(1), steps = dec.shape(1);
+    const int64_t batch = ids.shape(0), steps = dec.shape(1);
     if (mask && (mask->shape(0) != ids.shape(0) || mask->shape(1) != ids.shape(1))) {
       throw InvalidArgument("attention_mask shape differs from input_ids shape");
     }
@@ -76,36 +76,12 @@ class PySeq2SeqLM {
     std::set<std::string> enc_names, dec_names;
     for (const auto& n : names) (n.starts_with("encoder.") ? enc_names : dec_names).insert(n);
     std::vector<float> logits(batch * steps * vocab);
-    std::map<std::string, std::vector<float>> caps;
-    std::map<std::string, std::vector<size_t>> shapes;
+    Captured caps;
+    Shapes shapes;
     {
       nb::gil_scoped_release release;
       EncoderBatch eb;
-      std::vector<std::vector<int64_t>> cols(batch);
-      for (int64_t b = 0; b < batch; ++b) {
-        std::vector<int64_t> row;
-        for (int64_t c = 0; c < seq; ++c) {
-          if (!mask || (*mask)(b, c) != 0) {
-            row.push_back(ids(b, c));
-            cols[b].push_back(c);
-          }
-        }
-        eb.add(row);
-      }
-      EncoderResult enc;
-      model_->encode(eb, enc_names, enc);
-      for (auto& [name, values] : enc.captured) {
-        const int64_t width = static_cast<int64_t>(values.size()) / eb.size();
-        std::vector<float> dst(batch * seq * width, 0.0f);
-        int64_t r = 0;
-        for (int64_t b = 0; b < batch; ++b) {
-          for (const int64_t c : cols[b]) {
-            std::memcpy(&dst[(b * seq + c) * width], &values[r++ * width], width * sizeof(float));
-          }
-        }
-        caps[name] = std::move(dst);
-        shapes[name] = {size_t(batch), size_t(seq), size_t(width)};
-      }
+      const EncoderResult enc = encode_padded(ids, mask, enc_names, eb, caps, shapes);
       std::vector<std::unique_ptr<Seq2SeqState>> states;
       std::vector<Seq2SeqState*> ptrs;
       int64_t at = 0;
@@ -183,6 +159,43 @@ class PySeq2SeqLM {
   }
 
  private:
+  using Captured = std::map<std::string, std::vector<float>>;
+  using Shapes = std::map<std::string, std::vector<size_t>>;
+
+  // Encodes each row's real tokens (mask != 0) as one sequence of `eb`;
+  // encoder captures scatter back to [B, S, width] (padded positions zero).
+  EncoderResult encode_padded(const IdArray& ids, const std::optional<IdArray>& mask,
+                              const std::set<std::string>& enc_names, EncoderBatch& eb,
+                              Captured& caps, Shapes& shapes) {
+    const int64_t batch = ids.shape(0), seq = ids.shape(1);
+    std::vector<std::vector<int64_t>> cols(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<int64_t> row;
+      for (int64_t c = 0; c < seq; ++c) {
+        if (!mask || (*mask)(b, c) != 0) {
+          row.push_back(ids(b, c));
+          cols[b].push_back(c);
+        }
+      }
+      eb.add(row);
+    }
+    EncoderResult enc;
+    model_->encode(eb, enc_names, enc);
+    for (auto& [name, values] : enc.captured) {
+      const int64_t width = static_cast<int64_t>(values.size()) / eb.size();
+      std::vector<float> dst(batch * seq * width, 0.0f);
+      int64_t r = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        for (const int64_t c : cols[b]) {
+          std::memcpy(&dst[(b * seq + c) * width], &values[r++ * width], width * sizeof(float));
+        }
+      }
+      caps[name] = std::move(dst);
+      shapes[name] = {size_t(batch), size_t(seq), size_t(width)};
+    }
+    return enc;
+  }
+
   std::unique_ptr<Seq2SeqLM> model_;
 };
 

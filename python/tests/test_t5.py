@@ -251,3 +251,18 @@ def test_sentence_t5_embedder_equals_sentence_transformers(tmp_path):
     assert ours.shape == ref.shape == (len(tiny_encoders.CORPUS), 40)
     failure = allclose_failure("sentence-T5", ours, ref, rtol=1e-4, atol=1e-5)
     assert failure is None, failure
+
+
+def test_bad_inputs_are_typed_errors(t5):
+    _, _, _, ours = t5
+    ids = np.array([[5, 6, 7]])
+    with pytest.raises(hubzoo.InvalidArgument, match="outside the vocabulary"):
+        ours.forward(ids, np.array([[0, ours.vocab_size]]))
+    with pytest.raises(hubzoo.InvalidArgument, match="empty"):
+        ours.forward(ids, np.array([[0]]), attention_mask=np.zeros_like(ids))
+    with pytest.raises(hubzoo.InvalidArgument, match="batch size"):
+        ours.forward(ids, np.array([[0], [0]]))
+    with pytest.raises(hubzoo.InvalidArgument, match="unknown capture name"):
+        ours.forward(ids, np.array([[0]]), capture=["decoder.layers.99"])
+    with pytest.raises(hubzoo.InvalidArgument, match="max_new_tokens"):
+        ours.generate(ids, max_new_tokens=-1)
