@@ -41,6 +41,21 @@ struct ChatArgs {
 // One shot with a message, else a read-reply loop on stdin until EOF or /exit.
 int run_chat(const ChatArgs& args);
 
+// `hubzoo generate` on an encoder-decoder (cli/seq2seq.cc).
+struct Seq2SeqGenerateArgs {
+  std::string model, prompt, dtype = "float32", mode = "fused";
+  std::vector<int64_t> ids;  // used when prompt is empty
+  int64_t max_new_tokens = 32;
+  float temperature = 0.0f, top_p = 1.0f;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool ignore_eos = false, json = false;
+};
+// Whether `model` (not a GGUF) is a snapshot whose config.json names an encoder-decoder.
+bool is_seq2seq_model(const std::string& model, const std::string& gguf_file);
+int run_seq2seq_generate(const Seq2SeqGenerateArgs& args);
+
 struct EmbedArgs {
   std::string model, dtype = "float32", mode = "fused", format = "text";
   std::optional<std::string> prompt, prompt_name;

@@ -59,6 +59,14 @@ void print_speed(const Completion& c) {
 }
 
 int run_generate(const GenerateArgs& a) {
+  if (cli::is_seq2seq_model(a.model, a.gguf_file)) {
+    if (!a.quantize.empty()) throw InvalidArgument("--quantize: not for encoder-decoder models");
+    cli::Seq2SeqGenerateArgs s{a.model,          a.prompt,      a.dtype,           a.mode,  {},
+                               a.max_new_tokens, a.temperature, a.top_p,           a.top_k, a.seed,
+                               a.threads,        a.ignore_eos,  a.format == "json"};
+    if (a.prompt.empty()) s.ids = parse_ids(a.ids);
+    return cli::run_seq2seq_generate(s);
+  }
   auto model = load_causal_lm(
       a.model, cli::load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file));
   // With --ids a checkpoint without tokenizer.json still runs (text is then null).

@@ -25,6 +25,7 @@ void attend_rows(const float* q, const KeyAt& key_at, const ValueAt& value_at, i
         s = round_bf16(std::tanh(s));
         s = round_bf16(s * o.softcap);
       }
+      if (o.bias) s = round_bf16(s + o.bias[j]);
       scores[j] = s;
     }
     softmax_inplace(scores, len);
@@ -33,6 +34,7 @@ void attend_rows(const float* q, const KeyAt& key_at, const ValueAt& value_at, i
     for (int64_t j = 0; j < len; ++j) {
       float s = dot(q, key_at(j), d) * o.scale;
       if (o.softcap > 0) s = std::tanh(s / o.softcap) * o.softcap;
+      if (o.bias) s += o.bias[j];
       scores[j] = s;
     }
     softmax_inplace(scores, len);
@@ -54,6 +56,13 @@ void attend_head(const float* q, const float* keys, const float* values, int64_t
       q, [&](int64_t j) { return keys + j * row_stride; },
       [&](int64_t j) { return values + j * row_stride; }, len, d,
       ScoreOptions{scale, 0.0f, eager_bf16}, scores, out);
+}
+
+void attend_head_scored(const float* q, const float* keys, const float* values, int64_t row_stride,
+                        int64_t len, int64_t d, const ScoreOptions& o, float* scores, float* out) {
+  attend_rows(
+      q, [&](int64_t j) { return keys + j * row_stride; },
+      [&](int64_t j) { return values + j * row_stride; }, len, d, o, scores, out);
 }
 
 void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCache& cache,

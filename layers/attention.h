@@ -55,6 +55,9 @@ struct ScoreOptions {
   float scale = 1.0f;
   float softcap = 0.0f;     // > 0: tanh(s / softcap) * softcap after scaling
   bool eager_bf16 = false;  // round as transformers' eager attention in bf16
+  // Added to position j's score after scaling and softcapping (T5's relative
+  // position bias, len floats; eager bf16 rounds the sum); null: none.
+  const float* bias = nullptr;
 };
 
 // One query head over `len` cached positions: softmax(q k^T * scale) v, with
@@ -64,6 +67,11 @@ struct ScoreOptions {
 // scores: scratch of len floats; out: d floats.
 void attend_head(const float* q, const float* keys, const float* values, int64_t row_stride,
                  int64_t len, int64_t d, float scale, bool eager_bf16, float* scores, float* out);
+
+// The same with every score option (a position bias, softcapping): scores
+// reduce in position order in fp32, as attend_head's eager path computes them.
+void attend_head_scored(const float* q, const float* keys, const float* values, int64_t row_stride,
+                        int64_t len, int64_t d, const ScoreOptions& o, float* scores, float* out);
 
 // The geometry of attend_chunk.
 struct ChunkOptions {

@@ -308,5 +308,38 @@ TEST(RingKvCache, RefusesAWindowLargerThanTheRing) {
   EXPECT_THROW(KvCache({KvLayerSpec{0, 3}}, 1), InvalidArgument);
 }
 
+// T5's position bias: softmax(q k^T * scale + bias) v, computed here in double.
+TEST(AttendHeadScored, AddsThePositionBiasToEveryScore) {
+  const int64_t len = 5, d = 4;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  std::vector<float> q(d), k(len * d), v(len * d), bias(len);
+  for (auto* x : {&q, &k, &v, &bias}) {
+    for (float& f : *x) f = dist(rng);
+  }
+  std::vector<double> p(len);
+  double total = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < d; ++i) s += double(q[i]) * k[j * d + i];
+    p[j] = std::exp(s * 0.5 + bias[j]);
+    total += p[j];
+  }
+  ScoreOptions o;
+  o.scale = 0.5f;
+  o.bias = bias.data();
+  std::vector<float> scores(len), out(d), plain(d);
+  attend_head_scored(q.data(), k.data(), v.data(), d, len, d, o, scores.data(), out.data());
+  for (int64_t i = 0; i < d; ++i) {
+    double want = 0;
+    for (int64_t j = 0; j < len; ++j) want += p[j] / total * v[j * d + i];
+    EXPECT_NEAR(out[i], want, 1e-5) << i;
+  }
+  // Without the bias the result differs (the bias is not dropped on the way).
+  o.bias = nullptr;
+  attend_head_scored(q.data(), k.data(), v.data(), d, len, d, o, scores.data(), plain.data());
+  EXPECT_NE(std::memcmp(out.data(), plain.data(), d * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace hubzoo

@@ -7,6 +7,7 @@
 #include "models/encoder.h"
 #include "models/families.h"
 #include "models/gguf_model.h"
+#include "models/seq2seq.h"
 
 namespace hubzoo {
 namespace {
@@ -50,6 +51,7 @@ const std::map<std::string, EncoderLoader>& encoder_registry() {
       {"RobertaForMaskedLM", load_roberta_encoder},
       {"XLMRobertaModel", load_roberta_encoder},
       {"XLMRobertaForMaskedLM", load_roberta_encoder},
+      {"T5EncoderModel", load_t5_encoder},
   };
   return r;
 }

@@ -232,6 +232,7 @@ void bind_gguf_import(nb::module_& m);            // python/gguf_import_bindings
 void bind_gguf(nb::module_& m);                   // python/gguf_bindings.cc
 void bind_hub_quant(nb::module_& m);              // python/hub_quant_bindings.cc
 void bind_hub(nb::module_& m, nb::handle error);  // python/hub_bindings.cc
+void bind_seq2seq(nb::module_& m);                // python/seq2seq_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -256,6 +257,7 @@ NB_MODULE(_hubzoo, m) {
   bind_gguf(m);
   bind_hub_quant(m);
   bind_hub(m, error);
+  bind_seq2seq(m);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,

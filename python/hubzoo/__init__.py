@@ -27,6 +27,7 @@ from ._hubzoo import (  # noqa: F401  (re-exported)
 from .embedder import Embedder, Encoder, supported_encoders  # noqa: E402,F401  (re-exported)
 from .hub import ensure as _ensure_downloaded  # noqa: E402
 from .hub import pull  # noqa: E402,F401  (re-exported)
+from .seq2seq import Seq2SeqLM  # noqa: E402,F401  (re-exported)
 
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
