@@ -7,22 +7,12 @@ from typing import Iterable
 import numpy as np
 
 from . import _hubzoo
+from .embedder import _ids  # [batch, seq] int64 ids, checked
 from .hub import ensure as _ensure_downloaded
 from ._hubzoo import InvalidArgument
 
 _DTYPES = ("float32", "bfloat16")
 _MODES = ("eager", "fused")
-
-
-def _ids(a, name: str) -> np.ndarray:
-    a = np.asarray(a)
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2:
-        raise InvalidArgument(f"{name} must be [batch, seq], got shape {a.shape}")
-    if a.size and not np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_:
-        raise InvalidArgument(f"{name} must hold integers, got dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 class Seq2SeqLM:
