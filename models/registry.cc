@@ -39,6 +39,10 @@ const std::map<std::string, EncoderLoader>& encoder_registry() {
       {"RobertaForMaskedLM", load_roberta_encoder},
       {"XLMRobertaModel", load_roberta_encoder},
       {"XLMRobertaForMaskedLM", load_roberta_encoder},
+      // Cross-encoders (engine/reranker.cc reads the classification head).
+      {"BertForSequenceClassification", load_bert_encoder},
+      {"RobertaForSequenceClassification", load_roberta_encoder},
+      {"XLMRobertaForSequenceClassification", load_roberta_encoder},
   };
   return r;
 }

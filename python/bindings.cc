@@ -226,6 +226,7 @@ void bind_tokenizer(nb::module_& m);      // python/tokenizer_bindings.cc
 void bind_chat_template(nb::module_& m);  // python/chat_template_bindings.cc
 void bind_ops(nb::module_& m);            // python/ops_bindings.cc
 void bind_embed(nb::module_& m);          // python/embed_bindings.cc
+void bind_rerank(nb::module_& m);         // python/rerank_bindings.cc
 void bind_quant(nb::module_& m);          // python/quant_bindings.cc
 void bind_gguf_import(nb::module_& m);    // python/gguf_import_bindings.cc
 void bind_gguf(nb::module_& m);           // python/gguf_bindings.cc
@@ -250,6 +251,7 @@ NB_MODULE(_hubzoo, m) {
   bind_quant(m);
   bind_ops(m);
   bind_embed(m);
+  bind_rerank(m);
   bind_gguf_import(m);
   bind_gguf(m);
   bind_hub_quant(m);
