@@ -56,6 +56,13 @@ std::string crossencoder_activation(const fs::path& dir, const nlohmann::json& c
                     "' is not supported (Sigmoid, Identity, Tanh)");
 }
 
+// The model card's format_instruction(instruction, query, doc).
+std::string decoder_body(const RerankOptions& o, const std::string& query,
+                         const std::string& document) {
+  return "<Instruct>: " + o.instruction.value_or(kDefaultInstruction) + "\n<Query>: " + query +
+         "\n<Document>: " + document;
+}
+
 float activate(const std::string& activation, float x) {
   if (activation == "sigmoid") return 1.0f / (1.0f + std::exp(-x));
   if (activation == "tanh") return std::tanh(x);
@@ -192,8 +199,7 @@ PairTokens Reranker::tokenize(const std::string& query, const std::string& docum
   }
   // The model card: tokenizer(format_instruction(...), truncation, max_length
   // = max_length - prefix - suffix), between the prefix and suffix tokens.
-  const std::string body = "<Instruct>: " + options.instruction.value_or(kDefaultInstruction) +
-                           "\n<Query>: " + query + "\n<Document>: " + document;
+  const std::string body = decoder_body(options, query, document);
   std::vector<int64_t> ids = tokenizer_->encode(body, true).ids;
   const size_t room =
       static_cast<size_t>(info_.max_length) - prefix_ids_.size() - suffix_ids_.size();
@@ -202,6 +208,14 @@ PairTokens Reranker::tokenize(const std::string& query, const std::string& docum
   p.ids.insert(p.ids.end(), ids.begin(), ids.end());
   p.ids.insert(p.ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return p;
+}
+
+int64_t Reranker::full_length(const std::string& query, const std::string& document,
+                              const RerankOptions& options) const {
+  if (!info_.decoder) return static_cast<int64_t>(tokenizer_->encode_pair(query, document).size());
+  const std::string body = decoder_body(options, query, document);
+  return static_cast<int64_t>(tokenizer_->encode(body, true).size() + prefix_ids_.size() +
+                              suffix_ids_.size());
 }
 
 void Reranker::run_chunk(const std::vector<PairTokens>& pairs, bool raw,

@@ -79,6 +79,10 @@ class Reranker {
                                  const RerankOptions& options = {}) const;
   PairTokens tokenize(const std::string& query, const std::string& document,
                       const RerankOptions& options = {}) const;
+  // Tokens of the pair before truncation to max_length (special tokens and
+  // the decoder's prompt included).
+  int64_t full_length(const std::string& query, const std::string& document,
+                      const RerankOptions& options = {}) const;
 
  private:
   struct Head;

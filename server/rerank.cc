@@ -1,6 +1,6 @@
 // POST /v1/rerank (the Cohere/Jina shape vLLM and llama.cpp serve) and POST
 // /rerank (TEI's shape) over the Reranker, when the server was started with
-// --rerank-model. Both check the whole request before any tokenizing.
+// --rerank-model. Both check the request's shape before any tokenizing.
 #include <algorithm>
 
 #include "server/server_impl.h"
@@ -108,10 +108,21 @@ void Server::Impl::handle_tei_rerank(const net::Request& req, net::Response& res
   RerankOptions o;
   o.raw = get_bool(body, "raw_scores").value_or(false);
   const bool return_text = get_bool(body, "return_text").value_or(false);
-  (void)get_bool(body, "truncate");  // type-checked; pairs are always truncated to max_length
+  // TEI: without truncate, a pair longer than the model takes is an error.
+  const bool truncate = get_bool(body, "truncate").value_or(false);
   std::vector<float> scores;
   {
     std::lock_guard lock(rerank_mu);
+    const int64_t limit = reranker->info().max_length;
+    for (size_t i = 0; !truncate && i < texts.size(); ++i) {
+      const int64_t n = reranker->full_length(query, texts[i]);
+      if (n > limit) {
+        throw bad_request("'texts[" + std::to_string(i) + "]' with the query is " +
+                              std::to_string(n) + " tokens, over the model's " +
+                              std::to_string(limit) + "; set 'truncate' to true to truncate.",
+                          "texts");
+      }
+    }
     scores = reranker->score(query, texts, o);
   }
   const int64_t labels = reranker->info().num_labels;

@@ -226,7 +226,7 @@ def test_v1_rerank_and_tei_rerank(hz, rerank_server, ce_paths):
     r = http.post("/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 100})
     assert [x["index"] for x in r.json()["results"]] == order and "document" not in r.json()["results"][0]
 
-    r = http.post("/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True})
+    r = http.post("/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True, "truncate": True})
     assert r.status_code == 200, r.text
     assert [x["index"] for x in r.json()] == order
     assert all(np.float32(x["score"]) == ref[x["index"]] and x["text"] == DOCS[x["index"]] for x in r.json())
@@ -246,6 +246,7 @@ def test_v1_rerank_and_tei_rerank(hz, rerank_server, ce_paths):
     ("/v1/rerank", {"query": 5, "documents": ["a"]}, "query"),
     ("/rerank", {"query": QUERY, "texts": []}, "texts"),
     ("/rerank", {"query": QUERY, "texts": [{"text": "a"}]}, "texts"),
+    ("/rerank", {"query": QUERY, "texts": ["a", LONG]}, "texts"),  # too long without truncate
 ])
 def test_rerank_bad_input(rerank_server, path, body, param):
     r = rerank_server.http.post(path, json=body)
