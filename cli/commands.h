@@ -69,6 +69,19 @@ struct EmbedArgs {
 CLI::App* add_embed_command(CLI::App& app, EmbedArgs& args);
 int run_embed(const EmbedArgs& args);
 
+struct RerankArgs {
+  std::string model, query, dtype = "float32", mode = "fused", format = "text";
+  std::optional<std::string> instruction;
+  std::vector<std::string> documents;
+  int64_t max_length = 0, top_n = 0;  // 0: the model's / every document
+  bool raw = false;
+  int threads = 0;
+};
+
+// `hubzoo rerank` (cli/rerank.cc): registers its options on `app`.
+CLI::App* add_rerank_command(CLI::App& app, RerankArgs& args);
+int run_rerank(const RerankArgs& args);
+
 // `hubzoo serve` (cli/serve.cc): registers its options on `app`; runs until SIGINT/SIGTERM.
 CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& options);
 int run_serve(const server::ServerOptions& options);

@@ -250,6 +250,9 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   cli::EmbedArgs e;
   auto* embed = cli::add_embed_command(app, e);
 
+  cli::RerankArgs rr;
+  auto* rerank = cli::add_rerank_command(app, rr);
+
   cli::BenchArgs bench_args;
   auto* bench = cli::add_bench_command(app, bench_args);
 
@@ -299,6 +302,7 @@ int main_impl(int argc, char** argv, std::chrono::steady_clock::time_point proce
   }
   if (chat->parsed()) return cli::run_chat(c);
   if (embed->parsed()) return cli::run_embed(e);
+  if (rerank->parsed()) return cli::run_rerank(rr);
   if (serve->parsed()) return cli::run_serve(serve_options);
   if (bench->parsed()) return cli::run_bench(bench_args, process_start);
   if (tokenize->parsed()) return run_tokenize(tok_model, tok_gguf, tok_text, tok_format);

@@ -21,6 +21,8 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
   cmd->add_option("-m,--model", o.model, "snapshot directory or repo id in the HF cache")
       ->required();
   cmd->add_option("--embedding-model", o.embedding_model, "also serve /v1/embeddings");
+  cmd->add_option("--rerank-model", o.rerank_model,
+                  "also serve /v1/rerank and /rerank (a cross-encoder or decoder reranker)");
   cmd->add_option("--served-model-name", o.served_model_name,
                   "model id in the API (default: the repo id or directory name)");
   cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();

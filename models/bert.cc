@@ -124,6 +124,9 @@ class BertEncoder final : public Encoder {
       if (name.starts_with("cls.") || name.starts_with("lm_head.")) {
         w.ignore(name, "masked-LM / next-sentence head: encoding stops at the last hidden state");
       }
+      if (name.starts_with("classifier.")) {
+        w.ignore(name, "sequence-classification head: read by the reranker (engine/reranker.cc)");
+      }
     }
   }
 

@@ -52,6 +52,10 @@ const std::map<std::string, EncoderLoader>& encoder_registry() {
       {"XLMRobertaModel", load_roberta_encoder},
       {"XLMRobertaForMaskedLM", load_roberta_encoder},
       {"T5EncoderModel", load_t5_encoder},
+      // Cross-encoders (engine/reranker.cc reads the classification head).
+      {"BertForSequenceClassification", load_bert_encoder},
+      {"RobertaForSequenceClassification", load_roberta_encoder},
+      {"XLMRobertaForSequenceClassification", load_roberta_encoder},
   };
   return r;
 }

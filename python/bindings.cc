@@ -233,6 +233,7 @@ void bind_gguf(nb::module_& m);                   // python/gguf_bindings.cc
 void bind_hub_quant(nb::module_& m);              // python/hub_quant_bindings.cc
 void bind_hub(nb::module_& m, nb::handle error);  // python/hub_bindings.cc
 void bind_seq2seq(nb::module_& m);                // python/seq2seq_bindings.cc
+void bind_rerank(nb::module_& m);                 // python/rerank_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
   m.attr("__version__") = HUBZOO_VERSION;
@@ -253,6 +254,7 @@ NB_MODULE(_hubzoo, m) {
   bind_quant(m);
   bind_ops(m);
   bind_embed(m);
+  bind_rerank(m);
   bind_gguf_import(m);
   bind_gguf(m);
   bind_hub_quant(m);

@@ -68,6 +68,16 @@ void bind_tokenizer(nb::module_& m) {
            "Load a tokenizer.json, or a snapshot directory holding one.")
       .def("encode", &PyTokenizer::encode, nb::arg("text"), nb::arg("add_special_tokens") = true,
            "(ids, tokens, offsets); offsets are character offsets as HF tokenizers reports them.")
+      .def(
+          "encode_pair",
+          [](const PyTokenizer& t, const std::string& a, const std::string& b, bool add,
+             size_t max_length) {
+            hubzoo::Encoding e = t.get().encode_pair(a, b, add, max_length);
+            std::vector<int64_t> types = e.type_ids;
+            return std::make_tuple(to_tuple(std::move(e)), std::move(types));
+          },
+          nb::arg("text"), nb::arg("pair"), nb::arg("add_special_tokens") = true,
+          nb::arg("max_length") = 0)
       .def("encode_batch", &PyTokenizer::encode_batch, nb::arg("texts"),
            nb::arg("add_special_tokens") = true)
       .def("decode", &PyTokenizer::decode, nb::arg("ids"), nb::arg("skip_special_tokens") = false)

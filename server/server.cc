@@ -27,6 +27,8 @@ std::string path_label(const std::string& path) {
                                 "/v1/chat/completions",
                                 "/v1/completions",
                                 "/v1/embeddings",
+                                "/v1/rerank",
+                                "/rerank",
                                 "/tokenize",
                                 "/detokenize",
                                 "/health",
@@ -104,6 +106,13 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
         opt.embedding_model,
         {opt.threads, Numerics::parse(opt.dtype, opt.mode == "int8" ? "fused" : opt.mode)});
     embedding_id = model_id_of(opt.embedding_model);
+  }
+  if (!opt.rerank_model.empty()) {
+    RerankerOptions ro;
+    ro.num_threads = opt.threads;
+    ro.numerics = Numerics::parse(opt.dtype, opt.mode == "int8" ? "fused" : opt.mode);
+    reranker = Reranker::load(opt.rerank_model, ro);
+    rerank_id = model_id_of(opt.rerank_model);
   }
   created = std::chrono::duration_cast<std::chrono::seconds>(
                 std::chrono::system_clock::now().time_since_epoch())
@@ -205,6 +214,7 @@ void Server::Impl::handle_models(const net::Request& req, net::Response& res) {
   };
   Json data = Json::array({entry(model_id, scheduler->options().max_context)});
   if (embedder) data.push_back(entry(embedding_id, embedder->info().max_seq_length));
+  if (reranker) data.push_back(entry(rerank_id, reranker->info().max_length));
   if (req.path.size() > kModelsPrefix.size()) {  // GET /v1/models/{id}
     const std::string id = percent_decode(req.path.substr(kModelsPrefix.size()));
     for (const auto& m : data) {
@@ -282,6 +292,8 @@ std::vector<net::Route> Server::Impl::routes() {
       route("POST", "/v1/chat/completions", &Impl::handle_chat),
       route("POST", "/v1/completions", &Impl::handle_completions),
       route("POST", "/v1/embeddings", &Impl::handle_embeddings),
+      route("POST", "/v1/rerank", &Impl::handle_rerank),
+      route("POST", "/rerank", &Impl::handle_tei_rerank),
       route("POST", "/tokenize", &Impl::handle_tokenize),
       route("POST", "/detokenize", &Impl::handle_detokenize),
       route("GET", "/v1/models", &Impl::handle_models),

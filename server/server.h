@@ -12,6 +12,7 @@ namespace hubzoo::server {
 struct ServerOptions {
   std::string model;              // snapshot directory or repo id
   std::string embedding_model;    // optional: enables /v1/embeddings
+  std::string rerank_model;       // optional: enables /v1/rerank and /rerank
   std::string served_model_name;  // empty: the repo id, or the directory's name
   std::string host = "127.0.0.1";
   int port = 8080;              // 0: any free port

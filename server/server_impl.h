@@ -1,7 +1,7 @@
 // What the server's source files share: the loaded models, the scheduler,
 // the HTTP server (net/) and the handlers (server.cc: routing, auth, errors
 // and the small endpoints; generation.cc: chat and text completions;
-// embeddings.cc).
+// embeddings.cc; rerank.cc).
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/embedder.h"
+#include "engine/reranker.h"
 #include "engine/scheduler.h"
 #include "models/causal_lm.h"
 #include "net/http_server.h"
@@ -36,6 +37,9 @@ struct Server::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<Embedder> embedder;
   std::mutex embed_mu;  // one encode() at a time
+  std::unique_ptr<Reranker> reranker;
+  std::string rerank_id;
+  std::mutex rerank_mu;  // one score() at a time
   Metrics metrics;
   std::unique_ptr<net::HttpServer> http;
   std::atomic<bool> stopping{false};
@@ -65,6 +69,9 @@ struct Server::Impl {
   void handle_chat(const net::Request& req, net::Response& res);
   void handle_completions(const net::Request& req, net::Response& res);
   void handle_embeddings(const net::Request& req, net::Response& res);
+  // rerank.cc: /v1/rerank (Cohere/Jina shape) and /rerank (TEI shape).
+  void handle_rerank(const net::Request& req, net::Response& res);
+  void handle_tei_rerank(const net::Request& req, net::Response& res);
   void handle_tokenize(const net::Request& req, net::Response& res);
   void handle_detokenize(const net::Request& req, net::Response& res);
   void handle_models(const net::Request& req, net::Response& res);

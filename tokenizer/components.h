@@ -45,6 +45,13 @@ class PostProcessor {
   // Tokens this processor adds around a single sequence.
   virtual size_t added_tokens() const = 0;
   virtual Encoding process(Encoding e, bool add_special_tokens) const = 0;
+  // Tokens added around a pair of sequences (HF added_tokens(is_pair=true)).
+  virtual size_t added_tokens_pair() const { return added_tokens(); }
+  // HF process_encodings: one or two encodings in, the processed ones out (a
+  // processor that adds special tokens merges a pair into one; the caller
+  // concatenates what is left). The base handles a single encoding only.
+  virtual std::vector<Encoding> process_encodings(std::vector<Encoding> encodings,
+                                                  bool add_special_tokens) const;
 };
 
 class Decoder {

@@ -41,4 +41,18 @@ struct Encoding {
   }
 };
 
+// Keeps the first (left: the last) max_length tokens of e.
+inline void truncate_encoding(Encoding& e, size_t max_length, bool left) {
+  if (e.size() <= max_length) return;
+  auto keep = [&](auto& v) {
+    if (left) {
+      v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(max_length));
+    } else {
+      v.resize(max_length);
+    }
+  };
+  keep(e.ids), keep(e.tokens), keep(e.offsets), keep(e.type_ids);
+  keep(e.attention_mask), keep(e.special_tokens_mask), keep(e.word_ids);
+}
+
 }  // namespace hubzoo::tok

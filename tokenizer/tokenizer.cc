@@ -149,6 +149,18 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
 }
 
 Encoding Tokenizer::encode_unpadded(std::string_view text, bool add_special_tokens) const {
+  Encoding e = encode_raw(text, 0);
+  if (truncation_) {
+    const size_t added =
+        add_special_tokens && post_processor_ ? post_processor_->added_tokens() : 0;
+    const size_t max = truncation_->max_length > added ? truncation_->max_length - added : 0;
+    tok::truncate_encoding(e, max, truncation_->left);
+  }
+  if (post_processor_) e = post_processor_->process(std::move(e), add_special_tokens);
+  return e;
+}
+
+Encoding Tokenizer::encode_raw(std::string_view text, int64_t type_id) const {
   tok::validate_utf8(text);
   tok::PreTokenizedString p = added_.extract_and_normalize(normalizer_.get(), text);
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(p);
@@ -163,28 +175,10 @@ Encoding Tokenizer::encode_unpadded(std::string_view text, bool add_special_toke
       tok::Offsets o = t.offsets;
       if (auto r = s.normalized.normalized_to_original(t.offsets))
         o = {shift + r->first, shift + r->second};
-      e.push(t.id, t.value, chars.convert(o), 0, false, word);
+      e.push(t.id, t.value, chars.convert(o), type_id, false, word);
     }
     ++word;
   }
-
-  if (truncation_) {
-    const size_t added =
-        add_special_tokens && post_processor_ ? post_processor_->added_tokens() : 0;
-    const size_t max = truncation_->max_length > added ? truncation_->max_length - added : 0;
-    if (e.size() > max) {
-      auto keep = [&](auto& v) {
-        if (truncation_->left) {
-          v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(max));
-        } else {
-          v.resize(max);
-        }
-      };
-      keep(e.ids), keep(e.tokens), keep(e.offsets), keep(e.type_ids);
-      keep(e.attention_mask), keep(e.special_tokens_mask), keep(e.word_ids);
-    }
-  }
-  if (post_processor_) e = post_processor_->process(std::move(e), add_special_tokens);
   return e;
 }
 

@@ -33,6 +33,13 @@ class Tokenizer {
 
   // Throws InvalidArgument when `text` is not valid UTF-8.
   Encoding encode(std::string_view text, bool add_special_tokens = true) const;
+  // A pair (HF encode(text, pair)): the post-processor's pair template and
+  // type ids. max_length > 0 truncates longest_first to max_length tokens in
+  // all (special tokens included), as transformers' tokenizer(a, b,
+  // truncation=True, max_length=...); 0 applies tokenizer.json's truncation,
+  // if any, the same way. tokenizer/pair_encoding.cc.
+  Encoding encode_pair(std::string_view text, std::string_view pair, bool add_special_tokens = true,
+                       size_t max_length = 0) const;
   // Padding set to BatchLongest pads to the longest encoding of the batch.
   std::vector<Encoding> encode_batch(const std::vector<std::string>& texts,
                                      bool add_special_tokens = true) const;
@@ -67,6 +74,8 @@ class Tokenizer {
 
   friend class DecodeStream;
   Encoding encode_unpadded(std::string_view text, bool add_special_tokens) const;
+  // Added tokens, normalizer, pre-tokenizer and model: no truncation or special tokens.
+  Encoding encode_raw(std::string_view text, int64_t type_id) const;
   std::string decode_raw(const std::vector<int64_t>& ids, bool skip_special_tokens) const;
   void pad(Encoding& e, size_t length) const;
 

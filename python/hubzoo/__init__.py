@@ -28,6 +28,7 @@ from .embedder import Embedder, Encoder, supported_encoders  # noqa: E402,F401  
 from .hub import ensure as _ensure_downloaded  # noqa: E402
 from .hub import pull  # noqa: E402,F401  (re-exported)
 from .seq2seq import Seq2SeqLM  # noqa: E402,F401  (re-exported)
+from .reranker import Reranker  # noqa: E402,F401  (re-exported)
 
 __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
@@ -152,6 +153,16 @@ class Encoding:
         return f"Encoding(ids={self.ids!r})"
 
 
+class PairEncoding(Encoding):
+    """An encoded pair: Encoding plus the token type ids (0: first text, 1: the pair)."""
+
+    __slots__ = ("type_ids",)
+
+    def __init__(self, ids, tokens, offsets, type_ids):
+        super().__init__(ids, tokens, offsets)
+        self.type_ids = list(type_ids)
+
+
 class Tokenizer:
     """A tokenizer run in C++. From a snapshot directory (or repo id) it behaves as
     transformers.AutoTokenizer (tokenizer_config.json applied); from a tokenizer.json file,
@@ -179,6 +190,13 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
         return Encoding(*self._tok.encode(text, add_special_tokens))
+
+    def encode_pair(self, text: str, pair: str, add_special_tokens: bool = True,
+                    max_length: int = 0) -> Encoding:
+        """HF encode(text, pair); max_length > 0 truncates longest_first to that many
+        tokens in all, as tokenizer(text, pair, truncation=True, max_length=...)."""
+        e, type_ids = self._tok.encode_pair(text, pair, add_special_tokens, int(max_length))
+        return PairEncoding(*e, type_ids)
 
     def encode_batch(self, texts, add_special_tokens: bool = True) -> list[Encoding]:
         return [Encoding(*e) for e in self._tok.encode_batch(list(texts), add_special_tokens)]

@@ -1,0 +1,271 @@
+"""Rerankers against sentence-transformers' CrossEncoder and the Qwen3-Reranker recipe.
+
+- Tiny random BERT (one label: Sigmoid) and XLM-R (three labels: Identity) cross-encoders
+  built with transformers: scores equal to CrossEncoder.predict (rtol 1e-4), pairs past
+  max_length included; the activation_fn a saved config names.
+- A tiny random Qwen3 decoder reranker (SmolLM2's tokenizer): the model card's yes/no
+  recipe computed with transformers.
+- Scores bit-identical alone vs batched.
+- Pair encoding (encode(text, pair), longest_first truncation) equal to HF tokenizers on
+  the multilingual corpus, ids and type ids.
+- /v1/rerank and TEI's /rerank over HTTP, bad input included; the `hubzoo rerank` CLI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import _util
+
+CORPUS = json.loads((Path(__file__).parent / "data" / "tokenizer_corpus.json").read_text())
+
+
+def _load(name: str):
+    path = _util.REPO / "python" / "hubzoo" / "testing" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"hubzoo_testing_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tiny_encoders = _load("tiny_encoders")
+tiny_models = _load("tiny_models")
+
+QUERY = "how does the engine read hub files?"
+LONG = " ".join(tiny_encoders.CORPUS)
+DOCS = tiny_encoders.CORPUS[:6] + ["", "x", LONG, LONG * 2, "a <pad> b [PAD] c"]
+
+
+def build_cross_encoder(family: str, out: Path, num_labels: int) -> Path:
+    """A tiny random *ForSequenceClassification of an encoder family, with its tokenizer."""
+    arch, fields, kind, specials = tiny_encoders.ENCODERS[family]
+    name = f"{family}_ce{num_labels}"
+    tiny_encoders.ENCODERS[name] = (arch, {**fields, "num_labels": num_labels}, kind, specials)
+    cls = {"bert": "BertForSequenceClassification",
+           "xlm_roberta": "XLMRobertaForSequenceClassification"}[family]
+    return tiny_encoders.build_encoder(name, out, architecture=cls)
+
+
+@pytest.fixture(scope="module")
+def ce_paths(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ce")
+    return {"bert": build_cross_encoder("bert", root / "bert", 1),
+            "xlm_roberta": build_cross_encoder("xlm_roberta", root / "xlmr", 3)}
+
+
+def cross_encoder(path, **kw):
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(str(path), device="cpu", **kw)
+
+
+@pytest.mark.parametrize("family", ["bert", "xlm_roberta"])
+def test_cross_encoder_matches_sentence_transformers(hz, ce_paths, family):
+    path = ce_paths[family]
+    pairs = [(QUERY, d) for d in DOCS] + [(LONG, "short")] + [(d, QUERY) for d in DOCS[:2]]
+    # The tiny XLM-R's tokenizer allows 80 tokens but its position table 74 (pad_token_id 5):
+    # CrossEncoder's default would index past the table, so its test gives max_length.
+    for max_length in ((None, 24) if family == "bert" else (74, 24)):
+        st = cross_encoder(path, max_length=max_length)
+        ref = st.predict(pairs, batch_size=4)
+        rr = hz.Reranker.from_pretrained(path, num_threads=2, max_length=max_length)
+        assert rr.max_length == st.max_seq_length
+        ours = rr.predict(pairs, batch_size=4)
+        assert ours.shape == ref.shape
+        failure = _util.allclose_failure(f"{family} max_length={max_length}", ours, ref, 1e-4, 1e-6)
+        assert failure is None, failure
+        # The tokens: CrossEncoder's preprocess, pair by pair.
+        for a, b in pairs[:4] + pairs[8:10]:
+            features = st.preprocess([(a, b)])
+            ids, types = rr.tokenize(a, b)
+            assert ids == features["input_ids"][0].tolist()
+            if "token_type_ids" in features:
+                assert types == features["token_type_ids"][0].tolist()
+    if family == "bert":  # one label: Sigmoid; rank() as CrossEncoder.rank
+        assert rr.info["activation"] == "sigmoid"
+        ranked = rr.rank(QUERY, DOCS, top_k=3)
+        ref_rank = st.rank(QUERY, DOCS, top_k=3)
+        assert [r["corpus_id"] for r in ranked] == [r["corpus_id"] for r in ref_rank]
+    else:
+        assert rr.info["activation"] == "identity" and ours.shape == (len(pairs), 3)
+
+
+def test_saved_activation_fn(hz, ce_paths, tmp_path):
+    path = tmp_path / "tanh"
+    shutil.copytree(ce_paths["bert"], path)
+    config = json.loads((path / "config.json").read_text())
+    config["sentence_transformers"] = {"activation_fn": "torch.nn.modules.activation.Tanh"}
+    (path / "config.json").write_text(json.dumps(config))
+    ref = cross_encoder(path).predict([(QUERY, d) for d in DOCS])
+    rr = hz.Reranker.from_pretrained(path, num_threads=2)
+    assert rr.info["activation"] == "tanh"
+    raw = rr.score(QUERY, DOCS, raw=True)
+    assert np.allclose(rr.score(QUERY, DOCS), ref, rtol=1e-4, atol=1e-6)
+    assert np.allclose(np.tanh(raw), ref, rtol=1e-4, atol=1e-6)
+
+
+def test_scores_alone_equal_batched(hz, ce_paths, decoder_path):
+    for path in (ce_paths["bert"], ce_paths["xlm_roberta"], decoder_path):
+        rr = hz.Reranker.from_pretrained(path, num_threads=2)
+        batched = rr.score(QUERY, DOCS, batch_size=len(DOCS))
+        for i, d in enumerate(DOCS):
+            assert np.array_equal(rr.score(QUERY, [d])[0], batched[i]), (path.name, i)
+
+
+# --- decoder reranker (Qwen3-Reranker recipe) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def decoder_path(smollm2_path, tmp_path_factory):
+    out = tiny_models.build("qwen3_headdim_mqa", tmp_path_factory.mktemp("qwen3_rr"),
+                            vocab_size=49152, num_hidden_layers=2, tie_word_embeddings=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smollm2_path / f, out / f)
+    return out
+
+
+def qwen3_reranker_recipe(path, query, docs, instruction=None, max_length=8192):
+    """The Qwen3-Reranker model card's transformers code, as written there."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = tiny_models.load_hf(path)
+    token_false_id = tokenizer.convert_tokens_to_ids("no")
+    token_true_id = tokenizer.convert_tokens_to_ids("yes")
+    prefix = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the "
+              "Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+              "\"no\".<|im_end|>\n<|im_start|>user\n")
+    suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    prefix_tokens = tokenizer.encode(prefix, add_special_tokens=False)
+    suffix_tokens = tokenizer.encode(suffix, add_special_tokens=False)
+    instruction = instruction or "Given a web search query, retrieve relevant passages that answer the query"
+    pairs = [f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {d}" for d in docs]
+    inputs = tokenizer(pairs, padding=False, truncation="longest_first", return_attention_mask=False,
+                       max_length=max_length - len(prefix_tokens) - len(suffix_tokens))
+    for i, ele in enumerate(inputs["input_ids"]):
+        inputs["input_ids"][i] = prefix_tokens + ele + suffix_tokens
+    inputs = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
+    with torch.no_grad():
+        logits = model(**inputs).logits[:, -1, :]
+        scores = torch.stack([logits[:, token_false_id], logits[:, token_true_id]], dim=1)
+        scores = torch.nn.functional.log_softmax(scores, dim=1)
+        return scores[:, 1].exp().numpy(), [list(x) for x in inputs["input_ids"]]
+
+
+def test_decoder_reranker_matches_recipe(hz, decoder_path):
+    docs = DOCS[:6] + ["", LONG]
+    rr = hz.Reranker.from_pretrained(decoder_path, num_threads=2, max_length=120)
+    assert rr.info["decoder"] and rr.max_length == 120
+    for instruction in (None, "Find passages about tokenizers"):
+        ref, _ = qwen3_reranker_recipe(decoder_path, QUERY, docs, instruction, max_length=120)
+        ours = rr.score(QUERY, docs, instruction=instruction, batch_size=3)
+        failure = _util.allclose_failure("qwen3 reranker", ours, ref, 1e-4, 1e-6)
+        assert failure is None, failure
+    assert len(rr.tokenize(QUERY, LONG)[0]) == 120  # truncated inside the prompt
+
+
+# --- pair encoding ---------------------------------------------------------------------
+
+
+def test_pair_encoding_matches_hf_tokenizers(hz, ce_paths, smollm2_path, tmp_path):
+    from tokenizers import Tokenizer
+
+    roberta = tiny_encoders.build_encoder("roberta", tmp_path / "roberta")
+    files = [ce_paths["bert"] / "tokenizer.json", ce_paths["xlm_roberta"] / "tokenizer.json",
+             roberta / "tokenizer.json", smollm2_path / "tokenizer.json",
+             _util.REPO / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"]
+    texts = [t for t in CORPUS if isinstance(t, str)][:40]
+    pairs = list(zip(texts, texts[1:] + texts[:1]))
+    for f in files:
+        ours = hz.Tokenizer.from_pretrained(str(f))
+        for max_length in (0, 9, 23):
+            ref = Tokenizer.from_file(str(f))
+            if max_length:
+                ref.enable_truncation(max_length=max_length, strategy="longest_first")
+            for add in (True, False):
+                for a, b in pairs:
+                    e, r = ours.encode_pair(a, b, add, max_length), ref.encode(a, b, add_special_tokens=add)
+                    assert (e.ids, e.type_ids) == (r.ids, r.type_ids), (f.parent.name, max_length, add, a[:20], b[:20])
+
+
+# --- server and CLI --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rerank_server(hubzoo_bin, smollm2_path, ce_paths, tmp_path_factory):
+    from test_server import Served
+
+    s = Served(tmp_path_factory.mktemp("serve_rr"), "--max-context", "256",
+               "--max-body-bytes", "65536", "--rerank-model", str(ce_paths["bert"]))
+    yield s
+    assert s.stop() == 0, s.log_path.read_text()[-3000:]
+
+
+def test_v1_rerank_and_tei_rerank(hz, rerank_server, ce_paths):
+    ref = hz.Reranker.from_pretrained(ce_paths["bert"], num_threads=2).score(QUERY, DOCS)
+    order = sorted(range(len(DOCS)), key=lambda i: -ref[i])
+    http = rerank_server.http
+    r = http.post("/v1/rerank", json={"model": "bert", "query": QUERY, "documents": DOCS,
+                                      "top_n": 3, "return_documents": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [x["index"] for x in body["results"]] == order[:3]
+    for x in body["results"]:
+        assert np.float32(x["relevance_score"]) == ref[x["index"]]
+        assert x["document"] == {"text": DOCS[x["index"]]}
+    assert body["usage"]["total_tokens"] > len(DOCS)
+    r = http.post("/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 100})
+    assert [x["index"] for x in r.json()["results"]] == order and "document" not in r.json()["results"][0]
+
+    r = http.post("/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True, "truncate": True})
+    assert r.status_code == 200, r.text
+    assert [x["index"] for x in r.json()] == order
+    assert all(np.float32(x["score"]) == ref[x["index"]] and x["text"] == DOCS[x["index"]] for x in r.json())
+    raw = http.post("/rerank", json={"query": QUERY, "texts": DOCS[:2], "raw_scores": True}).json()
+    assert np.allclose(1 / (1 + np.exp(-np.array([x["score"] for x in sorted(raw, key=lambda x: x["index"])]))),
+                       ref[:2], rtol=1e-6)
+    assert http.get("/v1/models").json()["data"][-1]["id"] == "bert"
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/rerank", {"query": QUERY, "documents": []}, "documents"),
+    ("/v1/rerank", {"query": QUERY}, "documents"),
+    ("/v1/rerank", {"query": QUERY, "documents": ["a"] * 1025}, "documents"),
+    ("/v1/rerank", {"query": QUERY, "documents": ["a", 3]}, "documents"),
+    ("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}, "top_n"),
+    ("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": -2}, "top_n"),
+    ("/v1/rerank", {"query": 5, "documents": ["a"]}, "query"),
+    ("/rerank", {"query": QUERY, "texts": []}, "texts"),
+    ("/rerank", {"query": QUERY, "texts": [{"text": "a"}]}, "texts"),
+    ("/rerank", {"query": QUERY, "texts": ["a", LONG]}, "texts"),  # too long without truncate
+])
+def test_rerank_bad_input(rerank_server, path, body, param):
+    r = rerank_server.http.post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_rerank_oversize_body(rerank_server):
+    r = rerank_server.http.post("/v1/rerank", json={"query": QUERY, "documents": ["x" * 70000]})
+    assert r.status_code == 413, r.text
+
+
+def test_rerank_cli(hz, hubzoo_bin, ce_paths):
+    ref = hz.Reranker.from_pretrained(ce_paths["bert"], num_threads=2).score(QUERY, DOCS[:4])
+    proc = _util.run_cli("rerank", "-m", str(ce_paths["bert"]), "--query", QUERY, "--format",
+                         "json", "--top-n", "2", *DOCS[:4])
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    assert [r["index"] for r in results] == sorted(range(4), key=lambda i: -ref[i])[:2]
+    assert all(np.float32(r["score"]) == ref[r["index"]] for r in results)
+    _util.assert_cli_error(_util.run_cli("rerank", "-m", str(_util.SMOLLM2.parent / "nope"),
+                                         "--query", "q", "d"), "nope")
