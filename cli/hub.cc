@@ -2,6 +2,7 @@
 // before loading (hub/download.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,9 @@ void add_offline_flag(CLI::App* cmd, bool& offline) {
 
 void ensure_model(const std::string& model, const std::string& gguf_file, bool offline,
                   const std::string& log_prefix) {
-  if (model.empty()) return;
+  std::error_code ec;
+  // An existing path (a snapshot folder or a .gguf file) is the loader's to read.
+  if (model.empty() || std::filesystem::exists(model, ec)) return;
   EnsureOptions o;
   o.offline = offline;
   o.gguf_file = gguf_file;
