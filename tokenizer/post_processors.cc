@@ -246,8 +246,12 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const Source& 
   if (type == "TemplateProcessing") {
     std::map<std::string, SpecialToken> specials;
     for (const auto& [name, s] : field(j, "special_tokens", src).items()) {
-      specials[name] = {s.at("ids").get<std::vector<int64_t>>(),
-                        s.at("tokens").get<std::vector<std::string>>()};
+      const Json& ids = field(s, "ids", src);
+      if (!ids.is_array())
+        throw FormatError(src.file + ": special token '" + name + "' ids must be an array");
+      SpecialToken& st = specials[name];
+      for (const Json& id : ids) st.ids.push_back(to_int(id, "special token id", src));
+      st.tokens = field(s, "tokens", src).get<std::vector<std::string>>();
     }
     auto pieces = [&](const char* key) {
       std::vector<TemplateProcessor::Piece> out;
