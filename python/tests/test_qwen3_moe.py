@@ -21,7 +21,6 @@ that iterates tiny_models.VARIANTS):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import numpy as np
@@ -121,21 +120,8 @@ def test_tied_router_rows_order_as_torch_topk(variant, tiny_paths, hz, tmp_path)
 
 def test_fused_expert_layout_loads_identically(variant, hf_tiny, our_tiny, tiny_paths, hz, tmp_path):
     """transformers 5's in-memory names (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
-    from safetensors.torch import save_file
-
-    hf = hf_tiny(variant)
-    path = tmp_path / "fused"
-    path.mkdir()
-    for f in ("config.json", "generation_config.json"):
-        shutil.copy(tiny_paths[variant] / f, path / f)
-    state = {k: v.contiguous().clone() for k, v in hf.state_dict().items()}
-    if hf.config.tie_word_embeddings:
-        state.pop("lm_head.weight")
-    assert any(k.endswith("experts.gate_up_proj") for k in state)
-    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
-    fused = hz.CausalLM.from_pretrained(str(path))
-    ids = _util.random_prompt(hf.config.vocab_size, 41, seed=5)[None]
-    assert np.array_equal(fused.forward(ids), our_tiny(variant).forward(ids))
+    _moe.fused_layout_loads_identically(hz, hf_tiny(variant), our_tiny(variant),
+                                        tiny_paths[variant], tmp_path / "fused")
 
 
 @pytest.mark.parametrize("fields, words", [
