@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/seq2seq_causal.h"
 #include "engine/seq2seq_generate.h"
 #include "hub/snapshot.h"
 #include "io/json.h"
@@ -17,12 +18,7 @@
 namespace hubzoo::cli {
 
 bool is_seq2seq_model(const std::string& model, const std::string& gguf_file) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!gguf_file.empty() || fs::path(model).extension() == ".gguf") return false;
-  const fs::path config = resolve_snapshot(model) / "config.json";
-  if (!fs::is_regular_file(config, ec)) return false;
-  return is_seq2seq_config(JsonObject(read_json_file(config), config.string()));
+  return hubzoo::is_seq2seq_model(model, gguf_file);
 }
 
 int run_seq2seq_generate(const Seq2SeqGenerateArgs& a) {

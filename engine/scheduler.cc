@@ -268,6 +268,7 @@ void Scheduler::step() {
   // An empty list would ask for every row's logits; a chunk-only step needs none.
   const bool dummy_row = fwd.logits_rows.empty();
   if (dummy_row) fwd.logits_rows.push_back(0);
+  fwd.logits_unused = dummy_row;
   try {
     model_.forward(batch, cache_, fwd, out_);
   } catch (const std::exception&) {

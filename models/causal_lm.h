@@ -54,6 +54,9 @@ struct ModelInfo {
 struct ForwardOptions {
   // Row indices of the batch whose logits are wanted; empty means every row.
   std::vector<int64_t> logits_rows;
+  // The caller discards the logits (a prefill-only step passes one placeholder
+  // row): no row's logits are wanted, and the result's may be anything.
+  bool logits_unused = false;
   // Named intermediates to record: "embed", "layers.{i}", "layers.{i}.self_attn",
   // "layers.{i}.mlp", "norm", "logits".
   std::set<std::string> capture;

@@ -2,8 +2,8 @@
 """Regenerates docs/verification.md: the verification ladder on this machine, per model.
 
 Runs hubzoo.verify in-process on models/SmolLM2-135M-Instruct, models/gemma-3-270m and on
-every tiny random variant of hubzoo.testing.tiny_models, multimodal ones included (built into
-a temporary directory), for every
+every tiny random variant of hubzoo.testing.tiny_models, multimodal ones included, and of
+hubzoo.testing.tiny_t5 (encoder-decoders) (built into a temporary directory), for every
 dtype x mode, and writes docs/verification.md with the matrices and metadata, the
 per-layer plots docs/verification/<model>.png and the full reports docs/verification/<model>.json.
 
@@ -69,6 +69,13 @@ sentence when there is no chat template). `long`: at least 512 tokens of English
 (and past any sliding window the config enables). The tiny random models have no
 tokenizer, so both inputs are deterministic random token ids (32 and 512 of them).
 
+**Encoder-decoders** (the tiny T5 v1.0 and v1.1/FLAN-T5 models): the input feeds the
+encoder; every column runs over the decoder's positions, teacher-forced with the decoder
+start token and the input's first 63 tokens; the per-layer rows are `encoder.embed`,
+`encoder.layers.{i}`, `encoder.norm`, `decoder.embed`, `decoder.layers.{i}`, `decoder.norm`;
+greedy generates from the encoder input; cached decode steps the decoder through its
+self-attention cache with the cross-attention keys/values computed once.
+
 **Rows.**
 
 | row | meaning |
@@ -106,6 +113,21 @@ the JSON file next to its plot.
 """
 
 
+RERANK_HEADING = "## Rerankers in bf16"
+
+
+def _kept_section(md: Path, heading: str) -> str | None:
+    """A section the pytest suite measures (not this script), carried over from the page as it is."""
+    if not md.is_file():
+        return None
+    text = md.read_text()
+    start = text.find(heading + "\n")
+    if start < 0:
+        return None
+    end = text.find("\n## ", start + len(heading))
+    return text[start:end if end >= 0 else len(text)].rstrip()
+
+
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -135,7 +157,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from hubzoo import verify
-        from hubzoo.testing import tiny_models
+        from hubzoo.testing import tiny_models, tiny_t5
     except ImportError as e:
         print(f"error: import hubzoo failed (build it and put build/python on PYTHONPATH): {e}", file=sys.stderr)
         return 2
@@ -150,7 +172,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(DOCS / "verification.md"), help="markdown file to write")
     args = p.parse_args(argv)
 
-    known = [*REAL, *tiny_models.VARIANTS, *tiny_models.MULTIMODAL]
+    known = [*REAL, *tiny_models.VARIANTS, *tiny_models.MULTIMODAL, *tiny_t5.VARIANTS]
     wanted = known if not args.models else [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in wanted if m not in known]
     if unknown:
@@ -179,6 +201,8 @@ def main(argv=None) -> int:
                 name = f"tiny/{key}"
                 print(f"[docs {time.monotonic() - t0:7.1f}s] building tiny model {key}", file=sys.stderr)
                 build = tiny_models.build_multimodal if key in tiny_models.MULTIMODAL else tiny_models.build
+                if key in tiny_t5.VARIANTS:
+                    build = tiny_t5.build
                 path = build(key, Path(tmp) / key)
             print(f"[docs {time.monotonic() - t0:7.1f}s] verifying {name}", file=sys.stderr, flush=True)
             try:
@@ -190,7 +214,7 @@ def main(argv=None) -> int:
                 continue
             if key not in REAL:  # the temporary path means nothing to a reader
                 rep["model"] = name
-                rep["snapshot"] = f"(temporary) hubzoo.testing.tiny_models.{build.__name__}({key!r}, dir)"
+                rep["snapshot"] = f"(temporary) {build.__module__}.{build.__name__}({key!r}, dir)"
             else:
                 rep["model"] = rep["snapshot"] = str(path.relative_to(REPO))
             slug = _slug(name.replace("/", "-"))
@@ -204,6 +228,9 @@ def main(argv=None) -> int:
         m = first["metadata"]
         parts += [f"Generated {m['date']} on {m['cpu']} with hubzoo {m['hubzoo_version']} "
                   f"(commit {m['git_commit']}), in {time.monotonic() - t0:.0f} s.", ""]
+    kept = _kept_section(out_md, RERANK_HEADING)
+    if kept:
+        parts += [kept, ""]
     for name, rep, err in results:
         if rep is None:
             parts += [f"## {name}", "", f"Could not run: {err}", ""]

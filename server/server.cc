@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "engine/seq2seq_causal.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "server/server_impl.h"
 
@@ -77,7 +78,7 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   if (opt.max_queue < 0) throw InvalidArgument("--max-queue must be >= 0");
   if (opt.max_body_bytes <= 0) throw InvalidArgument("--max-body-bytes must be > 0");
   model_id = opt.served_model_name.empty() ? model_id_of(opt.model) : opt.served_model_name;
-  model = load_causal_lm(
+  model = load_generation_lm(
       opt.model, LoadOptions::parse(opt.threads, opt.dtype, opt.mode, opt.quantize, opt.gguf_file));
   const ModelInfo& info = model->info();
   tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(info.tokenizer_source()));

@@ -132,13 +132,14 @@ def decoder_path(smollm2_path, tmp_path_factory):
     return out
 
 
-def qwen3_reranker_recipe(path, query, docs, instruction=None, max_length=8192):
-    """The Qwen3-Reranker model card's transformers code, as written there."""
+def qwen3_reranker_recipe(path, query, docs, instruction=None, max_length=8192, dtype="float32"):
+    """The Qwen3-Reranker model card's transformers code, as written there (the model loaded
+    with from_pretrained(dtype=...))."""
     import torch
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = tiny_models.load_hf(path)
+    model = tiny_models.load_hf(path, dtype=dtype)
     token_false_id = tokenizer.convert_tokens_to_ids("no")
     token_true_id = tokenizer.convert_tokens_to_ids("yes")
     prefix = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the "
@@ -158,7 +159,7 @@ def qwen3_reranker_recipe(path, query, docs, instruction=None, max_length=8192):
         logits = model(**inputs).logits[:, -1, :]
         scores = torch.stack([logits[:, token_false_id], logits[:, token_true_id]], dim=1)
         scores = torch.nn.functional.log_softmax(scores, dim=1)
-        return scores[:, 1].exp().numpy(), [list(x) for x in inputs["input_ids"]]
+        return scores[:, 1].exp().float().numpy(), [list(x) for x in inputs["input_ids"]]
 
 
 def test_decoder_reranker_matches_recipe(hz, decoder_path):
@@ -171,6 +172,69 @@ def test_decoder_reranker_matches_recipe(hz, decoder_path):
         failure = _util.allclose_failure("qwen3 reranker", ours, ref, 1e-4, 1e-6)
         assert failure is None, failure
     assert len(rr.tokenize(QUERY, LONG)[0]) == 120  # truncated inside the prompt
+
+
+# --- bf16: the ladder's relative-error rule (docs/design.md) ---------------------------
+# RMS(ours bf16 - reference fp32) / RMS(reference bf16 - reference fp32) <= 1.15 eager,
+# <= 1.0 fused; the bf16 reference is loaded as users load it (from_pretrained(dtype=bf16)).
+
+BF16_BOUND = {"eager": 1.15, "fused": 1.0}
+BF16_PAIRS = [(QUERY, d) for d in DOCS] + [(d, QUERY) for d in tiny_encoders.CORPUS[:6]]
+
+
+def _rms(x) -> float:
+    return float(np.sqrt(np.mean(np.square(np.asarray(x, dtype=np.float64)))))
+
+
+@pytest.fixture(scope="module")
+def ce_bf16_refs(ce_paths):
+    """family -> (max_length, CrossEncoder fp32 raw logits, CrossEncoder bf16 raw logits)."""
+    import torch
+
+    out = {}
+    for family, path in ce_paths.items():
+        max_length = None if family == "bert" else 74  # the tiny XLM-R's position table
+        raw = {}
+        for dtype in ("float32", "bfloat16"):
+            st = cross_encoder(path, max_length=max_length, model_kwargs={"dtype": getattr(torch, dtype)})
+            raw[dtype] = np.asarray(st.predict(BF16_PAIRS, batch_size=4, activation_fn=torch.nn.Identity()),
+                                    dtype=np.float32)
+        out[family] = (max_length, raw["float32"], raw["bfloat16"])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("family", ["bert", "xlm_roberta"])
+def test_cross_encoder_bf16_error_ratio(hz, ce_paths, ce_bf16_refs, family, mode):
+    max_length, ref, st_bf16 = ce_bf16_refs[family]
+    rr = hz.Reranker.from_pretrained(ce_paths[family], dtype="bfloat16", mode=mode, num_threads=2,
+                                     max_length=max_length)
+    ours = rr.predict(BF16_PAIRS, batch_size=4, raw=True).reshape(ref.shape)
+    sigma = _rms(st_bf16 - ref)
+    assert sigma > 0, "CrossEncoder's bf16 equals its fp32: no noise scale to judge against"
+    ratio = _rms(ours - ref) / sigma
+    _util.PARITY_ERRORS.setdefault("rerank", {})[f"{family} cross-encoder bf16 {mode} ratio"] = ratio
+    assert ratio <= BF16_BOUND[mode], f"{family} bf16 {mode}: ratio {ratio:.3f} > {BF16_BOUND[mode]}"
+    # Orderings bf16 noise cannot flip stay: every pair of scores more than 8 sigma apart
+    # in fp32 keeps its order.
+    r = ref.reshape(len(BF16_PAIRS), -1)[:, 0]  # the first label's scores
+    decided = (r[:, None] - r[None, :]) > 8 * sigma
+    o = ours.reshape(len(BF16_PAIRS), -1)[:, 0]
+    assert ((o[:, None] - o[None, :]) > 0)[decided].all()
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_decoder_reranker_bf16_error_ratio(hz, decoder_path, mode):
+    docs = DOCS[:6] + ["", LONG]
+    ref, _ = qwen3_reranker_recipe(decoder_path, QUERY, docs, max_length=120)
+    hf_bf16, _ = qwen3_reranker_recipe(decoder_path, QUERY, docs, max_length=120, dtype="bfloat16")
+    rr = hz.Reranker.from_pretrained(decoder_path, dtype="bfloat16", mode=mode, num_threads=2, max_length=120)
+    ours = rr.score(QUERY, docs, batch_size=3)
+    sigma = _rms(hf_bf16 - ref)
+    assert sigma > 0
+    ratio = _rms(ours - ref) / sigma
+    _util.PARITY_ERRORS.setdefault("rerank", {})[f"qwen3 decoder reranker bf16 {mode} ratio"] = ratio
+    assert ratio <= BF16_BOUND[mode], f"decoder reranker bf16 {mode}: ratio {ratio:.3f} > {BF16_BOUND[mode]}"
 
 
 # --- pair encoding ---------------------------------------------------------------------

@@ -227,3 +227,25 @@ def test_directory_without_config_is_a_clear_error(hz, tmp_path):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert str(tmp_path) in proc.stderr and "config.json" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("variant", ["t5_v1_0", "t5_v1_1"])
+def test_encoder_decoder_runs_the_ladder(hz, variant, tmp_path):
+    """A T5 checkpoint (ReLU/tied and gated-GELU/untied): every column of every dtype and mode
+    passes; per-layer rows name both stacks; the decoder positions are the teacher-forced
+    sequence and the long input reaches the encoder whole."""
+    from hubzoo import verify
+    from hubzoo.testing import tiny_t5
+
+    path = tiny_t5.build(variant, tmp_path / variant)
+    report = verify.run(str(path), long_tokens=LONG_TOKENS, new_tokens=8, threads=2, progress=False)
+    assert report["summary"] == {"passed": True, "failed": []}, report["summary"]
+    assert len(report["columns"]) == 8
+    names = report["references"]["long"]["layers"]["names"]
+    assert names[0] == "encoder.embed" and "decoder.layers.0" in names and names[-1] == "logits"
+    for col in report["columns"]:
+        assert all(r is not None for r in col["layers"]["rms"]), (col["name"], names)
+    assert report["inputs"]["long"]["tokens"] == LONG_TOKENS
+    assert report["columns"][1]["tokens"] == 64  # start token + 63 input tokens
+    assert report["references"]["short"]["hf_fp32_greedy"], "HF generate ran on the encoder input"
+    assert any("encoder-decoder" in n for n in report["notes"])

@@ -107,18 +107,12 @@ def load_hf(path: str | Path, dtype: str = "float32"):
     return model
 
 
-def build_sentence_t5(out_dir: str | Path, seed: int = SEED) -> Path:
-    """A sentence-T5/GTR-style sentence-transformers folder: a tiny random T5EncoderModel
-    (v1.1 shapes) with a Unigram tokenizer appending </s>, mean Pooling, Dense without
-    bias (Identity activation) and Normalize, saved by sentence-transformers itself."""
-    import torch
-    import transformers
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules import Dense, Normalize, Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
+def unigram_tokenizer():
+    """A small Unigram tokenizer with T5's specials (<pad> 0, </s> 1, <unk> 2) that
+    appends </s>, as T5's tokenizers do; about 220 tokens, trained on tiny_encoders.CORPUS."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-    from hubzoo.testing import tiny_encoders, tiny_models
+    from hubzoo.testing import tiny_encoders
 
     specials = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
     tok = Tokenizer(models.Unigram())
@@ -129,6 +123,30 @@ def build_sentence_t5(out_dir: str | Path, seed: int = SEED) -> Path:
     tok.post_processor = processors.TemplateProcessing(
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
     tok.decoder = decoders.Metaspace()
+    return tok
+
+
+def save_tokenizer(tok, out_dir: str | Path) -> None:
+    """Saves a tokenizers.Tokenizer into out_dir as transformers' fast tokenizer files."""
+    import transformers
+
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=512, eos_token="</s>", pad_token="<pad>",
+        unk_token="<unk>", model_input_names=["input_ids", "attention_mask"]).save_pretrained(out_dir)
+
+
+def build_sentence_t5(out_dir: str | Path, seed: int = SEED) -> Path:
+    """A sentence-T5/GTR-style sentence-transformers folder: a tiny random T5EncoderModel
+    (v1.1 shapes) with a Unigram tokenizer appending </s>, mean Pooling, Dense without
+    bias (Identity activation) and Normalize, saved by sentence-transformers itself."""
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from hubzoo.testing import tiny_encoders, tiny_models
+
+    tok = unigram_tokenizer()
     fields = {k: v for k, v in VARIANTS["t5_v1_1"].items() if k != "untied"}
     fields["vocab_size"] = tok.get_vocab_size() + 3
     torch.manual_seed(seed)
@@ -142,9 +160,7 @@ def build_sentence_t5(out_dir: str | Path, seed: int = SEED) -> Path:
     hf_dir = out.parent / f"{out.name}.hf"
     hf_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(hf_dir, safe_serialization=True)
-    transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, model_max_length=512, eos_token="</s>", pad_token="<pad>",
-        unk_token="<unk>", model_input_names=["input_ids", "attention_mask"]).save_pretrained(hf_dir)
+    save_tokenizer(tok, hf_dir)
     transformer = Transformer(str(hf_dir), max_seq_length=256)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
     dense = Dense(pooling.get_embedding_dimension(), 40, bias=False,

@@ -103,6 +103,12 @@ eager, <= 1.15^2 x HF bf16's: KL grows with the square of the logit error, and e
 reproduces transformers' own bf16 roundings, so it sits at HF's KL give or take
 accumulation-order noise).
 
+Encoder-decoders (T5, FLAN-T5, mT5; config is_encoder_decoder): the input feeds the encoder
+and every column runs over the decoder's positions, teacher-forced with the decoder start
+token and the input's first 63 tokens (verify/seq2seq.py); per-layer rows are encoder.embed,
+encoder.layers.{i}, encoder.norm, decoder.embed, decoder.layers.{i}, decoder.norm; greedy
+generates from the encoder input; cached decode steps the decoder (cross-attention K/V once).
+
 The bf16 reference is transformers loaded with from_pretrained(dtype=torch.bfloat16), as
 users load it (model.to(torch.bfloat16) would also round the RoPE inv_freq buffer).
 """

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from . import inputs as inputs_mod
-from . import metadata, metrics, reference, routing
+from . import metadata, metrics, reference, routing, seq2seq
 
 FORMAT = "hubzoo.verify/2"
 DTYPES = ("float32", "bfloat16")
@@ -322,6 +322,28 @@ def _column(ours, dtype, mode, inp, ref, names, progress: Progress, new_tokens: 
     }
 
 
+def _load_references(model, snapshot: str, config: dict, built: dict):
+    """(HF fp32, HF bf16, num_layers, layer names, Pairs or None, the inputs the columns run).
+    An encoder-decoder's columns run its decoder sequences (verify/seq2seq.py)."""
+    s2s = seq2seq.is_seq2seq(config)
+    try:
+        load = seq2seq.load_hf if s2s else reference.load
+        hf32, hf16 = load(snapshot, "float32"), load(snapshot, "bfloat16")
+    except Exception as e:  # transformers raises many types for an unloadable snapshot
+        raise VerifyError(f"{model}: transformers cannot load {snapshot}: {type(e).__name__}: {e}") from None
+    if not s2s:
+        num_layers = len(getattr(hf32.model, "language_model", hf32.model).layers)
+        return hf32, hf16, num_layers, reference.layer_names(num_layers), None, built
+    pairs = seq2seq.Pairs(hf32.config.decoder_start_token_id)
+    try:
+        runs = {name: pairs.decoder_input(built[name]) for name in INPUTS}
+    except ValueError as e:
+        raise VerifyError(f"{model}: {e}") from None
+    names = seq2seq.layer_names(config)
+    return (seq2seq.HFReference(hf32, pairs), seq2seq.HFReference(hf16, pairs),
+            len(hf32.decoder.block), names, pairs, runs)
+
+
 def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_tokens: int = 512,
         new_tokens: int = NEW_TOKENS, progress: bool | Progress = True, name: str | None = None) -> dict:
     """Runs the ladder for every dtype x mode x input; returns the report (see hubzoo.verify).
@@ -362,17 +384,15 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
         built, input_notes = inputs_mod.build(snapshot, config, long_tokens)
         notes += input_notes
         prog("loading HF references (eager attention), fp32 and bf16")
-        try:
-            hf32 = reference.load(snapshot, "float32")
-            hf16 = reference.load(snapshot, "bfloat16")
-        except Exception as e:  # transformers raises many types for an unloadable snapshot
-            raise VerifyError(f"{model}: transformers cannot load {snapshot}: {type(e).__name__}: {e}") from None
-        num_layers = len(getattr(hf32.model, "language_model", hf32.model).layers)
-        names = reference.layer_names(num_layers)
+        hf32, hf16, num_layers, names, pairs, runs = _load_references(model, snapshot, config, built)
+        if pairs is not None:
+            notes.append(f"encoder-decoder: the input feeds the encoder; the columns' positions are the "
+                         f"decoder's, teacher-forced (start token + the input's first "
+                         f"{seq2seq.DECODER_TOKENS - 1} tokens); greedy generates from the encoder input")
 
         refs = {}
         for name in INPUTS:
-            refs[name] = _reference_for_input(hf32, hf16, built[name], names, prog, new_tokens)
+            refs[name] = _reference_for_input(hf32, hf16, runs[name], names, prog, new_tokens)
         del hf32
         gc.collect()
 
@@ -382,19 +402,23 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
             for mode in modes:
                 prog(f"hubzoo load {dtype}/{mode}")
                 try:
-                    ours = hubzoo.CausalLM.from_pretrained(snapshot, dtype=dtype, mode=mode,
-                                                           num_threads=int(threads or 0))
+                    if pairs is None:
+                        ours = hubzoo.CausalLM.from_pretrained(snapshot, dtype=dtype, mode=mode,
+                                                               num_threads=int(threads or 0))
+                    else:
+                        ours = seq2seq.Ours(hubzoo.Seq2SeqLM.from_pretrained(
+                            snapshot, dtype=dtype, mode=mode, num_threads=int(threads or 0)), pairs)
                 except hubzoo.Error as e:
                     raise VerifyError(f"{model}: hubzoo cannot load {snapshot} as {dtype}/{mode}: {e}") from None
                 if dtype == "bfloat16" and not bf16_greedy_done:
                     # Short input only: transformers' bf16 decode on CPU is slow, and this row is context.
                     prog(f"HF bf16 greedy generate, short input ({new_tokens} new tokens)")
-                    hf_tokens = reference.generate(hf16, built["short"].ids, new_tokens)
+                    hf_tokens = reference.generate(hf16, runs["short"].ids, new_tokens)
                     refs["short"]["json"]["hf_bf16"]["greedy"] = _greedy(hf_tokens,
                                                                          refs["short"]["json"]["hf_fp32_greedy"])
                     bf16_greedy_done = True
                 for name in INPUTS:
-                    columns.append(_column(ours, dtype, mode, built[name], refs[name], names, prog, new_tokens))
+                    columns.append(_column(ours, dtype, mode, runs[name], refs[name], names, prog, new_tokens))
                 del ours
                 gc.collect()
         del hf16

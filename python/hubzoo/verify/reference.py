@@ -55,6 +55,8 @@ def forward(model, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """
     import torch
 
+    if hasattr(model, "verify_forward"):  # an encoder-decoder (verify/seq2seq.py)
+        return model.verify_forward(ids)
     captured: dict[str, np.ndarray] = {}
 
     def hook(name):
@@ -128,6 +130,8 @@ def generate(model, ids: np.ndarray, max_new_tokens: int) -> list[int]:
     """Greedy model.generate(do_sample=False): the new tokens of one sequence."""
     import torch
 
+    if hasattr(model, "verify_generate"):  # an encoder-decoder (verify/seq2seq.py)
+        return model.verify_generate(ids, max_new_tokens)
     t = torch.as_tensor(ids[None], dtype=torch.int64)
     kwargs = {}
     config = model.generation_config

@@ -90,7 +90,8 @@ def confidence(ref32: dict, ref16: dict, sigmas: float) -> dict:
                      "after_near_tie": int((clear & ~upstream).sum()), "experts": experts}
         tokens = clear & upstream
     if tokens is None:
-        n = next(iter(ref32.values())).shape[0] if ref32 else 0
+        # Positions are the logits' rows (an encoder-decoder's encoder captures have others).
+        n = ref32["logits"].shape[0] if "logits" in ref32 else next(iter(ref32.values())).shape[0] if ref32 else 0
         tokens = np.ones(n, dtype=bool)
     return {"layers": layers, "tokens": tokens}
 
