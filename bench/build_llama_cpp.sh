@@ -29,20 +29,24 @@ DIR="$CACHE/llama.cpp-$VERSION-$SHA"
 SRC="$DIR/src"
 BIN="$DIR/bin"
 
-if [[ ! -x "$BIN/llama-bench" || ! -x "$BIN/llama-batched-bench" || ! -x "$BIN/llama-quantize" ]]; then
-  rm -rf "$SRC"
-  mkdir -p "$SRC"
-  tar xzf "$SDIST" -C "$SRC" --strip-components=3 \
-    "llama_cpp_python-$VERSION/vendor/llama.cpp"
-  cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DBUILD_SHARED_LIBS=OFF >&2
-  nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" \
-    --target llama-bench llama-batched-bench llama-quantize >&2
+TOOLS=(llama-bench llama-batched-bench llama-quantize llama-perplexity)
+missing=0
+for t in "${TOOLS[@]}"; do [[ -x "$BIN/$t" ]] || missing=1; done
+if [[ $missing == 1 ]]; then
+  # A configured build is reused (a tool added later builds incrementally).
+  if [[ ! -f "$DIR/build/build.ninja" ]]; then
+    rm -rf "$SRC"
+    mkdir -p "$SRC"
+    tar xzf "$SDIST" -C "$SRC" --strip-components=3 \
+      "llama_cpp_python-$VERSION/vendor/llama.cpp"
+    cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+      -DBUILD_SHARED_LIBS=OFF >&2
+  fi
+  nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" --target "${TOOLS[@]}" >&2
   mkdir -p "$BIN"
-  cp "$DIR/build/bin/llama-bench" "$DIR/build/bin/llama-batched-bench" \
-    "$DIR/build/bin/llama-quantize" "$BIN/"
+  for t in "${TOOLS[@]}"; do cp "$DIR/build/bin/$t" "$BIN/"; done
 fi
 
 MODEL="${1:-$ROOT/models/SmolLM2-135M-Instruct}"

@@ -27,6 +27,10 @@
 
 namespace hubzoo {
 
+// --quantize q4_k_m / q5_k_m: llama-quantize's per-tensor type mixes
+// (layers/quant_mix.h) over the base type Q4_K / Q5_K.
+enum class QuantMix : uint8_t { kNone, kQ4_K_M, kQ5_K_M };
+
 // Quantized weights (GGUF blocks, the Hub's int4/int8, or --quantize) add a
 // third mode, "int8": activations are quantized per block to int8 for integer
 // dot products, as llama.cpp computes (ops/quant.h); under "fused" (the
@@ -39,6 +43,7 @@ struct Numerics {
   bool int8 = false;  // mode "int8": int8 activations against quantized weights
   // --quantize: fp32/bf16/f16 matrices are quantized to this block type at load.
   std::optional<QuantType> quantize;
+  QuantMix quant_mix = QuantMix::kNone;  // with quantize = its base type
 
   // dtype "float32" | "bfloat16", mode "eager" | "fused" | "int8" (eager is
   // ignored for float32; int8 needs float32 and quantized weights).
@@ -58,17 +63,34 @@ struct Numerics {
     n.int8 = mode == "int8";
     return n;
   }
-  // `name` ("q8_0", "q4_0", "q4_k", ...; empty: none) as the quantize option.
+  // `name` ("q8_0", "q4_0", "q4_k", ..., or the mixes "q4_k_m", "q5_k_m";
+  // empty: none) as the quantize option.
   void set_quantize(const std::string& name) {
+    quant_mix = QuantMix::kNone;
     if (name.empty()) {
       quantize.reset();
+      return;
+    }
+    std::string lower;
+    for (char c : name) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    if (lower == "q4_k_m" || lower == "q5_k_m") {
+      quant_mix = lower == "q4_k_m" ? QuantMix::kQ4_K_M : QuantMix::kQ5_K_M;
+      quantize = lower == "q4_k_m" ? QuantType::Q4_K : QuantType::Q5_K;
       return;
     }
     quantize = parse_quant_name(name);
     if (!quantize || quant_traits(*quantize).ggml_id < 0) {  // can_quantize() is checked at load
       throw InvalidArgument(
-          "quantize must name a GGML block type such as q8_0, q4_0 or q4_k; got '" + name + "'");
+          "quantize must name a GGML block type such as q8_0, q4_0 or q4_k, or a mix "
+          "(q4_k_m, q5_k_m); got '" +
+          name + "'");
     }
+  }
+  // The quantize option as reported ("Q4_K", "Q4_K_M"; empty: none).
+  std::string quantize_name() const {
+    if (!quantize) return "";
+    if (quant_mix != QuantMix::kNone) return quant_mix == QuantMix::kQ4_K_M ? "Q4_K_M" : "Q5_K_M";
+    return std::string(quant_name(*quantize));
   }
   const char* dtype_name() const { return bf16 ? "bfloat16" : "float32"; }
   const char* mode_name() const { return int8 ? "int8" : eager ? "eager" : "fused"; }

@@ -8,7 +8,9 @@ namespace hubzoo {
 
 WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numerics numerics)
     : ckpt_(std::move(checkpoint)), numerics_(numerics) {
-  for (const auto& name : ckpt_->names()) used_[name] = false;
+  const std::vector<std::string> names = ckpt_->names();
+  for (const auto& name : names) used_[name] = false;
+  if (numerics_.quant_mix != QuantMix::kNone) mix_model_ = quant_mix_model(names);
 }
 
 bool WeightLoader::contains(const std::string& name) const { return used_.count(name) != 0; }
@@ -129,17 +131,18 @@ PackedMatrix WeightLoader::pack_quant(std::vector<std::shared_ptr<const QuantMat
   return pack_quantized(std::move(parts), numerics_.int8 ? QuantMode::kInt8 : QuantMode::kExact);
 }
 
-PackedMatrix WeightLoader::quantize_f32(const std::vector<float>& w, int64_t n, int64_t k) const {
-  const QuantType t = *numerics_.quantize;
-  if (!can_quantize(t)) {
-    throw InvalidArgument("quantize: hubzoo has no quantizer for " + std::string(quant_name(t)));
-  }
-  if (k % quant_traits(t).block_elems != 0) {
-    // Rows that are not whole blocks stay as they are (llama-quantize falls back too).
+PackedMatrix WeightLoader::quantize_f32(const std::string& name, const std::vector<float>& w,
+                                        int64_t n, int64_t k) const {
+  const std::optional<QuantType> t = quant_mix_type(numerics_, mix_model_, {name, k});
+  if (!t) {
+    // Rows that fit no block type stay as they are (llama-quantize writes F16 there).
     return numerics_.bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
   }
+  if (!can_quantize(*t)) {
+    throw InvalidArgument("quantize: hubzoo has no quantizer for " + std::string(quant_name(*t)));
+  }
   auto q =
-      std::make_shared<QuantMatrix>(quantize_matrix(t, w.data(), n, k, *ThreadPool::shared(0)));
+      std::make_shared<QuantMatrix>(quantize_matrix(*t, w.data(), n, k, *ThreadPool::shared(0)));
   return pack_quant({std::move(q)});
 }
 
@@ -163,7 +166,7 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   const TensorInfo& info = claim(name, {n, k});
   if (info.quant) return pack_quant({quant_view(name, info, n, k, 0)});
   if (numerics_.quantize && !bf16_fp32_only_) {
-    PackedMatrix q = quantize_f32(read_f32(name, info), n, k);
+    PackedMatrix q = quantize_f32(name, read_f32(name, info), n, k);
     ckpt_->release(name);
     return q;
   }
@@ -259,7 +262,8 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   for (int64_t b = 0; b < count * parts; ++b) {
     const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
     convert_to_f32(info.dtype, src, tmp.data(), block);
-    out.push_back(numerics_.quantize ? quantize_f32(tmp, rows, k) : pack(tmp.data(), rows, k));
+    out.push_back(numerics_.quantize ? quantize_f32(name, tmp, rows, k)
+                                     : pack(tmp.data(), rows, k));
     bytes_ += out.back().bytes();
   }
   ckpt_->release(name);

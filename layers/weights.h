@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "layers/hub_quant.h"
 #include "layers/numerics.h"
+#include "layers/quant_mix.h"
 #include "ops/matmul.h"
 
 namespace hubzoo {
@@ -100,12 +101,15 @@ class WeightLoader {
   std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,
                                                 int64_t n, int64_t k, int64_t first_row) const;
   PackedMatrix pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const;
-  PackedMatrix quantize_f32(const std::vector<float>& w, int64_t n, int64_t k) const;
+  // w [n, k] quantized to the type --quantize gives `name` (layers/quant_mix.h).
+  PackedMatrix quantize_f32(const std::string& name, const std::vector<float>& w, int64_t n,
+                            int64_t k) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   mutable int64_t quantized_ = 0;
   int64_t bytes_ = 0;
   bool bf16_fp32_only_ = false;
+  QuantMixModel mix_model_;
   std::optional<HubQuant> hub_;
   std::map<std::string, bool> used_;
   std::map<std::string, std::string> ignored_;

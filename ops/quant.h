@@ -76,7 +76,8 @@ void dequantize_row(QuantType t, const void* blocks, float* out, int64_t k);
 // quants.quantize where gguf-py implements the type. Throws InvalidArgument
 // for types without a quantizer here.
 void quantize_row(QuantType t, const float* x, void* blocks, int64_t k);
-// Whether quantize_row implements t (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K).
+// Whether quantize_row implements t (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K).
 bool can_quantize(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].

@@ -42,6 +42,10 @@ inline uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>(o | (sign >> 16));
 }
 
+// Quantizes one 256-float block of a K type with llama.cpp's reference
+// quantizer (ops/quant_quantize_k.cc); false for the types it does not cover.
+bool quantize_k_block(QuantType t, const float* x, uint8_t* block);
+
 inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 inline float load_fp16(const uint8_t* p) { return fp16_to_float(load_u16(p)); }
 

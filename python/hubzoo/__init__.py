@@ -68,7 +68,8 @@ class CausalLM:
                         quantize: str | None = None) -> "CausalLM":
         """path_or_id: a snapshot folder, a repo id in the HF cache, or a .gguf file.
         gguf_file picks one .gguf of a folder (as transformers' gguf_file=); quantize
-        ("q8_0", "q4_0", "q4_k", ...) quantizes fp32/bf16/f16 weights on load; mode "int8"
+        ("q8_0", "q4_0", "q4_k", "q6_k", ..., or the mixes "q4_k_m", "q5_k_m") quantizes
+        fp32/bf16/f16 weights on load; mode "int8"
         runs quantized weights with int8 activations (as llama.cpp)."""
         if dtype not in _DTYPES:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")

@@ -2,8 +2,9 @@
 
 The reference is transformers' own model with every matrix hubzoo quantizes (each linear
 weight and the embedding table) replaced by its quantize -> dequantize round trip computed
-by gguf-py (its quantizer for Q8_0/Q4_0, whose bytes hubzoo's must equal; for Q4_K, gguf-py
-dequantizes hubzoo's blocks). hubzoo must then match that model at the fp32 tolerances.
+by gguf-py (its quantizer for Q8_0/Q4_0, whose bytes hubzoo's must equal; for the K types,
+whose bytes test_quant_llama_ref.py holds against llama.cpp's, gguf-py dequantizes hubzoo's
+blocks). hubzoo must then match that model at the fp32 tolerances.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def checkpoint(tmp_path_factory):
     return path, model
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k"])
-def test_quantize_on_load_matches_round_trip(hz, checkpoint, qtype):
+def _check_against_round_trip(hz, checkpoint, quantize, type_of):
+    """hubzoo with quantize= against transformers with each matrix's round trip in type_of(name)."""
     import torch
 
     path, hf = checkpoint
@@ -51,8 +52,8 @@ def test_quantize_on_load_matches_round_trip(hz, checkpoint, qtype):
     with torch.no_grad():
         for name, p in ref.named_parameters():
             if p.ndim == 2:  # every linear weight, the embedding table and lm_head
-                p.copy_(torch.from_numpy(_round_trip(p.numpy(), qtype.upper())))
-    model = hz.CausalLM.from_pretrained(path, quantize=qtype)
+                p.copy_(torch.from_numpy(_round_trip(p.numpy(), type_of(name))))
+    model = hz.CausalLM.from_pretrained(path, quantize=quantize)
     # embed, lm_head; per layer q/k/v (fused), o, gate/up (fused), down
     assert model.info["quantized_matrices"] == 2 + 4 * gm.LAYERS
     names = capture_names(gm.LAYERS)
@@ -64,10 +65,37 @@ def test_quantize_on_load_matches_round_trip(hz, checkpoint, qtype):
     assert_argmax_equal(logits, ref_logits)
 
 
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k", "q5_k", "q6_k"])
+def test_quantize_on_load_matches_round_trip(hz, checkpoint, qtype):
+    _check_against_round_trip(hz, checkpoint, qtype, lambda name: qtype.upper())
+
+
+def _llama_quantize_mix(base: str, name: str) -> str:
+    """llama-quantize's Q4_K_M / Q5_K_M type for this tiny untied model (every row whole
+    256-blocks): lm_head Q6_K; v_proj and down_proj of use_more_bits layers Q6_K (of 2
+    layers: layer 1); everything else, the embedding included, the base type."""
+    n = gm.LAYERS
+    more = lambda i: i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # noqa: E731
+    if name == "lm_head.weight":
+        return "Q6_K"
+    if (".v_proj." in name or ".down_proj." in name) and more(int(name.split(".")[2])):
+        return "Q6_K"
+    return base
+
+
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
+def test_quantize_mix_on_load_matches_round_trip(hz, checkpoint, mix):
+    base = mix[:4].upper()
+    assert _llama_quantize_mix(base, "model.layers.1.mlp.down_proj.weight") == "Q6_K"
+    _check_against_round_trip(hz, checkpoint, mix, lambda name: _llama_quantize_mix(base, name))
+
+
 def test_quantize_rejects_unknown_type(hz, checkpoint):
     path, _ = checkpoint
     with pytest.raises(Exception, match="q9_9"):
         hz.CausalLM.from_pretrained(path, quantize="q9_9")
+    with pytest.raises(Exception, match="no quantizer for Q3_K"):
+        hz.CausalLM.from_pretrained(path, quantize="q3_k")
 
 
 def test_quantize_cli(hubzoo_bin, checkpoint):
@@ -79,5 +107,8 @@ def test_quantize_cli(hubzoo_bin, checkpoint):
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["quantize"] == "Q8_0" and info["quantized_matrices"] > 0
+    proc = _util.run_cli("inspect", "-m", str(path), "--quantize", "q4_k_m")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["quantize"] == "Q4_K_M"
     proc = _util.run_cli("inspect", "-m", str(path), "--mode", "int8")
     assert proc.returncode != 0 and "int8" in proc.stderr
