@@ -12,7 +12,7 @@ Two deployments:
   and forwards requests to it. Its health check is the engine's own: the process alive,
   /health 200, /metrics readable, and the scheduler not stalled (requests running but no
   forward pass for stall_s). A failed check, or the replica process dying, makes Ray Serve
-  replace the replica; the server process dies with its replica (PR_SET_PDEATHSIG).
+  replace the replica; the server process dies with its replica (a watchdog process between them).
   max_ongoing_requests equals the engine's KV slots, so a replica only gets what it can run
   now and Serve's router (power of two choices on ongoing requests) keeps the rest queued.
 - OpenAIIngress: the HTTP entry. It checks the public API key, sends the request to an
@@ -24,20 +24,17 @@ Two deployments:
   dead replica would have given.
 """
 
-from __future__ import annotations
-
 import asyncio
-import ctypes
 import json
+import logging
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Dict, Optional, Sequence
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -47,6 +44,8 @@ from ray.exceptions import RayActorError
 
 from .data import actor_threads
 
+_log = logging.getLogger("ray.serve")
+
 # Headers the engine's reply keeps on the way out (hop-by-hop ones are the proxy's own).
 _PASS_HEADERS = ("content-type", "cache-control")
 
@@ -55,23 +54,15 @@ class EngineDown(RuntimeError):
     """The replica's `hubzoo serve` process is gone or refused the connection."""
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the replica process dies (Linux prctl)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def _hubzoo_bin() -> str:
     """The `hubzoo` command installed beside this Python (pip install puts it there)."""
     path = os.path.join(os.path.dirname(sys.executable), "hubzoo")
     return path if os.path.exists(path) else "hubzoo"
 
 
-def parse_metrics(text: str) -> dict[str, float]:
+def parse_metrics(text: str) -> Dict[str, float]:
     """Prometheus text -> {name: value}, summed over label sets."""
-    out: dict[str, float] = {}
+    out: Dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -87,25 +78,25 @@ def parse_metrics(text: str) -> dict[str, float]:
 class HubzooEngine:
     """One replica: a `hubzoo serve` child on loopback, and a proxy to it."""
 
-    def __init__(self, model: str, *, served_model_name: str | None = None, num_threads: int = 0,
-                 max_concurrency: int = 8, args: Sequence[str] = (), hubzoo_bin: str | None = None,
+    def __init__(self, model: str, *, served_model_name: Optional[str] = None, num_threads: int = 0,
+                 max_concurrency: int = 8, args: Sequence[str] = (), hubzoo_bin: Optional[str] = None,
                  startup_timeout_s: float = 300, stall_s: float = 120):
         self.key = secrets.token_hex(16)
         self.stall_s = stall_s
         self.log_path = tempfile.NamedTemporaryFile(prefix="hubzoo-serve-", suffix=".log",
                                                     delete=False).name
-        cmd = [hubzoo_bin or _hubzoo_bin(), "serve", "-m", model, "--host", "127.0.0.1",
+        # Through the watchdog, so the server dies with this replica (_watchdog.py).
+        cmd = [sys.executable, "-m", "hubzoo.ray._watchdog", hubzoo_bin or _hubzoo_bin(), "serve", "-m", model, "--host", "127.0.0.1",
                "--port", "0", "--threads", str(num_threads or actor_threads()),
                "--max-concurrency", str(max_concurrency), "--quiet", *args]
         if served_model_name:
             cmd += ["--served-model-name", served_model_name]
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         env=dict(os.environ, HUBZOO_API_KEY=self.key),
-                                         preexec_fn=_die_with_parent)
+                                         env=dict(os.environ, HUBZOO_API_KEY=self.key))
         self.url = self._wait_listening(startup_timeout_s)
-        self.session: aiohttp.ClientSession | None = None
-        self.metrics: dict[str, float] = {}
+        self.session: Optional[aiohttp.ClientSession] = None
+        self.metrics: Dict[str, float] = {}
         self._progress = (0.0, time.monotonic())  # (engine steps, when they last changed)
 
     def _log_tail(self) -> str:
@@ -135,7 +126,7 @@ class HubzooEngine:
         if self.proc.poll() is not None:
             raise EngineDown(f"hubzoo serve exited with {self.proc.returncode}: {self._log_tail()}")
 
-    async def forward(self, method: str, path: str, body: bytes | None) -> AsyncIterator:
+    async def forward(self, method: str, path: str, body: Optional[bytes]) -> AsyncIterator:
         """Yields (status, {header: value}) and then the body's chunks as they come."""
         self._check_alive()
         try:
@@ -190,9 +181,11 @@ app = FastAPI()
 
 @serve.ingress(app)
 class OpenAIIngress:
-    """The public endpoint: key check, then a replica; retried while nothing was sent."""
+    """The public endpoint: key check, then a replica; retried while nothing was sent.
+    (No `from __future__ import annotations` in this module: FastAPI reads the route
+    signatures' types at run time.)"""
 
-    def __init__(self, engine, *, api_key: str | None = None, retries: int = 3):
+    def __init__(self, engine, *, api_key: Optional[str] = None, retries: int = 3):
         self.engine = engine.options(stream=True)
         self.api_key = api_key
         self.retries = retries
@@ -216,6 +209,8 @@ class OpenAIIngress:
                 if not _is_replica_loss(e) or attempt == self.retries:
                     raise
                 self.retried += 1
+                _log.warning("engine replica lost before the reply started (%s: %s); retrying "
+                             "%s %s on another replica", type(e).__name__, str(e)[:200], method, path)
                 await asyncio.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
 
@@ -263,10 +258,10 @@ class OpenAIIngress:
 
 
 def build_app(model: str, *, num_replicas: int = 2, num_cpus: float = 1,
-              max_concurrency: int = 8, api_key: str | None = None,
-              served_model_name: str | None = None, engine_args: Sequence[str] = (),
+              max_concurrency: int = 8, api_key: Optional[str] = None,
+              served_model_name: Optional[str] = None, engine_args: Sequence[str] = (),
               retries: int = 3, health_check_period_s: float = 5,
-              health_check_timeout_s: float = 30, hubzoo_bin: str | None = None):
+              health_check_timeout_s: float = 30, hubzoo_bin: Optional[str] = None):
     """The Serve application: num_replicas engines of num_cpus CPUs each (hubzoo threads =
     num_cpus, max_concurrency KV slots), and the ingress. engine_args go to `hubzoo serve`
     (for example ["--dtype", "bfloat16", "--max-context", "4096"])."""
