@@ -126,9 +126,18 @@ class HubzooEngine:
         if self.proc.poll() is not None:
             raise EngineDown(f"hubzoo serve exited with {self.proc.returncode}: {self._log_tail()}")
 
+    def _engine_lost(self) -> None:
+        """The server exited: end this replica soon, so the router stops picking it now and
+        Serve starts a new one (rather than at the next health check); the request that
+        found out gets EngineDown and is retried elsewhere by the ingress."""
+        if self.proc.poll() is not None:
+            asyncio.get_running_loop().call_later(0.2, os._exit, 1)
+
     async def forward(self, method: str, path: str, body: Optional[bytes]) -> AsyncIterator:
         """Yields (status, {header: value}) and then the body's chunks as they come."""
-        self._check_alive()
+        if self.proc.poll() is not None:
+            self._engine_lost()
+            self._check_alive()
         try:
             async with self._session().request(method, self.url + path, data=body) as resp:
                 headers = {k: resp.headers[k] for k in _PASS_HEADERS if k in resp.headers}
@@ -136,6 +145,8 @@ class HubzooEngine:
                 async for chunk in resp.content.iter_any():
                     yield chunk
         except aiohttp.ClientConnectionError as e:  # refused, reset, or the server died mid-reply
+            await asyncio.sleep(0.05)  # let a dying server's exit status arrive
+            self._engine_lost()
             raise EngineDown(f"hubzoo serve at {self.url}: {e}") from e
 
     async def check_health(self) -> None:
@@ -185,7 +196,7 @@ class OpenAIIngress:
     (No `from __future__ import annotations` in this module: FastAPI reads the route
     signatures' types at run time.)"""
 
-    def __init__(self, engine, *, api_key: Optional[str] = None, retries: int = 3):
+    def __init__(self, engine, *, api_key: Optional[str] = None, retries: int = 5):
         self.engine = engine.options(stream=True)
         self.api_key = api_key
         self.retries = retries
@@ -211,7 +222,7 @@ class OpenAIIngress:
                 self.retried += 1
                 _log.warning("engine replica lost before the reply started (%s: %s); retrying "
                              "%s %s on another replica", type(e).__name__, str(e)[:200], method, path)
-                await asyncio.sleep(0.05 * (attempt + 1))
+                await asyncio.sleep(0.2 * (attempt + 1))  # 3 s in all: a dead replica is dropped
         raise AssertionError("unreachable")
 
     @app.get("/health")
@@ -260,7 +271,7 @@ class OpenAIIngress:
 def build_app(model: str, *, num_replicas: int = 2, num_cpus: float = 1,
               max_concurrency: int = 8, api_key: Optional[str] = None,
               served_model_name: Optional[str] = None, engine_args: Sequence[str] = (),
-              retries: int = 3, health_check_period_s: float = 5,
+              retries: int = 5, health_check_period_s: float = 5,
               health_check_timeout_s: float = 30, hubzoo_bin: Optional[str] = None):
     """The Serve application: num_replicas engines of num_cpus CPUs each (hubzoo threads =
     num_cpus, max_concurrency KV slots), and the ingress. engine_args go to `hubzoo serve`
