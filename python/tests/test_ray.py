@@ -5,14 +5,17 @@ and torn down here).
   (default 500) generated greedily and with per-row seeds and a stop token, by one actor on
   each node (1 CPU, 1 hubzoo thread each): every output bit-identical to this process
   (2 threads, other batches); an actor SIGKILLed mid-job: the job completes, every id once,
-  outputs still identical; run_batch() from Parquet and JSONL files.
+  outputs still identical; text prompts through the chat template with a stop string;
+  400 rerank pairs; run_batch() from Parquet and JSONL files.
 - Ray Serve: two engine replicas (`hubzoo serve` each) behind one endpoint; the `openai`
   client's chat plain and streamed equals this process's greedy tokens; a replica killed
   under load: no request lost that had not started streaming, the replica replaced; a
   replica whose engine process dies fails its health check and is replaced.
 
 Tiny random models (hubzoo.testing); the chat model is a tiny Llama with SmolLM2's
-tokenizer and chat template. Full-scale timings: bench/ray.py.
+tokenizer and chat template. The default counts are the issue's full scale (about 4 min for
+the whole file on the shared 2-core machine, cluster start included); bench/ray.py times
+the same jobs.
 """
 
 from __future__ import annotations
