@@ -284,6 +284,15 @@ def test_rerank_bit_identical(hz, cluster, tmp_path_factory):
         assert np.float32(r["score"]) == ref[r["id"]], r["id"]
 
 
+def test_generate_rows_bad_input(hz, lm_path):
+    model = hz.CausalLM.from_pretrained(str(lm_path), num_threads=1)
+    with pytest.raises(hz.InvalidArgument, match="seed has 1 values for 2 prompts"):
+        model.generate_rows([[5, 6], [7]], seed=[1])
+    with pytest.raises(hz.InvalidArgument, match="max_tokens must be >= 0"):
+        model.generate_rows([[5, 6]], max_tokens=-1)
+    assert model.generate_rows([[5, 6]], max_tokens=0) == [([], "length")]
+
+
 def test_run_batch_parquet_and_jsonl(hz, cluster, encoder_path, texts, ref_vectors, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
