@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -41,6 +42,17 @@ void check_mask_shape(const IdArray& ids, const std::optional<IdArray>& mask) {
 
 struct Row {
   int64_t b, c;  // batch row and column of a token
+};
+
+// One row of generate_rows(): the sampling and stop conditions of one request.
+struct RowOptions {
+  int64_t max_tokens = 16;
+  float temperature = 0.0f;  // 0: greedy
+  int64_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;
+  std::vector<int64_t> stop_token_ids;  // on top of the model's EOS ids
+  bool ignore_eos = false;
 };
 
 class PyCausalLM {
@@ -179,6 +191,37 @@ class PyCausalLM {
     return nb::ndarray<nb::numpy, int64_t>(data->data(), 2, shape, owner);
   }
 
+  // One Scheduler run of independent rows, each with its own sampling, seed,
+  // stop token ids and limit (what a batch job's rows carry): per row the new
+  // tokens (a final EOS / stop token included) and the finish reason.
+  std::vector<std::pair<std::vector<int64_t>, std::string>> generate_rows(
+      const std::vector<std::vector<int64_t>>& prompts, const std::vector<RowOptions>& options) {
+    if (prompts.size() != options.size()) {
+      throw InvalidArgument("generate_rows: " + std::to_string(prompts.size()) + " prompts but " +
+                            std::to_string(options.size()) + " option rows");
+    }
+    std::vector<GenerationRequest> requests(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const RowOptions& o = options[i];
+      if (o.max_tokens < 0) throw InvalidArgument("max_tokens must be >= 0");
+      GenerationRequest& r = requests[i];
+      r.prompt = prompts[i];
+      r.max_tokens = o.max_tokens;
+      r.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+      r.stop_token_ids = o.stop_token_ids;
+      r.ignore_eos = o.ignore_eos;
+    }
+    std::vector<Completion> done;
+    {
+      nb::gil_scoped_release release;
+      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests));
+    }
+    std::vector<std::pair<std::vector<int64_t>, std::string>> out;
+    out.reserve(done.size());
+    for (Completion& c : done) out.emplace_back(std::move(c.tokens), finish_reason_name(c.reason));
+    return out;
+  }
+
   std::vector<std::string> capture_names() const { return model_->capture_names(); }
 
   // The KV cache's own accounting after the last forward(): per layer, its
@@ -261,6 +304,16 @@ NB_MODULE(_hubzoo, m) {
   bind_hub(m, error);
   bind_seq2seq(m);
 
+  nb::class_<RowOptions>(m, "RowOptions")
+      .def(nb::init<>())
+      .def_rw("max_tokens", &RowOptions::max_tokens)
+      .def_rw("temperature", &RowOptions::temperature)
+      .def_rw("top_k", &RowOptions::top_k)
+      .def_rw("top_p", &RowOptions::top_p)
+      .def_rw("seed", &RowOptions::seed)
+      .def_rw("stop_token_ids", &RowOptions::stop_token_ids)
+      .def_rw("ignore_eos", &RowOptions::ignore_eos);
+
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,
                     const std::string&, const std::string&>(),
@@ -274,5 +327,6 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("capture"), nb::arg("prefill_len"))
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"), nb::arg("stop_at_eos") = true);
+           nb::arg("seed"), nb::arg("stop_at_eos") = true)
+      .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"));
 }

@@ -122,6 +122,39 @@ class CausalLM:
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
                                     int(seed or 0), not ignore_eos)
 
+    def generate_rows(self, prompts, max_tokens=32, temperature=0.0, top_k=0, top_p=1.0,
+                      seed=0, stop_token_ids=None, ignore_eos=False) -> list[tuple[list[int], str]]:
+        """One scheduler run of independent rows, each with its own sampling settings:
+        prompts is a list of token-id lists; every other argument is one value for all
+        rows or a list with one per row (stop_token_ids: a list of ids, or one per row).
+        Per row: (new tokens, a final EOS / stop token included; finish reason "stop" or
+        "length"). A row's tokens do not depend on the other rows."""
+        prompts = [[int(t) for t in p] for p in prompts]
+        n = len(prompts)
+
+        def per_row(name, value):
+            if isinstance(value, (list, tuple, np.ndarray)):
+                if len(value) != n:
+                    raise InvalidArgument(f"{name} has {len(value)} values for {n} prompts")
+                return list(value)
+            return [value] * n
+
+        stops = stop_token_ids or []
+        if stops and isinstance(stops[0], (list, tuple, np.ndarray)):
+            stops = per_row("stop_token_ids", stops)
+        else:
+            stops = [stops] * n
+        rows = zip(per_row("max_tokens", max_tokens), per_row("temperature", temperature),
+                   per_row("top_k", top_k), per_row("top_p", top_p), per_row("seed", seed),
+                   stops, per_row("ignore_eos", ignore_eos))
+        options = []
+        for m, t, k, p, s, st, ig in rows:
+            o = _hubzoo.RowOptions()
+            o.max_tokens, o.temperature, o.top_k, o.top_p = int(m), float(t), int(k or 0), float(p)
+            o.seed, o.stop_token_ids, o.ignore_eos = int(s or 0), [int(i) for i in st], bool(ig)
+            options.append(o)
+        return [(list(tokens), reason) for tokens, reason in self._model.generate_rows(prompts, options)]
+
     def kv_cache_stats(self) -> dict:
         """The KV cache's accounting after the last forward()/forward_incremental():
         per layer its window (0: every position) and row size, and bytes held per slot."""
