@@ -12,6 +12,11 @@ namespace {
 constexpr size_t kMaxCachedMasks = 64;
 // Call/return moves one expand() follows before giving up on the rest.
 constexpr size_t kMaxExpandWork = 1 << 14;
+// Interned states: reset before a walk above kResetStates; an error above kMaxStates
+// (a grammar whose parses never repeat; 1 KiB of transitions each).
+constexpr size_t kResetStates = 4096;
+constexpr size_t kMaxStates = 16384;
+constexpr int32_t kUnknown = -2;
 }  // namespace
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
@@ -24,7 +29,45 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
       max_configs_(grammar_->automaton().limits().max_configurations) {
   frames_.push_back({-1, -1, 0});  // 0: the empty stack
   const Automaton& a = grammar_->automaton();
-  expand(a.rules()[a.root()].start, 0, state_.configs, 0, state_.accepting);
+  State start;
+  expand(a.rules()[a.root()].start, 0, start.configs, 0, start.accepting);
+  cur_ = intern(std::move(start));
+}
+
+int32_t GrammarMatcher::intern(State s) {
+  std::string key(s.configs.size() * sizeof(Config) + 1, '\0');
+  std::copy_n(reinterpret_cast<const char*>(s.configs.data()), s.configs.size() * sizeof(Config),
+              key.data());
+  key.back() = s.accepting ? '1' : '0';
+  if (auto it = set_index_.find(key); it != set_index_.end()) return it->second;
+  if (sets_.size() >= kMaxStates) {
+    throw GrammarError("structured generation: more than " + std::to_string(kMaxStates) +
+                       " distinct parse states in one step");
+  }
+  const auto id = static_cast<int32_t>(sets_.size());
+  sets_.push_back(std::move(s));
+  trans_.resize(sets_.size() * 256, kUnknown);
+  set_index_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t GrammarMatcher::next_set(int32_t sid, uint8_t b) {
+  int32_t& known = trans_[static_cast<size_t>(sid) * 256 + b];
+  if (known != kUnknown) return known;
+  State next;
+  step(sets_[sid].configs, 0, sets_[sid].configs.size(), b, next.configs, next.accepting);
+  const int32_t id = next.configs.empty() && !next.accepting ? -1 : intern(std::move(next));
+  trans_[static_cast<size_t>(sid) * 256 + b] = id;  // `known` may dangle after intern()
+  return id;
+}
+
+void GrammarMatcher::reset_memo() {
+  State current = sets_[cur_];
+  sets_.clear();
+  set_index_.clear();
+  trans_.clear();
+  cache_.clear();
+  cur_ = intern(std::move(current));
 }
 
 int32_t GrammarMatcher::push(int32_t parent, int32_t ret) {
@@ -98,19 +141,13 @@ void GrammarMatcher::step(const std::vector<Config>& in, size_t begin, size_t en
   }
 }
 
-GrammarMatcher::State GrammarMatcher::step_state(const State& s, uint8_t b) {
-  State next;
-  step(s.configs, 0, s.configs.size(), b, next.configs, next.accepting);
-  return next;
-}
-
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
-  State s = state_;
+  int32_t sid = cur_;
   for (char c : bytes) {
-    s = step_state(s, static_cast<uint8_t>(c));
-    if (s.configs.empty() && !s.accepting) return false;
+    sid = next_set(sid, static_cast<uint8_t>(c));
+    if (sid < 0) return false;
   }
-  state_ = std::move(s);
+  cur_ = sid;
   mask_valid_ = false;
   return true;
 }
@@ -118,7 +155,7 @@ bool GrammarMatcher::accept_bytes(std::string_view bytes) {
 bool GrammarMatcher::accept(int64_t id) {
   if (ended_) return false;
   if (std::find(end_tokens_.begin(), end_tokens_.end(), id) != end_tokens_.end()) {
-    if (!state_.accepting) return false;
+    if (!is_accepting()) return false;
     ended_ = true;
     return true;
   }
@@ -126,33 +163,22 @@ bool GrammarMatcher::accept(int64_t id) {
   return b && accept_bytes(*b);
 }
 
-std::string GrammarMatcher::state_key() const {
-  std::string key(state_.configs.size() * sizeof(Config) + 1, '\0');
-  std::copy_n(reinterpret_cast<const char*>(state_.configs.data()),
-              state_.configs.size() * sizeof(Config), key.data());
-  key.back() = state_.accepting ? '1' : '0';
-  return key;
-}
-
 void GrammarMatcher::compute_mask(std::vector<uint32_t>& words) {
   const TokenVocabulary::Trie& t = vocab_->trie();
   words.assign(static_cast<size_t>((vocab_->size() + 31) / 32), 0);
-  buf_.assign(state_.configs.begin(), state_.configs.end());
-  level_begin_.assign({0, buf_.size()});  // level d: buf_[level_begin_[d], level_begin_[d+1])
+  level_.assign(1, cur_);
   const auto n = static_cast<int32_t>(t.byte.size());
   int64_t visited = 0;
   for (int32_t i = 1; i < n;) {
     const auto d = static_cast<size_t>(t.depth[i]);
-    level_begin_.resize(d + 1);
-    buf_.resize(level_begin_[d]);
     ++visited;
-    bool accepting = false;
-    step(buf_, level_begin_[d - 1], level_begin_[d], t.byte[i], buf_, accepting);
-    if (buf_.size() == level_begin_[d] && !accepting) {
+    const int32_t sid = next_set(level_[d - 1], t.byte[i]);
+    if (sid < 0) {
       i = t.end[i];  // no token under this prefix
       continue;
     }
-    level_begin_.push_back(buf_.size());
+    level_.resize(d + 1);
+    level_[d] = sid;
     for (int32_t k = t.first_token[i]; k < t.first_token[i + 1]; ++k) {
       const int32_t id = t.token_ids[k];
       words[id >> 5] |= uint32_t{1} << (id & 31);
@@ -166,14 +192,14 @@ const std::vector<uint32_t>& GrammarMatcher::allowed_bitmask() {
   if (mask_valid_) return mask_;
   const auto t0 = std::chrono::steady_clock::now();
   ++stats_.masks;
-  std::string key = state_key();
-  if (auto it = cache_.find(key); it != cache_.end()) {
+  if (auto it = cache_.find(cur_); it != cache_.end()) {
     ++stats_.cache_hits;
     mask_ = it->second;
   } else {
+    if (sets_.size() > kResetStates) reset_memo();
     compute_mask(mask_);
     if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-    cache_.emplace(std::move(key), mask_);
+    cache_.emplace(cur_, mask_);
   }
   mask_valid_ = true;
   stats_.mask_seconds +=
@@ -183,7 +209,7 @@ const std::vector<uint32_t>& GrammarMatcher::allowed_bitmask() {
 
 bool GrammarMatcher::is_allowed(int64_t id) {
   if (std::find(end_tokens_.begin(), end_tokens_.end(), id) != end_tokens_.end()) {
-    return state_.accepting && !ended_;
+    return is_accepting() && !ended_;
   }
   const auto& words = allowed_bitmask();
   return !ended_ && id >= 0 && id < vocab_->size() && ((words[id >> 5] >> (id & 31)) & 1);
@@ -193,7 +219,7 @@ int64_t GrammarMatcher::mask_logits(float* logits, int64_t n) {
   const auto& words = allowed_bitmask();
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // End tokens: allowed exactly when the output is a complete match, whatever bytes they have.
-  const bool end_ok = state_.accepting && !ended_;
+  const bool end_ok = is_accepting() && !ended_;
   saved_.clear();
   for (int64_t id : end_tokens_) {
     if (id >= 0 && id < n) saved_.emplace_back(id, end_ok ? logits[id] : neg_inf);

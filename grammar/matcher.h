@@ -46,9 +46,9 @@ class GrammarMatcher {
   // Advances on raw bytes (tests); false (state unchanged) when they leave the language.
   bool accept_bytes(std::string_view bytes);
 
-  bool is_accepting() const { return state_.accepting; }
+  bool is_accepting() const { return sets_[cur_].accepting; }
   // No byte can follow (only an end token).
-  bool is_complete() const { return state_.configs.empty(); }
+  bool is_complete() const { return sets_[cur_].configs.empty(); }
   bool ended() const { return ended_; }  // an end token was accepted
   const MatcherStats& stats() const { return stats_; }
 
@@ -71,9 +71,13 @@ class GrammarMatcher {
   // Configs after reading byte b from in[begin, end) appended to out.
   void step(const std::vector<Config>& in, size_t begin, size_t end, uint8_t b,
             std::vector<Config>& out, bool& accepting);
-  State step_state(const State& s, uint8_t b);
+  // States are interned: the set after byte b from set `sid` is computed once
+  // (trans_[sid * 256 + b]; -1: no parse survives), so a trie walk through a
+  // string's inside costs one table read per trie node.
+  int32_t intern(State s);
+  int32_t next_set(int32_t sid, uint8_t b);
+  void reset_memo();  // drops every interned state but the current one
   void compute_mask(std::vector<uint32_t>& words);
-  std::string state_key() const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
@@ -81,17 +85,16 @@ class GrammarMatcher {
   int64_t max_depth_, max_configs_;
   std::vector<Frame> frames_;
   std::unordered_map<uint64_t, int32_t> frame_index_;
-  State state_;
+  std::vector<State> sets_;
+  std::unordered_map<std::string, int32_t> set_index_;
+  std::vector<int32_t> trans_;
+  int32_t cur_ = 0;
   bool ended_ = false;
-  // Mask cache by state key; bounded (cleared when full).
-  std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  // Masks by state id; bounded (cleared when full).
+  std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
   std::vector<uint32_t> mask_;
-  std::string mask_key_;
   bool mask_valid_ = false;
-  // Trie walk scratch.
-  std::vector<Config> buf_;
-  std::vector<size_t> level_begin_;
-  std::vector<char> level_accept_;
+  std::vector<int32_t> level_;  // trie walk: the state at each depth
   std::vector<std::pair<int32_t, int32_t>> work_, seen_;
   std::vector<std::pair<int64_t, float>> saved_;
   MatcherStats stats_;
