@@ -3,7 +3,8 @@
 - Oracle: for the same JSON schema, tokenizer (SmolLM2's byte-level BPE and Qwen2.5's, from
   the prepared models) and prefix, hubzoo's allowed-token set equals xgrammar's (configured
   to hubzoo's whitespace policy: any_whitespace=False, separators (",", ":"), strict_mode).
-  The schemas avoid the places where the two engines' languages differ on purpose (see
+  Special added tokens are never text in hubzoo; xgrammar is told so (their strings
+  emptied, which is how it marks special tokens). The schemas avoid the places where the two engines' languages differ on purpose (see
   docs/features.md): length-bounded strings (xgrammar allows raw control characters and no
   escapes there), "any value" subschemas (xgrammar's use ", " inside them) and \\u escapes
   (hubzoo refuses lone surrogates).
@@ -53,9 +54,18 @@ ORACLE_SCHEMAS = [
 
 
 def _xgrammar_info(tokenizer):
+    """xgrammar's TokenizerInfo with hubzoo's policy on special tokens: an added token
+    marked special is never text (decoding skips it, so it would break the JSON); xgrammar
+    treats a token as special when its string is empty, so those strings are emptied."""
     import xgrammar as xgr
 
-    return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    detected = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    encoded = ["" if i in special else t for i, t in enumerate(vocab)]
+    return xgr.TokenizerInfo(encoded, vocab_type=detected.vocab_type, vocab_size=len(tokenizer),
+                             stop_token_ids=detected.stop_token_ids,
+                             add_prefix_space=detected.add_prefix_space)
 
 
 @pytest.fixture(scope="module", params=["smollm2", "qwen2.5"])
@@ -92,6 +102,20 @@ def _xgrammar_allowed(compiled, prefix: str, vocab: int) -> set[int]:
     return set(int(i) for i in ids)
 
 
+_SURROGATES: dict[int, set[int]] = {}
+
+
+def _surrogate_escape_tokens(ours_vocab, vocab: int) -> set[int]:
+    """Tokens that continue a backslash into a \\uD800-\\uDFFF escape."""
+    import re
+
+    key = id(ours_vocab)
+    if key not in _SURROGATES:
+        pattern = re.compile(rb"u[dD][89a-fA-F]")
+        _SURROGATES[key] = {i for i in range(vocab) if pattern.match(ours_vocab.token_bytes(i))}
+    return _SURROGATES[key]
+
+
 @pytest.mark.parametrize("case", range(len(ORACLE_SCHEMAS)))
 def test_allowed_tokens_equal_xgrammars(tokenizers, case):
     import xgrammar as xgr
@@ -111,6 +135,10 @@ def test_allowed_tokens_equal_xgrammars(tokenizers, case):
         assert m.accept_bytes(prefix.encode())
         ours = set(m.allowed_tokens(stops))
         theirs = _xgrammar_allowed(compiled, prefix, vocab)
+        if (len(prefix) - len(prefix.rstrip("\\"))) % 2 == 1:
+            # After a string's backslash xgrammar also takes \uD800-\uDFFF (lone surrogates,
+            # refused by hubzoo on purpose): exactly those tokens differ.
+            theirs -= _surrogate_escape_tokens(ours_vocab, vocab)
         assert ours == theirs, (prefix, sorted(ours - theirs)[:10], sorted(theirs - ours)[:10])
 
 
