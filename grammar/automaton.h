@@ -86,6 +86,13 @@ class Automaton {
   Frag code_point_set(const std::vector<std::pair<char32_t, char32_t>>& ranges);
   // Wires `body` as rule `r`'s body.
   void set_body(int32_t r, Frag body);
+  // Removes every call to a rule for which `dead(rule)` holds (the call node leads nowhere).
+  template <class Pred>
+  void cut_calls(Pred dead) {
+    for (Node& n : nodes_) {
+      if (n.call_rule >= 0 && dead(n.call_rule)) n.call_rule = -1, n.call_ret = -1;
+    }
+  }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Rule>& rules() const { return rules_; }

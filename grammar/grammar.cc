@@ -13,7 +13,44 @@ namespace {
 constexpr int64_t kMaxClosureEntries = int64_t{1} << 23;
 }  // namespace
 
+// Rules that can end (their language is not empty), to a fixpoint: a call to a
+// rule that cannot is a dead branch and is cut, so a parse never walks into a
+// state it cannot finish. A root that cannot end is an error.
+void Grammar::cut_unproductive_calls() {
+  const std::vector<Node>& nodes = a_.nodes();
+  const std::vector<Rule>& rules = a_.rules();
+  std::vector<char> productive(rules.size(), 0), seen(nodes.size(), 0);
+  std::vector<int32_t> stack;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < rules.size(); ++r) {
+      if (productive[r]) continue;
+      std::fill(seen.begin(), seen.end(), 0);
+      stack.assign(1, rules[r].start);
+      seen[rules[r].start] = 1;
+      while (!stack.empty() && !productive[r]) {
+        const int32_t v = stack.back();
+        stack.pop_back();
+        if (v == rules[r].end) productive[r] = 1;
+        const Node& n = nodes[v];
+        auto visit = [&](int32_t t) {
+          if (!seen[t]) seen[t] = 1, stack.push_back(t);
+        };
+        for (int32_t t : n.eps) visit(t);
+        for (const ByteEdge& e : n.bytes) visit(e.to);
+        if (n.call_rule >= 0 && productive[n.call_rule]) visit(n.call_ret);
+      }
+      changed = changed || productive[r];
+    }
+  }
+  if (!productive[a_.root()]) {
+    throw GrammarError("the schema allows no value (a reference that never ends?)");
+  }
+  a_.cut_calls([&](int32_t rule) { return !productive[rule]; });
+}
+
 Grammar::Grammar(Automaton a) : a_(std::move(a)) {
+  cut_unproductive_calls();
   const auto& nodes = a_.nodes();
   const auto n = static_cast<int32_t>(nodes.size());
   items_begin_.assign(static_cast<size_t>(n) + 1, 0);

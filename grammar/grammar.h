@@ -59,6 +59,8 @@ class Grammar {
   bool matches(std::string_view text) const;
 
  private:
+  void cut_unproductive_calls();
+
   Automaton a_;
   std::vector<int64_t> items_begin_;
   std::vector<int32_t> items_;

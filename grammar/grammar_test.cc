@@ -205,6 +205,17 @@ TEST(JsonSchema, HostileSizesAreBounded) {
   auto loop = schema(R"({"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"},
       {"type": "null"}]}}})");
   EXPECT_TRUE(loop->matches("null"));
+  // A reference that never ends: no value at all is an error, not a dead end at run time.
+  EXPECT_NE(refusal(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})")
+                .find("allows no value"),
+            std::string::npos);
+  // A branch that never ends is cut: the other one still works, and no token leads into it.
+  auto branch = schema(R"({"anyOf": [{"$ref": "#/$defs/a"}, {"const": 1}],
+      "$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}})");
+  EXPECT_TRUE(branch->matches("1"));
+  GrammarMatcher m(branch, TokenVocabulary::from_bytes({"[", "1"}), {});
+  EXPECT_FALSE(m.is_allowed(0));
+  EXPECT_TRUE(m.is_allowed(1));
 }
 
 // A tiny vocabulary: every single byte of a JSON text and a few longer tokens.

@@ -239,6 +239,7 @@ class SchemaGen:
             return {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "boolean"},
                               {"type": "object", "properties": {"k": self.scalar()}, "required": ["k"]}]}
         name = f"d{len(self.defs)}"
+        self.defs[name] = None  # reserved before the body, which may add definitions of its own
         self.defs[name] = self.schema(depth + 1)
         return {"$ref": f"#/$defs/{name}"}
 
@@ -275,7 +276,7 @@ def tiny_with_tokenizer(smollm2_path, tmp_path_factory):
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     tiny_models.randomise_(model, 0)
     model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         if (smollm2_path / name).is_file():
             shutil.copy(smollm2_path / name, out / name)
     return out
@@ -287,6 +288,7 @@ def served(tiny_with_tokenizer, tmp_path_factory, hubzoo_bin):
 
     s = Served(tmp_path_factory.mktemp("serve_so"), "--max-concurrency", "8", "--max-queue", "256",
                "--max-context", "1024", model=tiny_with_tokenizer)
+    s.model_id = s.client().models.list().data[0].id
     yield s
     assert s.stop() == 0, s.log_path.read_text()[-3000:]
 
@@ -306,7 +308,7 @@ def test_openai_json_schema_over_220_generated_schemas(served, hz, tiny_with_tok
 
     def run(i):
         r = client.chat.completions.create(
-            model="x", messages=[{"role": "user", "content": f"item {i}"}], temperature=1.0, seed=i,
+            model=served.model_id, messages=[{"role": "user", "content": f"item {i}"}], temperature=1.0, seed=i,
             max_tokens=300, logit_bias=bias,
             response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schemas[i],
                                                                      "strict": True}})
@@ -343,7 +345,7 @@ def test_unsupported_keywords_are_400s_naming_them(served):
     ]
     for kw, needle in bad:
         with pytest.raises(openai.BadRequestError) as e:
-            client.chat.completions.create(model="x", messages=msg, max_tokens=4, **kw)
+            client.chat.completions.create(model=served.model_id, messages=msg, max_tokens=4, **kw)
         assert needle in str(e.value), (kw, str(e.value))
 
 
@@ -352,20 +354,20 @@ def test_vllm_fields_and_json_object(served, hz, tiny_with_tokenizer):
     bias = _bias(hz, tiny_with_tokenizer)
     msg = [{"role": "user", "content": "pick"}]
     for body in ({"guided_choice": ["alpha", "beta gamma"]}, {"structured_outputs": {"choice": ["alpha", "beta gamma"]}}):
-        r = client.chat.completions.create(model="x", messages=msg, max_tokens=20, temperature=1.0, seed=3,
+        r = client.chat.completions.create(model=served.model_id, messages=msg, max_tokens=20, temperature=1.0, seed=3,
                                            logit_bias=bias, extra_body=body)
         assert r.choices[0].message.content in ("alpha", "beta gamma")
     for body in ({"guided_regex": "[0-9]{3}-[a-z]{2}"}, {"structured_outputs": {"regex": "[0-9]{3}-[a-z]{2}"}}):
-        r = client.completions.create(model="x", prompt="code:", max_tokens=20, temperature=1.0, seed=4,
+        r = client.completions.create(model=served.model_id, prompt="code:", max_tokens=20, temperature=1.0, seed=4,
                                       logit_bias=bias, extra_body=body)
         text = r.choices[0].text
         assert len(text) == 6 and text[:3].isdigit() and text[3] == "-" and text[4:].isalpha(), text
-    r = client.chat.completions.create(model="x", messages=msg, max_tokens=200, temperature=1.0, seed=5,
+    r = client.chat.completions.create(model=served.model_id, messages=msg, max_tokens=200, temperature=1.0, seed=5,
                                        logit_bias=bias, response_format={"type": "json_object"})
     if r.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(r.choices[0].message.content), dict)
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-    r = client.chat.completions.create(model="x", messages=msg, max_tokens=50, temperature=1.0, seed=6,
+    r = client.chat.completions.create(model=served.model_id, messages=msg, max_tokens=50, temperature=1.0, seed=6,
                                        logit_bias=bias, extra_body={"guided_json": schema})
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
 
@@ -377,7 +379,7 @@ def test_constrained_tokens_are_the_same_alone_and_batched(served, hz, tiny_with
 
     def run(i, constrained=True):
         kw = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}} if constrained else {}
-        r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": f"q{i}"}],
+        r = client.chat.completions.create(model=served.model_id, messages=[{"role": "user", "content": f"q{i}"}],
                                            temperature=1.0, seed=11, max_tokens=120, logit_bias=bias,
                                            extra_body={"return_token_ids": True}, **kw)
         return r.choices[0].model_extra["token_ids"]
