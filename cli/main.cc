@@ -13,6 +13,7 @@
 #include "engine/scheduler.h"
 #include "hub/snapshot.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
+#include "io/json.h"
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
 #include "server/server.h"
@@ -47,6 +48,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   bool ignore_eos = false;
+  std::string json_schema_file, regex;  // structured generation (at most one)
 };
 
 // Prefill time and decode rate of one completion, on stderr.
@@ -84,6 +86,12 @@ int run_generate(const GenerateArgs& a) {
   request.max_tokens = a.max_new_tokens;
   request.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   request.ignore_eos = a.ignore_eos;
+  if (!a.json_schema_file.empty() || !a.regex.empty()) {
+    if (!tokenizer) throw InvalidArgument("--json-schema/--regex need the model's tokenizer");
+    request.grammar = a.regex.empty() ? grammar::Grammar::from_json_schema_text(
+                                            read_text_file(a.json_schema_file, uint64_t{16} << 20))
+                                      : grammar::Grammar::from_regex(a.regex);
+  }
   const bool json = a.format == "json";
   if (!json) {
     // Text as it decodes (without special tokens); token ids without a tokenizer.
@@ -186,6 +194,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
   gen->add_option("--threads", g.threads, "worker threads (0: all cores)");
   gen->add_option("--format", g.format)->check(CLI::IsMember({"text", "json"}));
   gen->add_flag("--ignore-eos", g.ignore_eos, "generate all --max-new-tokens (benchmarks)");
+  auto* schema_opt = gen->add_option("--json-schema", g.json_schema_file,
+                                     "constrain the output to this JSON schema (a file)");
+  auto* regex_opt = gen->add_option("--regex", g.regex, "constrain the output to this regex");
+  schema_opt->excludes(regex_opt);
   cli::add_load_options(gen, g.gguf_file, g.quantize);
 
   return gen;

@@ -3,7 +3,7 @@
 include(CMakePackageConfigHelpers)
 
 set(HUBZOO_INSTALLED_LAYERS hubzoo_base hubzoo_tensor hubzoo_io hubzoo_hub hubzoo_ops
-    hubzoo_layers hubzoo_models hubzoo_jinja hubzoo_tokenizer hubzoo_engine)
+    hubzoo_layers hubzoo_models hubzoo_jinja hubzoo_tokenizer hubzoo_grammar hubzoo_engine)
 set(HUBZOO_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hubzoo)
 
 install(TARGETS ${HUBZOO_INSTALLED_LAYERS} hubzoo_all EXPORT hubzooTargets

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "engine/stop_strings.h"
+#include "grammar/matcher.h"
 
 namespace hubzoo {
 
@@ -55,8 +56,15 @@ struct Scheduler::Sequence {
   std::atomic<bool> cancelled{false};
   bool finished = false;
   Clock::time_point submitted = Clock::now(), admitted, first_token;
-  std::vector<float> raw_logits;  // copy kept for logprobs
+  std::vector<float> raw_logits;                     // copy kept for logprobs
+  std::unique_ptr<grammar::GrammarMatcher> matcher;  // structured generation, if asked
 };
+
+std::shared_ptr<const grammar::TokenVocabulary> Scheduler::token_vocabulary() {
+  std::call_once(vocab_once_,
+                 [&] { vocab_ = grammar::TokenVocabulary::from_tokenizer(*tokenizer_); });
+  return vocab_;
+}
 
 Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const SchedulerOptions& options)
     : model_(model),
@@ -102,6 +110,9 @@ void Scheduler::validate_request(const GenerationRequest& request) const {
   if (!tokenizer_ && !request.stop.empty()) {
     throw InvalidArgument("stop strings need a tokenizer");
   }
+  if (!tokenizer_ && request.grammar) {
+    throw InvalidArgument("structured generation needs a tokenizer");
+  }
   if (prompt_len >= options_.max_context) {
     throw ContextOverflow(
         "the prompt is " + std::to_string(prompt_len) + " tokens; the maximum context is " +
@@ -140,6 +151,12 @@ std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> reque
       s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
     }
     s->sampler.set_prompt(s->req.prompt);
+    if (s->req.grammar) {
+      std::vector<int64_t> ends = s->req.stop_token_ids;
+      ends.insert(ends.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
+      s->matcher = std::make_unique<grammar::GrammarMatcher>(s->req.grammar, token_vocabulary(),
+                                                             std::move(ends));
+    }
     if (tokenizer_) s->decode.emplace(*tokenizer_, s->req.skip_special_tokens);
     s->done.prompt_tokens = prompt_len;
     waiting_.push_back(s);
@@ -302,7 +319,12 @@ bool Scheduler::advance(Sequence& s, float* logits) {
   const int64_t vocab = model_.info().vocab_size;
   const bool want_logprobs = s.req.top_logprobs >= 0;
   if (want_logprobs) s.raw_logits.assign(logits, logits + vocab);
+  if (s.matcher) constrain(s, logits);
   const int64_t token = s.sampler.sample(logits, vocab);
+  if (s.matcher && !s.matcher->accept(token)) {
+    throw Error("structured generation: the sampler chose token " + std::to_string(token) +
+                ", which the grammar does not allow");
+  }
   if (s.done.tokens.empty()) s.first_token = Clock::now();
   s.done.tokens.push_back(token);
   TokenEvent event;
@@ -312,7 +334,8 @@ bool Scheduler::advance(Sequence& s, float* logits) {
     event.logprobs = compute_logprobs(s.raw_logits.data(), vocab, token, s.req.top_logprobs);
   }
   std::optional<FinishReason> reason;
-  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
+  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end() ||
+      (s.matcher && s.matcher->ended())) {
     event.text = s.stops.flush();
     event.end_token = true;
     reason = FinishReason::kStop;
@@ -334,6 +357,21 @@ bool Scheduler::advance(Sequence& s, float* logits) {
   if (s.req.on_token) s.req.on_token(event);
   if (reason) s.done.reason = *reason;
   return reason.has_value();
+}
+
+void Scheduler::constrain(Sequence& s, float* logits) {
+  const auto t0 = Clock::now();
+  const int64_t allowed = s.matcher->mask_logits(logits, model_.info().vocab_size);
+  {
+    std::lock_guard lock(mu_);
+    stats_.grammar_seconds += seconds_between(t0, Clock::now());
+  }
+  if (allowed == 0) {
+    throw Error(s.matcher->is_accepting()
+                    ? "structured generation: the output is complete but the request has no end "
+                      "token (EOS or stop_token_ids) to end it"
+                    : "structured generation: no token of the vocabulary continues the output");
+  }
 }
 
 void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,

@@ -30,6 +30,8 @@
 
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
+#include "grammar/token_vocabulary.h"
 #include "models/causal_lm.h"
 #include "tokenizer/tokenizer.h"
 
@@ -91,6 +93,11 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int64_t top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's plus n alternatives
   bool skip_special_tokens = true;
+  // Structured generation (grammar/grammar.h): every token keeps the text a
+  // prefix of a match, and EOS / stop ids come only once it is a complete
+  // match (the end tokens are EOS, also under ignore_eos, and stop_token_ids).
+  // Null: unconstrained. Needs a tokenizer.
+  std::shared_ptr<const grammar::Grammar> grammar;
   // Called on the engine thread, in order; keep them short (hand off to
   // another thread). on_finish is called exactly once, last.
   std::function<void(const TokenEvent&)> on_token;
@@ -108,6 +115,7 @@ struct SchedulerStats {
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, batch_rows = 0;
   double busy_seconds = 0;
+  double grammar_seconds = 0;  // computing structured-generation masks
 };
 
 class Scheduler {
@@ -149,11 +157,18 @@ class Scheduler {
   void step();
   // Samples a token for `s` from its logits; true if it finished.
   bool advance(Sequence& s, float* logits);
+  // Masks `logits` with the request's grammar; throws when no token may follow.
+  void constrain(Sequence& s, float* logits);
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
               std::exception_ptr error = nullptr);
 
+  // The tokenizer's token bytes for structured generation, built on first use.
+  std::shared_ptr<const grammar::TokenVocabulary> token_vocabulary();
+
   CausalLM& model_;
   const Tokenizer* tokenizer_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::TokenVocabulary> vocab_;
   SchedulerOptions options_;
   KvCache cache_;
 

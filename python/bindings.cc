@@ -157,10 +157,23 @@ class PyCausalLM {
   // padded with pad_id up to the longest.
   nb::ndarray<nb::numpy, int64_t> generate(IdArray ids, std::optional<IdArray> mask,
                                            int64_t max_new_tokens, float temperature, int64_t top_k,
-                                           float top_p, uint64_t seed, bool stop_at_eos) {
+                                           float top_p, uint64_t seed, bool stop_at_eos,
+                                           const std::string& constraint_kind,
+                                           const std::string& constraint_text,
+                                           const std::vector<std::string>& choices) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
     check_mask_shape(ids, mask);
     if (max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
+    // Structured generation: one grammar for every row, the checkpoint's tokenizer.
+    grammar::ConstraintSpec spec;
+    if (constraint_kind == "json_schema")
+      spec = {grammar::ConstraintSpec::Kind::kJsonSchema, constraint_text, {}};
+    if (constraint_kind == "json_object") spec.kind = grammar::ConstraintSpec::Kind::kJsonObject;
+    if (constraint_kind == "regex")
+      spec = {grammar::ConstraintSpec::Kind::kRegex, constraint_text, {}};
+    if (constraint_kind == "choice") spec = {grammar::ConstraintSpec::Kind::kChoice, "", choices};
+    const auto constraint = grammar::Grammar::from_spec(spec);
+    const Tokenizer* tokenizer = constraint ? &checkpoint_tokenizer() : nullptr;
     std::vector<GenerationRequest> requests(batch);
     for (int64_t b = 0; b < batch; ++b) {
       GenerationRequest& r = requests[b];
@@ -170,11 +183,12 @@ class PyCausalLM {
       r.max_tokens = max_new_tokens;
       r.sampling = {temperature, top_k, top_p, seed};
       r.ignore_eos = !stop_at_eos;
+      r.grammar = constraint;
     }
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests));
+      done = run_to_completion(*model_, tokenizer, std::move(requests));
     }
     const ModelInfo& info = model_->info();
     const int64_t pad_id = info.pad_token_id >= 0        ? info.pad_token_id
@@ -224,6 +238,16 @@ class PyCausalLM {
 
   std::vector<std::string> capture_names() const { return model_->capture_names(); }
 
+  // The checkpoint's own tokenizer (its snapshot folder or .gguf), loaded on first use.
+  const Tokenizer& checkpoint_tokenizer() {
+    if (!tokenizer_) {
+      const ModelInfo& i = model_->info();
+      tokenizer_.emplace(
+          Tokenizer::from_pretrained(i.gguf_file.empty() ? i.snapshot : i.gguf_file));
+    }
+    return *tokenizer_;
+  }
+
   // The KV cache's own accounting after the last forward(): per layer, its
   // window (0: every position), row size, and bytes held for each slot.
   nb::dict kv_cache_stats() const {
@@ -261,6 +285,7 @@ class PyCausalLM {
   }
 
   std::unique_ptr<CausalLM> model_;
+  std::optional<Tokenizer> tokenizer_;  // for structured generation
   CacheStats last_cache_;
 };
 
@@ -276,6 +301,7 @@ void bind_gguf(nb::module_& m);                   // python/gguf_bindings.cc
 void bind_hub_quant(nb::module_& m);              // python/hub_quant_bindings.cc
 void bind_hub(nb::module_& m, nb::handle error);  // python/hub_bindings.cc
 void bind_seq2seq(nb::module_& m);                // python/seq2seq_bindings.cc
+void bind_grammar(nb::module_& m);                // python/grammar_bindings.cc
 void bind_rerank(nb::module_& m);                 // python/rerank_bindings.cc
 
 NB_MODULE(_hubzoo, m) {
@@ -303,6 +329,7 @@ NB_MODULE(_hubzoo, m) {
   bind_hub_quant(m);
   bind_hub(m, error);
   bind_seq2seq(m);
+  bind_grammar(m);
 
   nb::class_<RowOptions>(m, "RowOptions")
       .def(nb::init<>())
@@ -327,6 +354,7 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("capture"), nb::arg("prefill_len"))
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"), nb::arg("stop_at_eos") = true)
+           nb::arg("seed"), nb::arg("stop_at_eos") = true, nb::arg("constraint_kind") = "",
+           nb::arg("constraint_text") = "", nb::arg("choices") = std::vector<std::string>{})
       .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"));
 }

@@ -5,6 +5,7 @@
 
 #include "server/channel.h"
 #include "server/server_impl.h"
+#include "server/structured_output.h"
 
 namespace hubzoo::server {
 namespace {
@@ -337,12 +338,7 @@ void Server::Impl::handle_chat(const net::Request& req, net::Response& res) {
     throw bad_request("'top_logprobs' needs 'logprobs' set to true.", "top_logprobs");
   }
   g.request.top_logprobs = rc.logprobs ? top.value_or(0) : -1;
-  if (auto format = body.find("response_format"); format != body.end() && !format->is_null()) {
-    if (!format->is_object() || format->value("type", "") != "text") {
-      throw bad_request("Only response_format {\"type\": \"text\"} is supported.",
-                        "response_format");
-    }
-  }
+  g.request.grammar = structured_output(body);
   const std::vector<int64_t> prompt = chat_prompt(body, true);
   const int64_t n = static_cast<int64_t>(prompt.size());
   check_context(n, g.max_tokens, "messages");
@@ -369,6 +365,7 @@ void Server::Impl::handle_completions(const net::Request& req, net::Response& re
     throw bad_request("'best_of' must be 1.", "best_of");
   }
   check_completion_prompt(body, model->info().vocab_size);
+  g.request.grammar = structured_output(body);
   // prompt: a string, an array of strings, an array of ids, or an array of arrays of ids.
   std::vector<std::vector<int64_t>> prompts;
   auto it = body.find("prompt");

@@ -255,6 +255,12 @@ std::optional<std::string> Tokenizer::id_to_token(int64_t id) const {
   return model_->id_to_token(u);
 }
 
+bool Tokenizer::is_special_id(int64_t id) const {
+  if (id < 0 || id > UINT32_MAX) return false;
+  const auto t = added_.id_to_token(static_cast<uint32_t>(id));
+  return t && added_.is_special(*t);
+}
+
 size_t Tokenizer::vocab_size() const { return model_->vocab_size() + added_.count_not_in(*model_); }
 
 std::optional<std::string> DecodeStream::step(int64_t id) {

@@ -56,6 +56,9 @@ class Tokenizer {
 
   std::optional<int64_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int64_t id) const;
+  // Whether `id` is an added token marked special (structured generation
+  // never emits one as text: grammar/token_vocabulary.h).
+  bool is_special_id(int64_t id) const;
   // With added tokens, as HF's get_vocab_size(with_added_tokens=True).
   size_t vocab_size() const;
 

@@ -109,18 +109,37 @@ class CausalLM:
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None, ignore_eos: bool = False) -> np.ndarray:
+                 seed: int | None = None, ignore_eos: bool = False, json_schema=None,
+                 regex: str | None = None, choice: list[str] | None = None,
+                 json_object: bool = False) -> np.ndarray:
         """New tokens int64 [batch, steps] (left padding allowed via attention_mask).
 
         Each row is one request to the engine's Scheduler (as the server runs them), every
         row sampling from the same seed. Rows that stop early are padded, as transformers'
         generate() pads them, with pad_token_id (else the first EOS id). Generation stops
         at the model's max_position_embeddings.
-        ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks)."""
+        ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks).
+        Structured generation (at most one; uses the checkpoint's tokenizer): json_schema (a
+        dict or JSON text), regex (the whole output matches it), choice (one of the strings),
+        json_object (any JSON object). The output is compact JSON (no whitespace); an
+        unsupported schema keyword raises InvalidArgument naming it."""
         ids, mask = self._inputs(input_ids, attention_mask)
+        given = [k for k, v in (("json_schema", json_schema), ("regex", regex),
+                                ("choice", choice), ("json_object", json_object or None))
+                 if v is not None]
+        if len(given) > 1:
+            raise InvalidArgument(f"give at most one of json_schema, regex, choice, json_object "
+                                  f"(got {given})")
+        kind, text, choices = (given[0] if given else ""), "", []
+        if json_schema is not None:
+            text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+        elif regex is not None:
+            text = str(regex)
+        elif choice is not None:
+            choices = [str(c) for c in choice]
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
-                                    int(seed or 0), not ignore_eos)
+                                    int(seed or 0), not ignore_eos, kind, text, choices)
 
     def generate_rows(self, prompts, max_tokens=32, temperature=0.0, top_k=0, top_p=1.0,
                       seed=0, stop_token_ids=None, ignore_eos=False) -> list[tuple[list[int], str]]:
