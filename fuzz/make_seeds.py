@@ -184,6 +184,7 @@ def gguf() -> None:
 TOOL_OUTPUTS = [
     (0, 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}'
         '\n</tool_call>\n<tool_call>\n{"name": "t", "arguments": "{\\"x\\": 1}"}\n</tool_call>'),
+    (0, '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```'),
     (1, '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "b", '
         '"parameters": {}}'),
     (2, 'Ok [TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}, "id": "abc123def"}]'),

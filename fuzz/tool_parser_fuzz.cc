@@ -15,8 +15,8 @@ using hubzoo::server::ToolFormat;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  constexpr ToolFormat kFormats[] = {ToolFormat::kHermes, ToolFormat::kLlama3,
-                                     ToolFormat::kMistral, ToolFormat::kGemma};
+  constexpr ToolFormat kFormats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral,
+                                     ToolFormat::kGemma};
   const ToolFormat format = kFormats[data[0] % 4];
   const size_t chunk = 1 + (data[0] >> 2) % 16;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -29,6 +29,7 @@ struct ResponseContext {
   bool logprobs = false, return_token_ids = false, include_usage = false;
   ToolFormat tools = ToolFormat::kNone;  // kNone: the answer is not parsed for tool calls
   bool parallel_tool_calls = true;       // false: the first call only
+  std::vector<std::string> tool_names;   // the request's tools
 };
 
 // "tool_calls" when the answer ended by itself with calls in it.
@@ -38,7 +39,7 @@ const char* chat_finish_reason(const Completion& c, bool has_calls) {
 
 // A whole answer split into content and calls.
 ToolParseDelta parse_answer(const ResponseContext& rc, const std::string& text) {
-  ToolCallParser parser(rc.tools);
+  ToolCallParser parser(rc.tools, rc.tool_names);
   ToolParseDelta out = parser.feed(text);
   ToolParseDelta rest = parser.finish();
   out.content += rest.content;
@@ -291,7 +292,7 @@ void respond_stream(Server::Impl& s, const ResponseContext& rc, std::shared_ptr<
                     net::Response& res) {
   auto st = std::make_shared<Stream>(s);
   st->rc = rc;
-  if (rc.tools != ToolFormat::kNone) st->tool_parser.emplace(rc.tools);
+  if (rc.tools != ToolFormat::kNone) st->tool_parser.emplace(rc.tools, rc.tool_names);
   st->job = std::move(job);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -408,6 +409,8 @@ void setup_tool_calls(const Server::Impl& s, const ToolRequest& tools, ResponseC
   }
   rc.tools = s.tool_format;
   rc.parallel_tool_calls = tools.parallel_tool_calls;
+  for (const auto& t : tools.tools)
+    rc.tool_names.push_back(t["function"]["name"].get<std::string>());
   // The format's markers must reach the parser even where they are special tokens.
   if (s.tool_markers_special) request.skip_special_tokens = false;
   if (forced && s.tool_constraint) {

@@ -1,5 +1,6 @@
 #include "server/tool_parser.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -47,7 +48,8 @@ std::optional<OJson> parse_json(std::string_view text) {
 
 // {"name": "f", "arguments": {..}} (or "parameters", Llama 3's key); the
 // arguments may also be a string holding a JSON object, or absent ({}).
-std::optional<ParsedToolCall> call_from_object(const OJson& j) {
+// `strict` (an untagged call): "arguments" must be there.
+std::optional<ParsedToolCall> call_from_object(const OJson& j, bool strict) {
   if (!j.is_object()) return std::nullopt;
   auto name = j.find("name");
   if (name == j.end() || !name->is_string()) return std::nullopt;
@@ -55,6 +57,7 @@ std::optional<ParsedToolCall> call_from_object(const OJson& j) {
   if (call.name.empty() || call.name.size() > kMaxToolNameBytes) return std::nullopt;
   auto args = j.find("arguments");
   if (args == j.end()) args = j.find("parameters");
+  if (strict && args == j.end()) return std::nullopt;
   if (args == j.end() || args->is_null()) return call;
   if (args->is_object()) {
     call.arguments = compact(*args);
@@ -69,20 +72,21 @@ std::optional<ParsedToolCall> call_from_object(const OJson& j) {
 }
 
 // One call object, or a non-empty list of them.
-std::optional<std::vector<ParsedToolCall>> calls_from_json(std::string_view text) {
+std::optional<std::vector<ParsedToolCall>> calls_from_json(std::string_view text,
+                                                           bool strict = false) {
   const auto j = parse_json(trim(text));
   if (!j) return std::nullopt;
   std::vector<ParsedToolCall> out;
   if (j->is_array()) {
     if (j->empty() || j->size() > kMaxToolCalls) return std::nullopt;
     for (const auto& item : *j) {
-      auto c = call_from_object(item);
+      auto c = call_from_object(item, strict);
       if (!c) return std::nullopt;
       out.push_back(std::move(*c));
     }
     return out;
   }
-  auto c = call_from_object(*j);
+  auto c = call_from_object(*j, strict);
   if (!c) return std::nullopt;
   out.push_back(std::move(*c));
   return out;
@@ -196,10 +200,39 @@ std::optional<std::vector<ParsedToolCall>> parse_mistral_args_form(std::string_v
   return std::vector<ParsedToolCall>{{std::string(name), compact(*j)}};
 }
 
+constexpr std::string_view kFence = "```";
+
+// An untagged Hermes call: {"name", "arguments"} objects, perhaps in a ```json
+// fence, each naming one of `tool_names` (when given).
+std::optional<std::vector<ParsedToolCall>> parse_untagged(
+    std::string_view region, const std::vector<std::string>& tool_names) {
+  region = trim(region);
+  if (starts_with(region, kFence)) {
+    const size_t nl = region.find('\n');
+    if (nl == std::string_view::npos) return std::nullopt;
+    const std::string_view lang = trim(region.substr(kFence.size(), nl - kFence.size()));
+    if (!lang.empty() && lang != "json") return std::nullopt;
+    region.remove_prefix(nl + 1);
+    region = trim(region);
+    if (region.size() >= kFence.size() && region.substr(region.size() - kFence.size()) == kFence) {
+      region.remove_suffix(kFence.size());
+    }
+  }
+  auto calls = calls_from_json(region, /*strict=*/true);
+  if (!calls || tool_names.empty()) return calls;
+  for (const auto& c : *calls) {
+    if (std::find(tool_names.begin(), tool_names.end(), c.name) == tool_names.end()) {
+      return std::nullopt;
+    }
+  }
+  return calls;
+}
+
 }  // namespace
 
 size_t ToolCallParser::JsonScan::advance(std::string_view s, bool& bad) {
   bad = false;
+  if (found != std::string_view::npos) return found;
   if (!begun) {
     const size_t at = s.find_first_not_of(kSpace, std::max(pos, start));
     if (at == std::string_view::npos) {
@@ -228,7 +261,7 @@ size_t ToolCallParser::JsonScan::advance(std::string_view s, bool& bad) {
     } else if (c == '{' || c == '[') {
       ++depth;
     } else if ((c == '}' || c == ']') && --depth == 0) {
-      return ++pos;
+      return found = ++pos;
     }
   }
   return std::string_view::npos;
@@ -291,9 +324,12 @@ ToolCallSyntax tool_call_syntax(ToolFormat f) {
   return {};
 }
 
-std::optional<std::vector<ParsedToolCall>> parse_tool_call_region(ToolFormat format,
-                                                                  std::string_view region) {
+std::optional<std::vector<ParsedToolCall>> parse_tool_call_region(
+    ToolFormat format, std::string_view region, const std::vector<std::string>& tool_names) {
   const ToolCallSyntax syn = tool_call_syntax(format);
+  if (format == ToolFormat::kHermes && !starts_with(region, syn.begin)) {
+    return parse_untagged(region, tool_names);
+  }
   switch (format) {
     case ToolFormat::kHermes:
     case ToolFormat::kGemma: {
@@ -328,8 +364,8 @@ std::optional<std::vector<ParsedToolCall>> parse_tool_call_region(ToolFormat for
   return std::nullopt;
 }
 
-ToolCallParser::ToolCallParser(ToolFormat format)
-    : format_(format), syntax_(tool_call_syntax(format)) {
+ToolCallParser::ToolCallParser(ToolFormat format, std::vector<std::string> tool_names)
+    : format_(format), syntax_(tool_call_syntax(format)), tool_names_(std::move(tool_names)) {
   if (format == ToolFormat::kNone) state_ = State::kPassThrough;
 }
 
@@ -395,12 +431,32 @@ bool ToolCallParser::step_text(ToolParseDelta& out, bool at_end) {
     state_ = State::kPassThrough;
     return true;
   }
+  if (format_ == ToolFormat::kHermes && !seen_text_) {
+    // An answer that starts with '{' or a fence may be an untagged call.
+    const size_t i = pending_.find_first_not_of(kSpace);
+    if (i == std::string::npos) {
+      emit_content(out, pending_);  // held: whitespace waits
+      pending_.clear();
+      return false;
+    }
+    const std::string_view rest = std::string_view(pending_).substr(i);
+    if (rest[0] == '{' || starts_with(rest, kFence)) {
+      emit_content(out, std::string_view(pending_).substr(0, i));
+      pending_.erase(0, i);
+      state_ = State::kCall;
+      bare_ = true;
+      json_ = JsonScan{};
+      return true;
+    }
+    if (!at_end && kFence.substr(0, rest.size()) == rest) return false;  // maybe a fence
+  }
   const size_t at = pending_.find(syntax_.begin);
   if (at != std::string::npos) {
     emit_content(out, std::string_view(pending_).substr(0, at));
     pending_.erase(0, at);
     state_ = State::kCall;
     scan_ = syntax_.begin.size();
+    bare_ = false;
     json_ = JsonScan{};
     return true;
   }
@@ -413,6 +469,7 @@ bool ToolCallParser::step_text(ToolParseDelta& out, bool at_end) {
 size_t ToolCallParser::region_end(bool at_end) {
   constexpr size_t npos = std::string::npos;
   const std::string_view s = pending_;
+  if (bare_) return untagged_end(at_end);
   if (!syntax_.end.empty()) {  // Hermes, Gemma: up to the end marker
     const size_t from = std::max(syntax_.begin.size(), scan_);
     const size_t at = s.find(syntax_.end, from);
@@ -447,6 +504,32 @@ size_t ToolCallParser::region_end(bool at_end) {
   return end;
 }
 
+size_t ToolCallParser::untagged_end(bool at_end) {
+  constexpr size_t npos = std::string::npos;
+  const std::string_view s = pending_;
+  if (json_.start == npos) {
+    size_t start = 0;
+    if (starts_with(s, kFence)) {  // ```json\n{..}\n```
+      const size_t nl = s.find('\n');
+      if (nl == npos) return at_end || s.size() > 16 ? s.size() : npos;  // the parse then fails
+      start = nl + 1;
+    }
+    json_ = JsonScan{};
+    json_.start = start;
+  }
+  bool bad = false;
+  const size_t end = json_.advance(s, bad);
+  if (bad || (end == npos && at_end)) return s.size();
+  if (end == npos || !starts_with(s, kFence)) return end;
+  // A fenced call ends with the closing fence (or the answer).
+  const size_t close = s.find_first_not_of(kSpace, end);
+  if (close == npos) return at_end ? s.size() : npos;
+  const std::string_view tail = s.substr(close);
+  if (starts_with(tail, kFence)) return close + kFence.size();
+  if (!at_end && tail.size() < kFence.size() && kFence.substr(0, tail.size()) == tail) return npos;
+  return end;
+}
+
 bool ToolCallParser::step_call(ToolParseDelta& out, bool at_end) {
   size_t end = region_end(at_end);
   if (end == std::string::npos) {
@@ -458,12 +541,14 @@ bool ToolCallParser::step_call(ToolParseDelta& out, bool at_end) {
     fail_region(out, end);
     return true;
   }
-  auto calls = parse_tool_call_region(format_, std::string_view(pending_).substr(0, end));
+  auto calls =
+      parse_tool_call_region(format_, std::string_view(pending_).substr(0, end), tool_names_);
   if (!calls || calls_ + calls->size() > kMaxToolCalls) {
     fail_region(out, end);
     return true;
   }
   held_ws_.clear();  // whitespace between content (or a call) and this call
+  after_call_ = true;
   calls_ += calls->size();
   for (auto& c : *calls) out.calls.push_back(std::move(c));
   pending_.erase(0, end);
@@ -479,6 +564,12 @@ void ToolCallParser::fail_region(ToolParseDelta& out, size_t length) {
 }
 
 void ToolCallParser::emit_content(ToolParseDelta& out, std::string_view text) {
+  if (after_call_) {  // whitespace right after a call goes with it
+    const size_t first = text.find_first_not_of(kSpace);
+    if (first == std::string_view::npos) return;
+    text.remove_prefix(first);
+    after_call_ = false;
+  }
   std::string all = held_ws_;
   all.append(text);
   held_ws_.clear();

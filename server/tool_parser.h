@@ -5,12 +5,17 @@
 // `[TOOL_CALLS]name[ARGS]{..}`), and FunctionGemma
 // `<start_function_call>call:name{key:<escape>text<escape>,n:1}<end_function_call>`.
 //
+// Small Qwen models (Qwen2.5-Coder 0.5B to 3B) leave the `<tool_call>` tags
+// out: in the Hermes format an answer that starts with a bare JSON call object,
+// or with one in a ```json fence, is a call too, as llama.cpp reads it, when
+// the object has "name" and "arguments" and names one of the request's tools.
+//
 // The parser is fed the output as it streams. It releases content as soon as
 // it cannot be the start of a call, and a call only when the call is whole and
 // valid (name a non-empty string, arguments a JSON object); text that does not
 // parse as a call is released as content, never dropped. The one exception:
-// whitespace between content and a call (or between calls) is dropped, as the
-// templates put it there. Model output is untrusted: every buffer is bounded
+// whitespace next to a call (before or after it) is dropped, as the templates
+// put it there. Model output is untrusted: every buffer is bounded
 // (kMaxToolCallBytes, kMaxToolCalls) and nothing recurses on its structure
 // beyond kMaxToolJsonDepth.
 #pragma once
@@ -68,7 +73,8 @@ struct ToolParseDelta {
 
 class ToolCallParser {
  public:
-  explicit ToolCallParser(ToolFormat format);
+  // `tool_names`: the request's tools, which an untagged Hermes call must name.
+  explicit ToolCallParser(ToolFormat format, std::vector<std::string> tool_names = {});
   // Text the model produced since the last call.
   ToolParseDelta feed(std::string_view text);
   // The output ended: what is held back is released (an unterminated call that
@@ -85,6 +91,7 @@ class ToolCallParser {
   // Where the call region that starts at pending_[0] ends (one past it), or
   // npos while incomplete.
   size_t region_end(bool at_end);
+  size_t untagged_end(bool at_end);  // region_end of an untagged Hermes call
   void emit_content(ToolParseDelta& out, std::string_view text);
   void fail_region(ToolParseDelta& out, size_t length);
 
@@ -93,6 +100,7 @@ class ToolCallParser {
   struct JsonScan {
     size_t start = std::string::npos;  // where the value may begin (npos: not known yet)
     size_t pos = 0, depth = 0;
+    size_t found = std::string::npos;  // the end, once seen
     bool begun = false, in_string = false, escape = false;
     // One past the value's end, or npos while it is incomplete; `bad` when
     // the text at `start` cannot begin an object or array.
@@ -101,18 +109,22 @@ class ToolCallParser {
 
   ToolFormat format_;
   ToolCallSyntax syntax_;
+  std::vector<std::string> tool_names_;
   JsonScan json_;
+  bool bare_ = false;  // kCall: an untagged Hermes call (a JSON object, perhaps fenced)
   State state_ = State::kText;
   std::string pending_;  // text not yet released
   std::string held_ws_;  // released content's trailing whitespace, not yet sent
   size_t scan_ = 0;      // kCall: how far pending_ was searched for the end marker
   size_t calls_ = 0;
-  bool seen_text_ = false;  // Llama 3: non-whitespace content was released
+  bool after_call_ = false;  // a call was released and no content since
+  bool seen_text_ = false;   // non-whitespace content was released (no untagged call after it)
 };
 
 // Parses one call region's text (begin marker included) into calls; nullopt
-// when it is not a valid call in `format`. Exposed for tests and the fuzzer.
-std::optional<std::vector<ParsedToolCall>> parse_tool_call_region(ToolFormat format,
-                                                                  std::string_view region);
+// when it is not a valid call in `format`. A Hermes region without its tag is
+// an untagged call: `tool_names` (when not empty) must hold its name.
+std::optional<std::vector<ParsedToolCall>> parse_tool_call_region(
+    ToolFormat format, std::string_view region, const std::vector<std::string>& tool_names = {});
 
 }  // namespace hubzoo::server

@@ -12,9 +12,11 @@ struct Result {
   std::vector<ParsedToolCall> calls;
 };
 
+const std::vector<std::string> kNames = {"get_weather", "get_time"};
+
 // Feeds `text` in pieces of `chunk` bytes (0: at once) and gathers the output.
 Result run(ToolFormat f, std::string_view text, size_t chunk = 0) {
-  ToolCallParser p(f);
+  ToolCallParser p(f, kNames);
   Result r;
   auto take = [&](ToolParseDelta d) {
     r.content += d.content;
@@ -53,6 +55,39 @@ TEST(ToolParser, HermesCallsAndContent) {
   EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\",\"days\":[1,2]}");
   EXPECT_EQ(r.calls[1].name, "time");
   EXPECT_EQ(r.calls[1].arguments, "{}");
+}
+
+TEST(ToolParser, HermesUntaggedCalls) {
+  // Qwen2.5-Coder-0.5B-Instruct's answers (greedy, python/tests/test_tools.py): the
+  // call without its tags, bare or in a ```json fence.
+  Result r = run_all_chunkings(ToolFormat::kHermes,
+                               "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(r.content, "");
+  r = run_all_chunkings(ToolFormat::kHermes,
+                        "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    "
+                        "\"city\": \"Paris\"\n  }\n}\n```\n{\"name\": \"get_time\", "
+                        "\"arguments\": {}}\nDone.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_EQ(r.content, "Done.");
+  // Not calls: an unknown name, no "arguments", JSON after prose, another fence language.
+  for (const char* text :
+       {"{\"name\": \"Bob\", \"arguments\": {}}", "{\"name\": \"get_time\"}",
+        "Here: {\"name\": \"get_time\", \"arguments\": {}}",
+        "```python\n{\"name\": \"get_time\", \"arguments\": {}}\n```", "```json\n[1, 2]\n```",
+        "`code` and {\"name\": \"get_time\", \"arguments\": {}}"}) {
+    r = run_all_chunkings(ToolFormat::kHermes, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  // A tagged call still follows an untagged attempt that failed.
+  r = run_all_chunkings(ToolFormat::kHermes,
+                        "{\"a\": 1} <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.content, "{\"a\": 1}");
 }
 
 TEST(ToolParser, HermesStringArgumentsAndUnterminatedCall) {
@@ -198,30 +233,35 @@ TEST(ToolParser, OversizedCallIsContent) {
 TEST(ToolParser, RandomBytesNeverCrashAndAreNeverLost) {
   // Output made of marker pieces and JSON punctuation: whatever is not a call
   // comes back; the total length is conserved up to dropped whitespace.
-  const std::vector<std::string> pieces = {"<tool_call>",
-                                           "</tool_call>",
-                                           "{",
-                                           "}",
-                                           "[",
-                                           "]",
-                                           "\"",
-                                           "\\",
-                                           ":",
-                                           ",",
-                                           "name",
-                                           "\"name\"",
-                                           "arguments",
-                                           " ",
-                                           "\n",
-                                           "[TOOL_CALLS]",
-                                           "[ARGS]",
-                                           "<|python_tag|>",
-                                           "<escape>",
-                                           "call:",
-                                           "<start_function_call>",
-                                           "<end_function_call>",
-                                           "x",
-                                           ";"};
+  const std::vector<std::string> pieces = {
+      "<tool_call>",
+      "</tool_call>",
+      "{",
+      "}",
+      "[",
+      "]",
+      "\"",
+      "\\",
+      ":",
+      ",",
+      "name",
+      "\"name\"",
+      "arguments",
+      " ",
+      "\n",
+      "[TOOL_CALLS]",
+      "[ARGS]",
+      "<|python_tag|>",
+      "<escape>",
+      "call:",
+      "<start_function_call>",
+      "<end_function_call>",
+      "x",
+      ";",
+      "```",
+      "json\n",
+      "get_time",  // clang-format: one line per few pieces
+  };
   std::mt19937 rng(7);
   for (ToolFormat f :
        {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kGemma}) {
