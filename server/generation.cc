@@ -27,9 +27,9 @@ struct ResponseContext {
   std::string id = {}, model = {}, fingerprint = {};
   int64_t created = 0;
   bool logprobs = false, return_token_ids = false, include_usage = false;
-  ToolFormat tools = ToolFormat::kNone;  // kNone: the answer is not parsed for tool calls
-  bool parallel_tool_calls = true;       // false: the first call only
-  std::vector<std::string> tool_names;   // the request's tools
+  ToolFormat tools = ToolFormat::kNone;      // kNone: the answer is not parsed for tool calls
+  bool parallel_tool_calls = true;           // false: the first call only
+  std::vector<std::string> tool_names = {};  // the request's tools
 };
 
 // "tool_calls" when the answer ended by itself with calls in it.
