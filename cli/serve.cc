@@ -53,6 +53,12 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
                   "generation_config.json) or none (OpenAI's)")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
+  cmd->add_option("--tool-parser", o.tool_parser,
+                  "tool-call format answers are parsed in: auto (from the chat template), "
+                  "hermes (qwen, smollm3), llama3, mistral, gemma, or none")
+      ->check(CLI::IsMember(
+          {"auto", "hermes", "qwen", "smollm3", "llama3", "mistral", "gemma", "none"}))
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "worker threads (0: all cores)");
   add_load_options(cmd, o.gguf_file, o.quantize);
   cmd->add_flag("--metrics-public", o.metrics_public,

@@ -179,6 +179,27 @@ def gguf() -> None:
     write("gguf", gguf_file(lambda w: w.add_string("general.name", "empty")))
 
 
+# Model outputs for fuzz/tool_parser_fuzz.cc: byte 0 picks the format (its value % 4:
+# hermes, llama3, mistral, gemma) and the chunk size (1 + (value >> 2) % 16).
+TOOL_OUTPUTS = [
+    (0, 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}'
+        '\n</tool_call>\n<tool_call>\n{"name": "t", "arguments": "{\\"x\\": 1}"}\n</tool_call>'),
+    (0, '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```'),
+    (1, '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "b", '
+        '"parameters": {}}'),
+    (2, 'Ok [TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}, "id": "abc123def"}]'),
+    (2, '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}[TOOL_CALLS]t[CALL_ID]a1b2c3d4e[ARGS]{}'),
+    (3, '<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:3,'
+        'tags:[<escape>a<escape>,2],o:{d:null}}<end_function_call>'),
+]
+
+
+def tool_outputs() -> None:
+    for fmt, text in TOOL_OUTPUTS:
+        for chunk in (0, 3):
+            write("tool_parser", bytes([fmt + 4 * chunk]) + text.encode())
+
+
 if __name__ == "__main__":
     configs()
     tokenizers()
@@ -186,5 +207,6 @@ if __name__ == "__main__":
     requests()
     safetensors()
     gguf()
+    tool_outputs()
     for d in sorted(CORPUS.iterdir()):
         print(d.name, len(list(d.iterdir())), sum(f.stat().st_size for f in d.iterdir()))

@@ -6,6 +6,8 @@
 #include "server/channel.h"
 #include "server/server_impl.h"
 #include "server/structured_output.h"
+#include "server/tool_parser.h"
+#include "server/tools.h"
 
 namespace hubzoo::server {
 namespace {
@@ -26,7 +28,26 @@ struct ResponseContext {
   std::string id = {}, model = {}, fingerprint = {};
   int64_t created = 0;
   bool logprobs = false, return_token_ids = false, include_usage = false;
+  ToolFormat tools = ToolFormat::kNone;      // kNone: the answer is not parsed for tool calls
+  bool parallel_tool_calls = true;           // false: the first call only
+  std::vector<std::string> tool_names = {};  // the request's tools
 };
+
+// "tool_calls" when the answer ended by itself with calls in it.
+const char* chat_finish_reason(const Completion& c, bool has_calls) {
+  return has_calls && c.reason == FinishReason::kStop ? "tool_calls" : finish_reason_name(c.reason);
+}
+
+// A whole answer split into content and calls.
+ToolParseDelta parse_answer(const ResponseContext& rc, const std::string& text) {
+  ToolCallParser parser(rc.tools, rc.tool_names);
+  ToolParseDelta out = parser.feed(text);
+  ToolParseDelta rest = parser.finish();
+  out.content += rest.content;
+  for (auto& c : rest.calls) out.calls.push_back(std::move(c));
+  if (!rc.parallel_tool_calls && out.calls.size() > 1) out.calls.resize(1);
+  return out;
+}
 
 Json envelope(const ResponseContext& rc, bool chunk) {
   const char* object = rc.kind == Kind::kChat
@@ -112,13 +133,24 @@ void respond_whole(Server::Impl& s, const ResponseContext& rc,
     prompt_tokens += c.prompt_tokens;
     completion_tokens += c.completion_tokens;
     Json choice = {{"index", i}};
+    const char* finish = finish_reason_name(c.reason);
     if (rc.kind == Kind::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (rc.tools != ToolFormat::kNone) {
+        const ToolParseDelta answer = parse_answer(rc, c.text);
+        if (!answer.calls.empty()) {
+          Json& message = choice["message"];
+          message["content"] = answer.content.empty() ? Json(nullptr) : Json(answer.content);
+          message["tool_calls"] =
+              tool_calls_json(answer.calls, [&] { return tool_call_id(rc.tools, s.new_id("")); });
+          finish = chat_finish_reason(c, true);
+        }
+      }
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = rc.logprobs ? logprobs_json(s, rc.kind, job.events, 0) : Json(nullptr);
-    choice["finish_reason"] = finish_reason_name(c.reason);
+    choice["finish_reason"] = finish;
     if (!c.stop_string.empty()) choice["stop_reason"] = c.stop_string;
     if (rc.return_token_ids) choice["token_ids"] = c.tokens;
     choices.push_back(choice);
@@ -148,6 +180,8 @@ struct Stream {
   std::shared_ptr<Job> job;
   bool started = false, done = false;
   int64_t text_offset = 0;
+  std::optional<ToolCallParser> tool_parser;  // chat with tools parsed
+  size_t calls_sent = 0;
   Clock::time_point last_write = Clock::now();
 };
 
@@ -161,6 +195,22 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
     if (rc.include_usage) j["usage"] = nullptr;
     return sse(j);
   };
+  // Each call as two chunks (OpenAI's shape); parallel_tool_calls false: the first only.
+  auto call_chunks = [&](const std::vector<ParsedToolCall>& calls) {
+    std::string text;
+    for (const auto& call : calls) {
+      if (!rc.parallel_tool_calls && st.calls_sent > 0) break;
+      const std::string id = tool_call_id(rc.tools, s.new_id(""));
+      for (Json& delta : tool_call_deltas(call, st.calls_sent, id)) {
+        text += chunk(Json{{"index", 0},
+                           {"delta", std::move(delta)},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}});
+      }
+      ++st.calls_sent;
+    }
+    return text;
+  };
   std::string out;
   if (!st.started && rc.kind == Kind::kChat) {
     out += chunk(Json{{"index", 0},
@@ -171,11 +221,21 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
   st.started = true;
   for (const auto& e : events) {
     const bool with_logprobs = rc.logprobs && e.has_logprobs && !e.end_token;
-    if (e.text.empty() && !with_logprobs && !rc.return_token_ids) continue;
+    ToolParseDelta parsed;
+    if (st.tool_parser) {
+      parsed = st.tool_parser->feed(e.text);
+    } else {
+      parsed.content = e.text;
+    }
+    const std::string calls = call_chunks(parsed.calls);
+    if (parsed.content.empty() && !with_logprobs && !rc.return_token_ids) {
+      out += calls;
+      continue;
+    }
     const std::vector<TokenEvent> one = {e};
     Json choice = {{"index", 0}};
     if (rc.kind == Kind::kChat) {
-      choice["delta"] = {{"content", e.text}};
+      choice["delta"] = {{"content", parsed.content}};
     } else {
       choice["text"] = e.text;
     }
@@ -184,6 +244,17 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
     if (rc.return_token_ids) choice["token_ids"] = token_ids(one);
     st.text_offset += static_cast<int64_t>(e.text.size());
     out += chunk(choice);
+    out += calls;
+  }
+  if (done && st.tool_parser) {  // what the parser held back
+    ToolParseDelta rest = st.tool_parser->finish();
+    if (!rest.content.empty()) {
+      out += chunk(Json{{"index", 0},
+                        {"delta", {{"content", rest.content}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}});
+    }
+    out += call_chunks(rest.calls);
   }
   if (done) {
     s.metrics.observe_completion(*done);
@@ -197,7 +268,7 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
         choice["text"] = "";
       }
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = finish_reason_name(done->reason);
+      choice["finish_reason"] = chat_finish_reason(*done, st.calls_sent > 0);
       if (!done->stop_string.empty()) choice["stop_reason"] = done->stop_string;
       Json j = envelope(rc, true);
       j["choices"] = Json::array({choice});
@@ -222,6 +293,7 @@ void respond_stream(Server::Impl& s, const ResponseContext& rc, std::shared_ptr<
                     net::Response& res) {
   auto st = std::make_shared<Stream>(s);
   st->rc = rc;
+  if (rc.tools != ToolFormat::kNone) st->tool_parser.emplace(rc.tools, rc.tool_names);
   st->job = std::move(job);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -283,12 +355,13 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
   if (it == body.end() || !it->is_array() || it->empty()) {
     throw bad_request("'messages' must be a non-empty array of messages.", "messages");
   }
+  const ToolRequest tools = parse_tool_request(body);
   Json messages = Json::array();
   for (const auto& m : *it) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       throw bad_request("Each message must be an object with a string 'role'.", "messages");
     }
-    Json msg = m;
+    Json msg = prepare_tool_message(m, messages.size());
     auto content = m.find("content");
     if (content != m.end() && content->is_array()) {
       // Text parts joined by newlines; other kinds of content are not supported.
@@ -309,10 +382,7 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
   }
   ChatTemplateOptions options;
   options.add_generation_prompt = add_generation_prompt;
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) throw bad_request("'tools' must be an array.", "tools");
-    options.tools = *tools;
-  }
+  options.tools = tools.tools;
   if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
     if (!kw->is_object()) {
       throw bad_request("'chat_template_kwargs' must be an object.", "chat_template_kwargs");
@@ -322,6 +392,33 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
   const std::string prompt = chat_template->render(messages, options);
   return tokenizer->encode(prompt, /*add_special_tokens=*/false).ids;
 }
+
+namespace {
+// How the answer is read for tool calls, and what tool_choice asks of it.
+void setup_tool_calls(const Server::Impl& s, const ToolRequest& tools, ResponseContext& rc,
+                      GenerationRequest& request) {
+  if (!tools.parse_calls()) return;
+  const bool forced = tools.choice.mode == ToolChoice::Mode::kRequired ||
+                      tools.choice.mode == ToolChoice::Mode::kFunction;
+  if (s.tool_format == ToolFormat::kNone) {
+    if (!forced) return;  // 'auto': the answer is content, as the model has no call format
+    throw bad_request(
+        "'tool_choice' asks for a tool call, but this model's chat template implies no tool-call "
+        "format; serve it with --tool-parser (" +
+            std::string(tool_format_names()) + ").",
+        "tool_choice");
+  }
+  rc.tools = s.tool_format;
+  rc.parallel_tool_calls = tools.parallel_tool_calls;
+  for (const auto& t : tools.tools)
+    rc.tool_names.push_back(t["function"]["name"].get<std::string>());
+  // The format's markers must reach the parser even where they are special tokens.
+  if (s.tool_markers_special) request.skip_special_tokens = false;
+  if (forced && s.tool_constraint) {
+    s.tool_constraint->apply(tool_call_requirement(tools, s.tool_format), request);
+  }
+}
+}  // namespace
 
 void Server::Impl::handle_chat(const net::Request& req, net::Response& res) {
   const Json body = parse_body(req.body);
@@ -339,6 +436,7 @@ void Server::Impl::handle_chat(const net::Request& req, net::Response& res) {
   }
   g.request.top_logprobs = rc.logprobs ? top.value_or(0) : -1;
   g.request.grammar = structured_output(body);
+  setup_tool_calls(*this, parse_tool_request(body), rc, g.request);
   const std::vector<int64_t> prompt = chat_prompt(body, true);
   const int64_t n = static_cast<int64_t>(prompt.size());
   check_context(n, g.max_tokens, "messages");

@@ -96,6 +96,7 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   } catch (const Error& e) {
     chat_template_missing = e.what();
   }
+  setup_tool_format();
   SchedulerOptions so;
   so.max_slots = opt.max_concurrency;
   so.max_queue = opt.max_queue;
@@ -121,6 +122,26 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   fingerprint = std::string("hubzoo-") + HUBZOO_VERSION + "-" + HUBZOO_GIT_COMMIT;
   rng.seed(std::random_device{}());
   install_routes();
+}
+
+void Server::Impl::setup_tool_format() {
+  if (opt.tool_parser == "auto") {
+    std::string sources;
+    if (chat_template) {
+      for (const auto& [name, src] : chat_template->sources()) sources += src;
+    }
+    tool_format = detect_tool_format(sources);
+  } else if (auto f = tool_format_from_name(opt.tool_parser)) {
+    tool_format = *f;
+  } else {
+    throw InvalidArgument("--tool-parser must be one of " + std::string(tool_format_names()) +
+                          ", got '" + opt.tool_parser + "'");
+  }
+  // A marker decoding would skip as a special token (Mistral's [TOOL_CALLS]).
+  const std::string begin = tool_call_syntax(tool_format).begin;
+  if (const auto id = begin.empty() ? std::nullopt : tokenizer->token_to_id(begin)) {
+    tool_markers_special = tokenizer->decode({*id}, true).empty();
+  }
 }
 
 uint64_t Server::Impl::random_seed() {
@@ -384,7 +405,8 @@ std::string Server::describe() const {
   std::string not_loaded;  // a multimodal checkpoint's towers: text only
   for (const auto& [prefix, reason] : info.ignored_modules)
     not_loaded += "; not loaded: " + prefix + "*";
-  return std::string(line) + defaults + not_loaded;
+  const std::string tools = std::string("; tool calls: ") + tool_format_name(s.tool_format);
+  return std::string(line) + defaults + tools + not_loaded;
 }
 
 void Server::run() {

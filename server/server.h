@@ -28,6 +28,9 @@ struct ServerOptions {
   // Defaults for the sampling fields a request omits: "auto" reads the model's
   // generation_config.json, "none" uses OpenAI's.
   std::string generation_config = "auto";
+  // Tool-call format answers are parsed in: "auto" (detected from the chat
+  // template), hermes (qwen, smollm3), llama3, mistral, gemma, or none.
+  std::string tool_parser = "auto";
   int threads = 0;              // model threads; 0: all cores
   bool log_requests = true;     // one line per request on stderr
   bool metrics_public = false;  // /metrics without the API key (a scraper on a private network)

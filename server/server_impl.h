@@ -19,6 +19,8 @@
 #include "server/metrics.h"
 #include "server/openai_json.h"
 #include "server/server.h"
+#include "server/tool_parser.h"
+#include "server/tools.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +36,13 @@ struct Server::Impl {
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_missing;  // why there is none
   SamplingDefaults sampling_defaults;
+  // Tool calls: the format answers are parsed in (--tool-parser, or detected
+  // from the chat template), whether its opening marker is a special token
+  // that decoding would skip, and the sampling constraint for tool_choice
+  // required / a named function (none yet: the grammar engine plugs in here).
+  ToolFormat tool_format = ToolFormat::kNone;
+  bool tool_markers_special = false;
+  std::shared_ptr<const ToolCallConstraint> tool_constraint;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<Embedder> embedder;
   std::mutex embed_mu;  // one encode() at a time
@@ -64,6 +73,8 @@ struct Server::Impl {
                      const char* param) const;
   std::string token_text(int64_t id) const;
   uint64_t random_seed();
+  // tool_format and tool_markers_special from --tool-parser and the chat template.
+  void setup_tool_format();
   std::string new_id(const char* prefix);
 
   void handle_chat(const net::Request& req, net::Response& res);
