@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "engine/stop_strings.h"
 
@@ -50,6 +52,7 @@ struct Scheduler::Sequence {
   std::vector<int64_t> stop_ids;  // EOS (unless ignored) and the request's own
   int64_t max_new = 0;
   int64_t slot = -1;
+  int64_t kv_bytes = 0;   // the most KV bytes it can hold (prompt + max_new positions)
   int64_t prefilled = 0;  // prompt tokens in the cache
   Completion done;
   std::atomic<bool> cancelled{false};
@@ -78,7 +81,15 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
   stats_.max_queue = options_.max_queue;
   stats_.max_context = options_.max_context;
   // The cache's own accounting: a sliding-window layer needs only its window.
-  stats_.kv_budget_bytes = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
+  const int64_t whole_slots = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
+  if (options_.kv_cache_bytes < 0) throw InvalidArgument("kv_cache_bytes must be >= 0");
+  if (options_.kv_cache_bytes == 0) {
+    const int64_t half_available = available_memory_bytes() / 2;
+    options_.kv_cache_bytes =
+        half_available > 0 ? std::min(whole_slots, half_available) : whole_slots;
+  }
+  cache_.set_budget_bytes(options_.kv_cache_bytes);
+  stats_.kv_budget_bytes = options_.kv_cache_bytes;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -107,6 +118,28 @@ void Scheduler::validate_request(const GenerationRequest& request) const {
         "the prompt is " + std::to_string(prompt_len) + " tokens; the maximum context is " +
         std::to_string(options_.max_context) + " tokens, which leaves no room for a new token");
   }
+  if (cache_.slot_bytes_at(prompt_len + 1) > options_.kv_cache_bytes) {
+    throw ContextOverflow("the prompt is " + std::to_string(prompt_len) +
+                          " tokens; with a new token its KV cache would take " +
+                          std::to_string(cache_.slot_bytes_at(prompt_len + 1)) +
+                          " bytes, more than the whole KV budget of " +
+                          std::to_string(options_.kv_cache_bytes) + " bytes");
+  }
+}
+
+int64_t Scheduler::max_new_within_budget(int64_t prompt_len, int64_t max_new) const {
+  // slot_bytes_at grows with n: the largest max_new whose pages fit the budget
+  // (validate_request made sure that 1 does).
+  int64_t lo = 1, hi = max_new;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (cache_.slot_bytes_at(prompt_len + mid) <= options_.kv_cache_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 uint64_t Scheduler::submit(GenerationRequest request) {
@@ -134,7 +167,9 @@ std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> reque
     const uint64_t id = next_id_++;
     const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
     auto s = std::make_shared<Sequence>(id, std::move(request));
-    s->max_new = std::min(s->req.max_tokens, options_.max_context - prompt_len);
+    s->max_new = max_new_within_budget(
+        prompt_len, std::min(s->req.max_tokens, options_.max_context - prompt_len));
+    s->kv_bytes = cache_.slot_bytes_at(prompt_len + s->max_new);
     s->stop_ids = s->req.stop_token_ids;
     if (!s->req.ignore_eos) {
       s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
@@ -175,6 +210,7 @@ SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mu_);
   SchedulerStats s = stats_;
   s.running = options_.max_slots - static_cast<int64_t>(free_slots_.size());
+  s.kv_reserved_bytes = reserved_bytes_;
   s.waiting = static_cast<int64_t>(waiting_.size());
   return s;
 }
@@ -185,9 +221,12 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) 
     cancelled.push_back(s);
     return true;
   });
-  while (!waiting_.empty() && !free_slots_.empty()) {
+  // In order: a request waits until its pages fit beside the running ones'.
+  while (!waiting_.empty() && !free_slots_.empty() &&
+         reserved_bytes_ + waiting_.front()->kv_bytes <= options_.kv_cache_bytes) {
     auto s = waiting_.front();
     waiting_.pop_front();
+    reserved_bytes_ += s->kv_bytes;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
     s->admitted = Clock::now();
@@ -295,6 +334,7 @@ void Scheduler::step() {
   stats_.batch_rows += static_cast<uint64_t>(batch.size());
   stats_.busy_seconds += seconds_between(t0, Clock::now());
   stats_.kv_cache_bytes = cache_.bytes();
+  stats_.kv_pages = cache_.pages_held();
 }
 
 bool Scheduler::advance(Sequence& s, float* logits) {
@@ -354,11 +394,15 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
   {
     std::lock_guard lock(mu_);
     live_.erase(s->id);
-    if (s->slot >= 0) free_slots_.push_back(s->slot);
+    if (s->slot >= 0) {
+      free_slots_.push_back(s->slot);
+      reserved_bytes_ -= s->kv_bytes;
+    }
     ++stats_.finished[static_cast<int>(reason)];
     stats_.prompt_tokens += static_cast<uint64_t>(s->prefilled);
     stats_.generated_tokens += static_cast<uint64_t>(c.completion_tokens);
     stats_.kv_cache_bytes = cache_.bytes();
+    stats_.kv_pages = cache_.pages_held();
   }
   s->slot = -1;
   if (s->req.on_finish) s->req.on_finish(c);
@@ -368,8 +412,21 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
 
 namespace hubzoo {
 
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:" && kib > 0) return kib * 1024;
+  }
+  return 0;
+}
+
 std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
-                                          std::vector<GenerationRequest> requests) {
+                                          std::vector<GenerationRequest> requests,
+                                          int64_t kv_cache_bytes) {
   std::vector<Completion> done(requests.size());
   std::vector<GenerationRequest> to_run;
   std::vector<size_t> index;  // of each request in to_run, in `requests`
@@ -404,6 +461,7 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
   options.max_slots = static_cast<int64_t>(to_run.size());
   options.max_queue = 0;
   options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
+  options.kv_cache_bytes = kv_cache_bytes;
   {
     // Destroyed before mu, cv and done: its shutdown() may still finish requests.
     Scheduler scheduler(model, tokenizer, options);

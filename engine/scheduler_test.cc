@@ -44,6 +44,7 @@ class FakeLM : public CausalLM {
       h.push_back(batch.ids[t]);
     }
     for (const auto& [slot, len] : next) cache.reserve(slot, len);
+    peak_bytes = std::max(peak_bytes, cache.bytes());
     ++forward_calls;
     max_rows = std::max(max_rows, batch.size());
     const int64_t v = info_.vocab_size;
@@ -59,7 +60,7 @@ class FakeLM : public CausalLM {
     }
     for (const auto& [slot, len] : next) cache.set_length(slot, len);
   }
-  int64_t forward_calls = 0, max_rows = 0;
+  int64_t forward_calls = 0, max_rows = 0, peak_bytes = 0;
 
  private:
   ModelInfo info_;
@@ -141,6 +142,59 @@ TEST(Scheduler, ConcurrentRequestsGetTheTokensTheyGetAlone) {
   EXPECT_EQ(st.waiting, 0);
   EXPECT_EQ(st.kv_cache_bytes, 0);
   EXPECT_EQ(st.finished[0] + st.finished[1], requests.size());
+}
+
+// A KV budget of a few pages: requests wait for pages (never for lack of a
+// slot here), the cache never holds more than the budget, every request gets
+// the tokens it gets alone, and the cache is empty when all are done.
+TEST(Scheduler, KvBudgetIsNeverExceededAndDrainsToZero) {
+  FakeLM model(97);
+  const int64_t page = 2 * kKvPage * 4 * sizeof(float);  // FakeLM: one layer, rows of 4
+  const int64_t budget = 7 * page;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 10; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt_of(3 + 9 * i % 50, 40 + i, 97);
+    r.max_tokens = 5 + (i * 5) % 20;
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  std::vector<Completion> alone;
+  for (const auto& r : requests) alone.push_back(run_alone(model, nullptr, r));
+  model.peak_bytes = 0;
+  Scheduler s(model, nullptr,
+              {.max_slots = 8, .max_queue = 16, .max_batch_tokens = 9, .kv_cache_bytes = budget});
+  std::vector<Collector> collectors(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto r = requests[i];
+    collectors[i].attach(r);
+    s.submit(std::move(r));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Completion c = collectors[i].wait();
+    EXPECT_EQ(c.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(c.reason, FinishReason::kLength) << "request " << i;
+  }
+  EXPECT_GT(model.peak_bytes, 0);
+  EXPECT_LE(model.peak_bytes, budget);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.kv_budget_bytes, budget);
+  EXPECT_EQ(st.kv_cache_bytes, 0);
+  EXPECT_EQ(st.kv_reserved_bytes, 0);
+  EXPECT_EQ(st.kv_pages, 0);
+  // A prompt whose pages alone exceed the budget is refused, as one past max_context is.
+  GenerationRequest big;
+  big.prompt = prompt_of(7 * kKvPage, 1, 97);
+  EXPECT_THROW(s.submit(big), ContextOverflow);
+  // One that fits with fewer new tokens than asked ends at the budget (length).
+  GenerationRequest capped;
+  capped.prompt = prompt_of(6 * kKvPage - 3, 2, 97);
+  capped.max_tokens = 50;
+  capped.ignore_eos = true;
+  Collector c;
+  c.attach(capped);
+  s.submit(std::move(capped));
+  EXPECT_EQ(c.wait().tokens.size(), 3u + kKvPage);
 }
 
 TEST(Scheduler, StopsAtEosAndMaxTokens) {

@@ -117,10 +117,10 @@ struct Chunk {
 };
 
 // Full cache, online: each row's query heads of a KV head in one call over
-// its visible positions. blocks_of(slot, kvh): the key blocks of the slot
-// from position 0, `stride` floats from block to block.
-template <class BlocksOf>
-void attend_online_cache(const Chunk& c, const BlocksOf& blocks_of, int64_t stride) {
+// its visible positions, values read through the slot's page table.
+// keys_of(slot, kvh, a) points `a` at the key blocks of the slot from position 0.
+template <class KeysOf>
+void attend_online_cache(const Chunk& c, const KeysOf& keys_of) {
   const KvCache& stored = c.cache;
   c.pool.parallel_for(
       c.m * c.nkv, 1,
@@ -129,39 +129,38 @@ void attend_online_cache(const Chunk& c, const BlocksOf& blocks_of, int64_t stri
           const int64_t t = c.row_of(item / c.nkv), kvh = item % c.nkv;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
           const int64_t at = t * c.q_size + kvh * c.group * c.d;
-          attend_online_f32({.q = &c.q[at],
-                             .q_stride = c.d,
-                             .nq = c.group,
-                             .kt = blocks_of(slot, kvh) + lo / kKeyBlock * stride,
-                             .kt_stride = stride,
-                             .values = stored.value(c.layer, slot, lo) + kvh * c.d,
-                             .v_stride = c.kv_size,
-                             .lane0 = lo % kKeyBlock,
-                             .len = c.visible_end(t) - lo,
-                             .d = c.d,
-                             .scale = c.opt.score.scale,
-                             .out = &c.out[at],
-                             .out_stride = c.d});
+          OnlineAttention a{.q = &c.q[at],
+                            .q_stride = c.d,
+                            .nq = c.group,
+                            .v_stride = c.kv_size,
+                            .lane0 = lo % kKeyBlock,
+                            .len = c.visible_end(t) - lo,
+                            .d = c.d,
+                            .scale = c.opt.score.scale,
+                            .out = &c.out[at],
+                            .out_stride = c.d,
+                            .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
+                            .v_offset = kvh * c.d};
+          keys_of(slot, kvh, lo / kKeyBlock, a);
+          attend_online_f32(a);
         }
       },
       c.chunks);
 }
 
-// Strategy 1: the cache keeps the keys as blocks already.
+// Strategy 1: the cache keeps the keys as blocks already, one per page.
 void attend_blocked_cache(const Chunk& c) {
   const KvCache& stored = c.cache;
-  attend_online_cache(
-      c,
-      [&](int64_t slot, int64_t kvh) {
-        return stored.key_blocks(c.layer, slot) + kvh * c.d * kKeyBlock;
-      },
-      c.kv_size * kKeyBlock);
+  attend_online_cache(c, [&](int64_t slot, int64_t kvh, int64_t block0, OnlineAttention& a) {
+    a.kt_pages = stored.key_pages(c.layer, slot) + block0;
+    a.kt_offset = kvh * c.d * kKeyBlock;
+  });
 }
 
 // Strategy 2: key rows, transposed into the blocks of each (slot, KV head)
-// over positions [0, end) once for all the batch's rows of that slot, in the
-// workspace (kept from call to call: no page faults per layer; workers see
-// only the pointer).
+// over positions [0, end) once for all the batch's rows of that slot, a page
+// at a time, in the workspace (kept from call to call: no page faults per
+// layer; workers see only the pointer).
 void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
   const KvCache& stored = c.cache;
   const int64_t n_all = c.cache.num_slots(), block = c.d * kKeyBlock;
@@ -186,12 +185,18 @@ void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
       [&](int64_t begin, int64_t stop) {
         for (int64_t item = begin; item < stop; ++item) {
           const int64_t slot = slots[item / c.nkv], kvh = item % c.nkv;
-          transpose_key_blocks(stored.key(c.layer, slot, 0) + kvh * c.d, c.kv_size, 0, end[slot],
-                               c.d, head_blocks(slot, kvh));
+          for (int64_t p0 = 0; p0 < end[slot]; p0 += kKvPage) {
+            transpose_key_blocks(stored.key(c.layer, slot, p0) + kvh * c.d, c.kv_size, 0,
+                                 std::min(kKvPage, end[slot] - p0), c.d,
+                                 head_blocks(slot, kvh) + p0 / kKeyBlock * block);
+          }
         }
       },
       c.chunks);
-  attend_online_cache(c, head_blocks, block);
+  attend_online_cache(c, [&](int64_t slot, int64_t kvh, int64_t block0, OnlineAttention& a) {
+    a.kt = head_blocks(slot, kvh) + block0 * block;
+    a.kt_stride = block;
+  });
 }
 
 // Strategy 3 (eager bf16 or softcap): each (row, head) reduces over its own
@@ -206,13 +211,12 @@ void attend_cache_rows(const Chunk& c) {
           const int64_t t = c.row_of(item / c.nh), h = item % c.nh, kvh = h / c.group;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
           const int64_t len = c.visible_end(t) - lo;
-          const float* keys = stored.key(c.layer, slot, lo) + kvh * c.d;
-          const float* values = stored.value(c.layer, slot, lo) + kvh * c.d;
           scores.resize(len);
           attend_rows(
-              &c.q[t * c.q_size + h * c.d], [&](int64_t j) { return keys + j * c.kv_size; },
-              [&](int64_t j) { return values + j * c.kv_size; }, len, c.d, c.opt.score,
-              scores.data(), &c.out[t * c.q_size + h * c.d]);
+              &c.q[t * c.q_size + h * c.d],
+              [&](int64_t j) { return stored.key(c.layer, slot, lo + j) + kvh * c.d; },
+              [&](int64_t j) { return stored.value(c.layer, slot, lo + j) + kvh * c.d; }, len, c.d,
+              c.opt.score, scores.data(), &c.out[t * c.q_size + h * c.d]);
         }
       },
       c.chunks);

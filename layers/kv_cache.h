@@ -1,29 +1,49 @@
 // Keys and values of every attention layer for a fixed number of sequence
-// slots. Per (layer, slot) rows are [position, row_size(layer)], where a
-// layer's row is num_kv_heads * head_dim of that layer (layers may differ).
+// slots, in pages. A page holds kKvPage (16) consecutive positions of one
+// layer of one slot, aligned with attention's 16-position key blocks
+// (ops/attend_online.h): page b holds positions 16b .. 16b + 15 as keys
+// [16][row_size] (or, blocked, [row_size][16]) then values [16][row_size],
+// where a layer's row is num_kv_heads * head_dim of that layer (layers may
+// differ). Each (layer, slot) has a page table: page b's id and pointers.
+// A slot holds only the pages its positions use, allocated as it grows and
+// released when it is cleared, so memory follows what requests use rather
+// than max_context per slot.
 //
-// A layer with a window W > 0 (a sliding-window attention layer) holds only
-// the last W positions, as a ring buffer: position p lives in row p % W, so
-// its memory stops growing at W rows however long the sequence gets. A layer
-// with window 0 holds every position. Which positions attention may read is
-// attention's business (layers/attention.h); the cache only guarantees that a
-// windowed layer still holds positions [length - W, length).
+// A layer with a window W > 0 (a sliding-window attention layer) keeps only
+// the pages that hold its last W positions: once a forward pass completes at
+// length n (set_length), pages wholly before n - W are released. Which
+// positions attention may read is attention's business (layers/attention.h);
+// the cache only guarantees that a windowed layer still holds positions
+// [length - W, length). KV-shared layers (Gemma 4) have no cache layer of
+// their own: they read their producer's pages.
 //
-// The engine decides which request owns which slot; attention only reads and
-// writes rows.
+// Memory is budgeted in bytes (set_budget_bytes; 0: unbounded): a page that
+// would take the cache past it is refused with KvCacheFull before anything
+// is allocated, so the cache never holds more than its budget. The engine
+// decides which request owns which slot and admits requests so that pages
+// are there when they need them (engine/scheduler.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "base/error.h"
 
 namespace hubzoo {
 
+constexpr int64_t kKvPage = 16;  // positions per page (attention's key block)
+
+// A page the cache's budget cannot hold.
+struct KvCacheFull : Error {
+  using Error::Error;
+};
+
 struct KvLayerSpec {
   int64_t row_size = 0;  // num_kv_heads * head_dim of the layer
-  int64_t window = 0;    // > 0: keep only the last `window` positions (ring buffer)
-  // Keys kept in blocks of kKeyBlock positions, transposed (window 0 only):
-  // block b holds positions 16b .. 16b + 15 as [row_size][16], i.e. for each
-  // key/value head the [head_dim][16] blocks ops/attend_online.h reads, so
+  int64_t window = 0;    // > 0: keep only the pages of the last `window` positions
+  // Keys of a page kept transposed, [row_size][16] (window 0 only): for each
+  // key/value head the [head_dim][16] block ops/attend_online.h reads, so
   // attention never transposes them (key() is then not available).
   bool blocked_keys = false;
 };
@@ -33,24 +53,37 @@ class KvCache {
   // Every layer alike: rows of `row_size`, every position kept.
   KvCache(int64_t num_layers, int64_t num_slots, int64_t row_size);
   KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots);
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_slots() const { return num_slots_; }
   int64_t row_size(int64_t layer) const { return layers_[layer].row_size; }
   int64_t window(int64_t layer) const { return layers_[layer].window; }
   // Number of positions a slot has seen (all layers hold the same count once a
-  // forward pass completes; a windowed layer stores only the last window of them).
+  // forward pass completes; a windowed layer keeps only its window's pages).
   int64_t length(int64_t slot) const { return lengths_[slot]; }
-  // Makes room for positions [0, n) of a slot in every layer (a windowed
-  // layer: for its last min(n, window) positions).
+  // Allocates the pages positions [0, n) of a slot need in every layer (a
+  // windowed layer: those of its last min(n, window) positions). Throws
+  // KvCacheFull, allocating nothing, when they do not fit the budget.
   void reserve(int64_t slot, int64_t n);
-  // Called once per forward pass, after every layer wrote position `pos`.
-  void set_length(int64_t slot, int64_t n) { lengths_[slot] = n; }
-  void clear(int64_t slot);
-  // Bytes allocated (keys and values), in all and for one (layer, slot).
-  int64_t bytes() const;
+  // Called once per forward pass, after every layer wrote position n - 1;
+  // releases the pages windowed layers no longer need.
+  void set_length(int64_t slot, int64_t n);
+  void clear(int64_t slot);  // releases every page of the slot
+
+  // Bytes budget: 0 (the default) for none.
+  void set_budget_bytes(int64_t bytes) { budget_bytes_ = bytes; }
+  int64_t budget_bytes() const { return budget_bytes_; }
+  // Bytes of the pages held, in all and for one (layer, slot).
+  int64_t bytes() const { return bytes_; }
   int64_t bytes(int64_t layer, int64_t slot) const;
-  // Bytes one slot's keys and values take at n positions: what a KV budget
+  int64_t pages_held() const { return pages_held_; }
+  // Bytes of one page of a layer: keys and values of kKvPage positions.
+  int64_t page_bytes(int64_t layer) const;
+  // The most bytes one slot's pages take while it grows to n positions
+  // (a windowed layer may hold up to two windows' pages within a step, the
+  // old window until the step completes and the new one): what a KV budget
   // must reserve per sequence of that length.
   int64_t slot_bytes_at(int64_t n) const;
 
@@ -66,38 +99,61 @@ class KvCache {
   bool blocked_keys(int64_t layer) const { return layers_[layer].blocked_keys; }
   // Writes the key row of `pos` (row_size floats) in the layer's layout.
   void store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row);
-  // A blocked layer's key blocks: block b at key_blocks() + b * row_size * kKeyBlock.
-  const float* key_blocks(int64_t layer, int64_t slot) const {
-    return keys_[index(layer, slot)].data();
+  // Page b's keys (blocked: [row_size][16]) and values ([16][row_size]) at
+  // key_pages()[b] and value_pages()[b]; null for a page a windowed layer
+  // released. Valid until the slot's page table changes (reserve, set_length, clear).
+  const float* const* key_pages(int64_t layer, int64_t slot) const {
+    return tables_[index(layer, slot)].keys.data();
+  }
+  const float* const* value_pages(int64_t layer, int64_t slot) const {
+    return tables_[index(layer, slot)].values.data();
   }
 
-  // The row of `pos` (which a windowed layer must still hold); keys of a
-  // layer without blocked keys only.
-  float* key(int64_t layer, int64_t slot, int64_t pos) { return k(layer, slot) + row(layer, pos); }
+  // The row of `pos` (which the slot must still hold); keys of a layer
+  // without blocked keys only.
+  float* key(int64_t layer, int64_t slot, int64_t pos) {
+    return page_of(tables_[index(layer, slot)].keys, pos) + pos % kKvPage * row_size(layer);
+  }
   float* value(int64_t layer, int64_t slot, int64_t pos) {
-    return v(layer, slot) + row(layer, pos);
+    return page_of(tables_[index(layer, slot)].values, pos) + pos % kKvPage * row_size(layer);
   }
   const float* key(int64_t layer, int64_t slot, int64_t pos) const {
-    return keys_[index(layer, slot)].data() + row(layer, pos);
+    return const_cast<KvCache*>(this)->key(layer, slot, pos);
   }
   const float* value(int64_t layer, int64_t slot, int64_t pos) const {
-    return values_[index(layer, slot)].data() + row(layer, pos);
+    return const_cast<KvCache*>(this)->value(layer, slot, pos);
   }
 
  private:
+  // Page b of a (layer, slot): keys[b], values[b] into pages_[ids[b]]; id -1
+  // and null pointers for a page not held.
+  struct PageTable {
+    std::vector<int32_t> ids;
+    std::vector<const float*> keys, values;
+  };
   int64_t index(int64_t layer, int64_t slot) const { return layer * num_slots_ + slot; }
-  static int64_t key_block_floats(const KvLayerSpec& s, int64_t rows);
-  int64_t row(int64_t layer, int64_t pos) const {
-    const KvLayerSpec& s = layers_[layer];
-    return (s.window > 0 ? pos % s.window : pos) * s.row_size;
+  // The page holding `pos` (writable: the cache owns every page it hands
+  // out; tables keep them const for readers).
+  static float* page_of(const std::vector<const float*>& pages, int64_t pos) {
+    const uint64_t b = static_cast<uint64_t>(pos) / kKvPage;
+    if (b >= pages.size() || !pages[b]) throw_not_held(pos);
+    return const_cast<float*>(pages[b]);
   }
-  float* k(int64_t layer, int64_t slot) { return keys_[index(layer, slot)].data(); }
-  float* v(int64_t layer, int64_t slot) { return values_[index(layer, slot)].data(); }
+  [[noreturn]] static void throw_not_held(int64_t pos);
+  // First page a (layer) must hold at length n.
+  int64_t first_page(int64_t layer, int64_t n) const;
+  // Pages reserve(slot, n) would add.
+  int64_t missing_bytes(int64_t slot, int64_t n) const;
+  void release_page(PageTable& t, int64_t b, int64_t layer);
+
   std::vector<KvLayerSpec> layers_;
   int64_t num_slots_;
-  std::vector<std::vector<float>> keys_, values_;  // [layer * num_slots + slot]
+  std::vector<PageTable> tables_;  // [layer * num_slots + slot]
+  std::vector<std::unique_ptr<float[]>> pages_;
+  std::vector<int32_t> free_ids_;  // ids in pages_ whose memory was released
   std::vector<int64_t> lengths_;
   std::vector<std::vector<int32_t>> token_ids_;  // [slot][position], when kept
+  int64_t budget_bytes_ = 0, bytes_ = 0, pages_held_ = 0;
 };
 
 }  // namespace hubzoo

@@ -298,25 +298,27 @@ void AttendOnline(const OnlineAttention& a) {
     state[g].acc = acc_buf + g * dv * kN;
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* block = kt + b * kt_stride;
+    const float* block = a.kt_pages ? a.kt_pages[b] + a.kt_offset : kt + b * kt_stride;
     const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
     const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
+    // Lane i's value at vb + (vfirst + i) * v_stride.
+    const float* vb = a.v_pages ? a.v_pages[b] + a.v_offset : values;
+    const int64_t vfirst = a.v_pages ? 0 : first;
     for (int64_t g = 0; g < nq; g += kMaxRows) {
       const float* qg = q + g * q_stride;
       RowState* st = state + g;
       switch (std::min<int64_t>(kMaxRows, nq - g)) {
         case 1:
-          BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         case 2:
-          BlockRows<2>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<2>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         case 3:
-          BlockRows<3>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<3>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         default:
-          BlockRows<kMaxRows>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride,
-                              st);
+          BlockRows<kMaxRows>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
       }
     }
   }
@@ -398,8 +400,11 @@ void attend_online_f32_reference(const OnlineAttention& a) {
     float m = -inf, l[kKeyBlock] = {};
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* block = kt + b * kt_stride;
+      const float* block = a.kt_pages ? a.kt_pages[b] + a.kt_offset : kt + b * kt_stride;
       const int64_t first = b * kKeyBlock - lane0;
+      // Lane i's value at vb + (vfirst + i) * v_stride.
+      const float* vb = a.v_pages ? a.v_pages[b] + a.v_offset : values;
+      const int64_t vfirst = a.v_pages ? 0 : first;
       float s[kKeyBlock], p[kKeyBlock];
       float block_max = -inf;
       for (int64_t i = 0; i < kKeyBlock; ++i) {
@@ -421,7 +426,7 @@ void attend_online_f32_reference(const OnlineAttention& a) {
         float a = acc[k] * alpha;
         for (int64_t i = 0; i < kKeyBlock; ++i) {
           if (first + i >= 0 && first + i < len) {
-            a = std::fma(p[i], values[(first + i) * v_stride + k], a);
+            a = std::fma(p[i], vb[(vfirst + i) * v_stride + k], a);
           }
         }
         acc[k] = a;

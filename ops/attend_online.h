@@ -66,6 +66,15 @@ struct OnlineAttention {
   float scale = 1.0f;
   float* out = nullptr;
   int64_t out_stride = 0;
+  // Paged keys and values (a paged KV cache, layers/kv_cache.h): when set,
+  // block b's keys are at kt_pages[b] + kt_offset instead of kt + b * kt_stride,
+  // and the value of lane i of block b at v_pages[b] + v_offset + i * v_stride
+  // instead of values + j * v_stride. Only addresses change: the arithmetic,
+  // and so every bit of the result, is the same.
+  const float* const* kt_pages = nullptr;
+  int64_t kt_offset = 0;
+  const float* const* v_pages = nullptr;
+  int64_t v_offset = 0;
 };
 
 void attend_online_f32(const OnlineAttention& a);

@@ -145,7 +145,8 @@ class PyCausalLM {
   // padded with pad_id up to the longest.
   nb::ndarray<nb::numpy, int64_t> generate(IdArray ids, std::optional<IdArray> mask,
                                            int64_t max_new_tokens, float temperature, int64_t top_k,
-                                           float top_p, uint64_t seed, bool stop_at_eos) {
+                                           float top_p, uint64_t seed, bool stop_at_eos,
+                                           int64_t kv_cache_bytes) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
     check_mask_shape(ids, mask);
     if (max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
@@ -162,7 +163,7 @@ class PyCausalLM {
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests));
+      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests), kv_cache_bytes);
     }
     const ModelInfo& info = model_->info();
     const int64_t pad_id = info.pad_token_id >= 0        ? info.pad_token_id
@@ -274,5 +275,5 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("capture"), nb::arg("prefill_len"))
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"), nb::arg("stop_at_eos") = true);
+           nb::arg("seed"), nb::arg("stop_at_eos") = true, nb::arg("kv_cache_bytes") = 0);
 }

@@ -53,8 +53,13 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model) c
   o << "hubzoo_max_context_tokens" << m << " " << s.max_context << "\n";
   metric(o, "hubzoo_kv_cache_bytes", "gauge", "Bytes allocated for keys and values.");
   o << "hubzoo_kv_cache_bytes" << m << " " << s.kv_cache_bytes << "\n";
-  metric(o, "hubzoo_kv_cache_budget_bytes", "gauge", "KV-cache bytes with every slot full.");
+  metric(o, "hubzoo_kv_cache_budget_bytes", "gauge", "KV-cache byte budget (--kv-cache-bytes).");
   o << "hubzoo_kv_cache_budget_bytes" << m << " " << s.kv_budget_bytes << "\n";
+  metric(o, "hubzoo_kv_cache_reserved_bytes", "gauge",
+         "KV-cache bytes the running requests may grow to.");
+  o << "hubzoo_kv_cache_reserved_bytes" << m << " " << s.kv_reserved_bytes << "\n";
+  metric(o, "hubzoo_kv_cache_pages", "gauge", "KV-cache pages held (16 positions of one layer).");
+  o << "hubzoo_kv_cache_pages" << m << " " << s.kv_pages << "\n";
   metric(o, "hubzoo_requests_submitted_total", "counter", "Generation requests accepted.");
   o << "hubzoo_requests_submitted_total" << m << " " << s.submitted << "\n";
   metric(o, "hubzoo_requests_rejected_total", "counter", "Requests refused: queue full.");

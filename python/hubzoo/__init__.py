@@ -108,18 +108,22 @@ class CausalLM:
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None, ignore_eos: bool = False) -> np.ndarray:
+                 seed: int | None = None, ignore_eos: bool = False,
+                 kv_cache_bytes: int = 0) -> np.ndarray:
         """New tokens int64 [batch, steps] (left padding allowed via attention_mask).
 
         Each row is one request to the engine's Scheduler (as the server runs them), every
         row sampling from the same seed. Rows that stop early are padded, as transformers'
         generate() pads them, with pad_token_id (else the first EOS id). Generation stops
         at the model's max_position_embeddings.
-        ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks)."""
+        ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks).
+        kv_cache_bytes: the KV cache's budget (0: every row at once, up to half the memory
+        available); rows beyond it wait for pages, and a row that cannot fit it alone is
+        refused (ValueError)."""
         ids, mask = self._inputs(input_ids, attention_mask)
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
-                                    int(seed or 0), not ignore_eos)
+                                    int(seed or 0), not ignore_eos, int(kv_cache_bytes))
 
     def kv_cache_stats(self) -> dict:
         """The KV cache's accounting after the last forward()/forward_incremental():
