@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "layers/attention.h"
 #include "ops/attend_online.h"
+#include "ops/bf16.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -148,6 +149,43 @@ TEST(BlockedKeyCache, SameBitsAsRowCacheWithAndWithoutWindow) {
   KvCache other({spec}, 2);
   EXPECT_THROW(run(other, seqs, chunks, options(true, 0.0f), pool), InvalidArgument);
   EXPECT_THROW(KvCache({KvLayerSpec{kKv, 4, true}}, 1), InvalidArgument);
+}
+
+// 16-bit storage: keys and values that are bf16 values (as bf16 modes store
+// them) give the same bits from a bf16 cache as from a float32 one, on every
+// read path: blocked keys, key rows (eager, softcap), a windowed layer's pages.
+TEST(Bf16KvCache, SameBitsAsFloat32Cache) {
+  ThreadPool pool(2);
+  std::vector<Rows> seqs = {random_rows(45, 31), random_rows(45, 32)};
+  for (auto& r : seqs) {
+    for (auto* x : {&r.k, &r.v}) round_bf16(x->data(), static_cast<int64_t>(x->size()));
+  }
+  const std::vector<std::vector<int64_t>> chunks = {{1, 17, 3, 1, 1, 20, 1, 1},
+                                                    {9, 1, 16, 1, 5, 1, 1, 11}};
+  struct Case {
+    bool eager;
+    float softcap;
+    int64_t window, ring;
+    bool blocked;
+  };
+  for (const Case& k : {Case{false, 0.0f, 0, 0, true}, Case{false, 0.0f, 0, 0, false},
+                        Case{false, 0.0f, kWindow, 0, true}, Case{true, 0.0f, 0, 0, false},
+                        Case{false, 5.0f, kWindow, 0, false}, Case{false, 0.0f, kWindow, 20, false},
+                        Case{true, 0.0f, kWindow, kWindow, false}}) {
+    SCOPED_TRACE("eager " + std::to_string(k.eager) + " window " + std::to_string(k.window) +
+                 " ring " + std::to_string(k.ring) + " blocked " + std::to_string(k.blocked));
+    ChunkOptions opt = options(k.eager, k.softcap);
+    opt.window = k.window;
+    KvLayerSpec spec{kKv, k.ring, k.blocked};
+    KvCache wide({spec}, 2);
+    spec.bf16 = true;
+    KvCache narrow({spec}, 2);
+    const auto a = run(wide, seqs, chunks, opt, pool);
+    const auto b = run(narrow, seqs, chunks, opt, pool);
+    expect_same_bits(a[0], b[0]);
+    expect_same_bits(a[1], b[1]);
+    EXPECT_EQ(narrow.bytes() * 2, wide.bytes());
+  }
 }
 
 TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/attend_online.h"
+#include "ops/bf16.h"
 
 namespace hubzoo {
 
@@ -32,7 +33,7 @@ void KvCache::throw_not_held(int64_t pos) {
 }
 
 int64_t KvCache::page_bytes(int64_t layer) const {
-  return 2 * kKvPage * layers_[layer].row_size * static_cast<int64_t>(sizeof(float));
+  return 2 * kKvPage * layers_[layer].row_size * element_bytes(layer);
 }
 
 int64_t KvCache::first_page(int64_t layer, int64_t n) const {
@@ -55,6 +56,8 @@ int64_t KvCache::missing_bytes(int64_t slot, int64_t n) const {
 void KvCache::reserve(int64_t slot, int64_t n) {
   const int64_t need = missing_bytes(slot, n);
   if (need == 0) return;
+  while (budget_bytes_ > 0 && bytes_ + need > budget_bytes_ && make_room_ && make_room_()) {
+  }
   if (budget_bytes_ > 0 && bytes_ + need > budget_bytes_) {
     throw KvCacheFull("KV cache: " + std::to_string(need) + " more bytes for slot " +
                       std::to_string(slot) + " exceed the budget of " +
@@ -63,7 +66,8 @@ void KvCache::reserve(int64_t slot, int64_t n) {
   }
   for (int64_t layer = 0; layer < num_layers(); ++layer) {
     PageTable& t = tables_[index(layer, slot)];
-    const int64_t pages = (n + kKvPage - 1) / kKvPage, rows = kKvPage * row_size(layer);
+    const int64_t pages = (n + kKvPage - 1) / kKvPage;
+    const int64_t floats = page_bytes(layer) / static_cast<int64_t>(sizeof(float));
     if (static_cast<int64_t>(t.ids.size()) < pages) {
       t.ids.resize(pages, -1);
       t.keys.resize(pages, nullptr);
@@ -75,29 +79,83 @@ void KvCache::reserve(int64_t slot, int64_t n) {
       if (free_ids_.empty()) {
         id = static_cast<int32_t>(pages_.size());
         pages_.emplace_back();
+        refs_.push_back(0);
+        layer_of_.push_back(0);
       } else {
         id = free_ids_.back();
         free_ids_.pop_back();
       }
       // Zeroed: a blocked page's lanes past the last position are read (and masked).
-      pages_[id].reset(new float[2 * rows]());
+      pages_[id].reset(new float[floats]());
+      refs_[id] = 1;
+      layer_of_[id] = static_cast<int32_t>(layer);
       t.ids[b] = id;
       t.keys[b] = pages_[id].get();
-      t.values[b] = pages_[id].get() + rows;
+      t.values[b] = reinterpret_cast<const char*>(pages_[id].get()) + page_bytes(layer) / 2;
       bytes_ += page_bytes(layer);
       ++pages_held_;
     }
   }
 }
 
-void KvCache::release_page(PageTable& t, int64_t b, int64_t layer) {
+void KvCache::free_page(int32_t id) {
+  pages_[id].reset();
+  free_ids_.push_back(id);
+  bytes_ -= page_bytes(layer_of_[id]);
+  --pages_held_;
+}
+
+void KvCache::release_page(int32_t id) {
+  if (id < 0 || id >= static_cast<int32_t>(refs_.size()) || refs_[id] <= 0) {
+    throw InvalidArgument("KvCache: page " + std::to_string(id) + " is not held");
+  }
+  if (--refs_[id] == 0) free_page(id);
+}
+
+void KvCache::retain_page(int32_t id) {
+  if (id < 0 || id >= static_cast<int32_t>(refs_.size()) || refs_[id] <= 0) {
+    throw InvalidArgument("KvCache: page " + std::to_string(id) + " is not held");
+  }
+  ++refs_[id];
+}
+
+void KvCache::drop_page(PageTable& t, int64_t b) {
   if (t.ids[b] < 0) return;
-  pages_[t.ids[b]].reset();
-  free_ids_.push_back(t.ids[b]);
+  const int32_t id = t.ids[b];
   t.ids[b] = -1;
   t.keys[b] = t.values[b] = nullptr;
-  bytes_ -= page_bytes(layer);
-  --pages_held_;
+  release_page(id);
+}
+
+int32_t KvCache::page_id(int64_t layer, int64_t slot, int64_t b) const {
+  const PageTable& t = tables_[index(layer, slot)];
+  return b >= 0 && b < static_cast<int64_t>(t.ids.size()) ? t.ids[b] : -1;
+}
+
+void KvCache::adopt_pages(int64_t slot, int64_t b, const std::vector<int32_t>& ids) {
+  if (static_cast<int64_t>(ids.size()) != num_layers()) {
+    throw InvalidArgument("KvCache: adopt_pages needs one page per layer");
+  }
+  for (int64_t layer = 0; layer < num_layers(); ++layer) {
+    if (layers_[layer].window > 0) throw InvalidArgument("KvCache: windowed layers share no pages");
+    if (page_id(layer, slot, b) >= 0) throw InvalidArgument("KvCache: the slot holds that page");
+    if (layer_of_.at(ids[layer]) != layer || refs_[ids[layer]] <= 0) {
+      throw InvalidArgument("KvCache: adopt_pages given a page of another layer or none");
+    }
+  }
+  for (int64_t layer = 0; layer < num_layers(); ++layer) {
+    PageTable& t = tables_[index(layer, slot)];
+    if (static_cast<int64_t>(t.ids.size()) <= b) {
+      t.ids.resize(b + 1, -1);
+      t.keys.resize(b + 1, nullptr);
+      t.values.resize(b + 1, nullptr);
+    }
+    const int32_t id = ids[layer];
+    retain_page(id);
+    t.ids[b] = id;
+    t.keys[b] = pages_[id].get();
+    t.values[b] = reinterpret_cast<const char*>(pages_[id].get()) + page_bytes(layer) / 2;
+  }
 }
 
 void KvCache::set_length(int64_t slot, int64_t n) {
@@ -106,7 +164,7 @@ void KvCache::set_length(int64_t slot, int64_t n) {
     if (layers_[layer].window == 0) continue;
     PageTable& t = tables_[index(layer, slot)];
     const int64_t first = std::min<int64_t>(first_page(layer, n), t.ids.size());
-    for (int64_t b = 0; b < first; ++b) release_page(t, b, layer);
+    for (int64_t b = 0; b < first; ++b) drop_page(t, b);
   }
 }
 
@@ -128,7 +186,7 @@ void KvCache::clear(int64_t slot) {
   if (keeps_token_ids()) std::vector<int32_t>().swap(token_ids_[slot]);
   for (int64_t layer = 0; layer < num_layers(); ++layer) {
     PageTable& t = tables_[index(layer, slot)];
-    for (int64_t b = 0; b < static_cast<int64_t>(t.ids.size()); ++b) release_page(t, b, layer);
+    for (int64_t b = 0; b < static_cast<int64_t>(t.ids.size()); ++b) drop_page(t, b);
     t = PageTable{};
   }
 }
@@ -153,14 +211,62 @@ int64_t KvCache::slot_bytes_at(int64_t n) const {
   return total;
 }
 
-void KvCache::store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row) {
-  const KvLayerSpec& s = layers_[layer];
-  if (!s.blocked_keys) {
-    std::copy_n(key_row, s.row_size, key(layer, slot, pos));
-    return;
+void KvCache::store_row(int64_t layer, std::vector<const void*>& pages, int64_t pos,
+                        const float* row, int64_t lane_stride, int64_t at) {
+  void* page = page_of(pages, pos);
+  const int64_t n = layers_[layer].row_size;
+  if (layers_[layer].bf16) {
+    uint16_t* out = static_cast<uint16_t*>(page) + at;
+    for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = bf16_bits(row[c]);
+  } else {
+    float* out = static_cast<float*>(page) + at;
+    for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = row[c];
   }
-  float* block = page_of(tables_[index(layer, slot)].keys, pos) + pos % kKvPage;
-  for (int64_t c = 0; c < s.row_size; ++c) block[c * kKvPage] = key_row[c];
+}
+
+void KvCache::store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row) {
+  PageTable& t = tables_[index(layer, slot)];
+  if (layers_[layer].blocked_keys) {  // [row_size][16]: lane pos % 16 of each row element
+    store_row(layer, t.keys, pos, key_row, kKvPage, pos % kKvPage);
+  } else {
+    store_row(layer, t.keys, pos, key_row, 1, pos % kKvPage * row_size(layer));
+  }
+}
+
+void KvCache::store_value(int64_t layer, int64_t slot, int64_t pos, const float* value_row) {
+  store_row(layer, tables_[index(layer, slot)].values, pos, value_row, 1,
+            pos % kKvPage * row_size(layer));
+}
+
+const float* KvCache::read_row(int64_t layer, const std::vector<const void*>& pages, int64_t pos,
+                               int64_t at, int64_t n, float* scratch) const {
+  const char* p = element(layer, pages, pos, at);
+  if (!layers_[layer].bf16) return reinterpret_cast<const float*>(p);
+  from_bf16(reinterpret_cast<const uint16_t*>(p), n, scratch);
+  return scratch;
+}
+
+const float* KvCache::read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
+                               float* scratch) const {
+  if (layers_[layer].blocked_keys) {
+    throw InvalidArgument("KvCache: layer " + std::to_string(layer) + " keeps blocked keys");
+  }
+  return read_row(layer, tables_[index(layer, slot)].keys, pos,
+                  pos % kKvPage * row_size(layer) + offset, n, scratch);
+}
+
+const float* KvCache::read_value(int64_t layer, int64_t slot, int64_t pos, int64_t offset,
+                                 int64_t n, float* scratch) const {
+  return read_row(layer, tables_[index(layer, slot)].values, pos,
+                  pos % kKvPage * row_size(layer) + offset, n, scratch);
+}
+
+const float* KvCache::read_key_rows(int64_t layer, int64_t slot, int64_t pos, int64_t rows,
+                                    float* scratch) const {
+  if (rows < 1 || pos % kKvPage + rows > kKvPage) {
+    throw InvalidArgument("KvCache: key rows beyond their page");
+  }
+  return read_key(layer, slot, pos, 0, rows * row_size(layer), scratch);
 }
 
 }  // namespace hubzoo

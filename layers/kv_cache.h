@@ -4,7 +4,10 @@
 // (ops/attend_online.h): page b holds positions 16b .. 16b + 15 as keys
 // [16][row_size] (or, blocked, [row_size][16]) then values [16][row_size],
 // where a layer's row is num_kv_heads * head_dim of that layer (layers may
-// differ). Each (layer, slot) has a page table: page b's id and pointers.
+// differ). Elements are float32, or bf16 (2 bytes) in a layer kept as bf16:
+// the bf16 modes, whose keys and values are bf16 values already
+// (Numerics::round_stored), so storing them so loses nothing and reading
+// them back gives the same floats. Each (layer, slot) has a page table: page b's id and pointers.
 // A slot holds only the pages its positions use, allocated as it grows and
 // released when it is cleared, so memory follows what requests use rather
 // than max_context per slot.
@@ -25,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -46,6 +50,7 @@ struct KvLayerSpec {
   // key/value head the [head_dim][16] block ops/attend_online.h reads, so
   // attention never transposes them (key() is then not available).
   bool blocked_keys = false;
+  bool bf16 = false;  // keys and values stored as bf16 bits (uint16_t), else float32
 };
 
 class KvCache {
@@ -60,6 +65,7 @@ class KvCache {
   int64_t num_slots() const { return num_slots_; }
   int64_t row_size(int64_t layer) const { return layers_[layer].row_size; }
   int64_t window(int64_t layer) const { return layers_[layer].window; }
+  bool bf16(int64_t layer) const { return layers_[layer].bf16; }
   // Number of positions a slot has seen (all layers hold the same count once a
   // forward pass completes; a windowed layer keeps only its window's pages).
   int64_t length(int64_t slot) const { return lengths_[slot]; }
@@ -71,6 +77,22 @@ class KvCache {
   // releases the pages windowed layers no longer need.
   void set_length(int64_t slot, int64_t n);
   void clear(int64_t slot);  // releases every page of the slot
+
+  // Page sharing (prefix reuse, engine/prefix_cache.h): a page may sit in
+  // several slots' page tables and in a prefix index at once, counted by
+  // references; its memory is released with the last one. Shared pages are
+  // never written: a slot writes only positions past the pages it adopted.
+  // Page b of a (layer, slot): its id, or -1 when not held.
+  int32_t page_id(int64_t layer, int64_t slot, int64_t b) const;
+  void retain_page(int32_t id);   // one more reference (a prefix index's)
+  int32_t page_refs(int32_t id) const { return refs_.at(id); }
+  void release_page(int32_t id);  // one less; the last frees the page
+  // Makes pages ids[layer] (one per layer) page b of a slot, which must not
+  // hold a page b yet; each gains a reference. Window-0 layers only.
+  void adopt_pages(int64_t slot, int64_t b, const std::vector<int32_t>& ids);
+  // Called by reserve() while the budget has no room for its pages: frees
+  // what it can (a prefix index evicting an unused page), false when nothing.
+  void set_make_room(std::function<bool()> make_room) { make_room_ = std::move(make_room); }
 
   // Bytes budget: 0 (the default) for none.
   void set_budget_bytes(int64_t bytes) { budget_bytes_ = bytes; }
@@ -97,63 +119,79 @@ class KvCache {
   const std::vector<int32_t>& token_ids(int64_t slot) const { return token_ids_.at(slot); }
 
   bool blocked_keys(int64_t layer) const { return layers_[layer].blocked_keys; }
-  // Writes the key row of `pos` (row_size floats) in the layer's layout.
+  // Write the key or value row of `pos` (row_size floats; a bf16 layer
+  // rounds them to bf16, exact for the bf16 values it is given) in the
+  // layer's layout. The position's page must be reserved.
   void store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row);
+  void store_value(int64_t layer, int64_t slot, int64_t pos, const float* value_row);
   // Page b's keys (blocked: [row_size][16]) and values ([16][row_size]) at
-  // key_pages()[b] and value_pages()[b]; null for a page a windowed layer
-  // released. Valid until the slot's page table changes (reserve, set_length, clear).
-  const float* const* key_pages(int64_t layer, int64_t slot) const {
+  // key_pages()[b] and value_pages()[b], float or (bf16 layers) uint16_t
+  // elements; null for a page a windowed layer released. Valid until the
+  // slot's page table changes (reserve, set_length, clear).
+  const void* const* key_pages(int64_t layer, int64_t slot) const {
     return tables_[index(layer, slot)].keys.data();
   }
-  const float* const* value_pages(int64_t layer, int64_t slot) const {
+  const void* const* value_pages(int64_t layer, int64_t slot) const {
     return tables_[index(layer, slot)].values.data();
   }
 
-  // The row of `pos` (which the slot must still hold); keys of a layer
-  // without blocked keys only.
-  float* key(int64_t layer, int64_t slot, int64_t pos) {
-    return page_of(tables_[index(layer, slot)].keys, pos) + pos % kKvPage * row_size(layer);
-  }
-  float* value(int64_t layer, int64_t slot, int64_t pos) {
-    return page_of(tables_[index(layer, slot)].values, pos) + pos % kKvPage * row_size(layer);
-  }
-  const float* key(int64_t layer, int64_t slot, int64_t pos) const {
-    return const_cast<KvCache*>(this)->key(layer, slot, pos);
-  }
-  const float* value(int64_t layer, int64_t slot, int64_t pos) const {
-    return const_cast<KvCache*>(this)->value(layer, slot, pos);
-  }
+  // Floats [offset, offset + n) of the key (value) row of `pos`, which the
+  // slot must hold: a pointer into the page (float32 layers) or into
+  // `scratch` (n floats), converted (bf16 layers). Keys: layers without
+  // blocked keys only.
+  const float* read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
+                        float* scratch) const;
+  const float* read_value(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
+                          float* scratch) const;
+  // Key rows [pos, pos + rows) of one page as [rows][row_size] floats (in
+  // the page, or converted into `scratch`); layers without blocked keys only.
+  const float* read_key_rows(int64_t layer, int64_t slot, int64_t pos, int64_t rows,
+                             float* scratch) const;
 
  private:
   // Page b of a (layer, slot): keys[b], values[b] into pages_[ids[b]]; id -1
   // and null pointers for a page not held.
   struct PageTable {
     std::vector<int32_t> ids;
-    std::vector<const float*> keys, values;
+    std::vector<const void*> keys, values;
   };
   int64_t index(int64_t layer, int64_t slot) const { return layer * num_slots_ + slot; }
   // The page holding `pos` (writable: the cache owns every page it hands
   // out; tables keep them const for readers).
-  static float* page_of(const std::vector<const float*>& pages, int64_t pos) {
+  static void* page_of(const std::vector<const void*>& pages, int64_t pos) {
     const uint64_t b = static_cast<uint64_t>(pos) / kKvPage;
     if (b >= pages.size() || !pages[b]) throw_not_held(pos);
-    return const_cast<float*>(pages[b]);
+    return const_cast<void*>(pages[b]);
   }
+  // Element `at` of the page holding `pos` in table column `pages` of a layer, as bytes.
+  const char* element(int64_t layer, const std::vector<const void*>& pages, int64_t pos,
+                      int64_t at) const {
+    return static_cast<const char*>(page_of(pages, pos)) + at * element_bytes(layer);
+  }
+  int64_t element_bytes(int64_t layer) const { return layers_[layer].bf16 ? 2 : 4; }
+  void store_row(int64_t layer, std::vector<const void*>& pages, int64_t pos, const float* row,
+                 int64_t lane_stride, int64_t at);
+  const float* read_row(int64_t layer, const std::vector<const void*>& pages, int64_t pos,
+                        int64_t at, int64_t n, float* scratch) const;
   [[noreturn]] static void throw_not_held(int64_t pos);
   // First page a (layer) must hold at length n.
   int64_t first_page(int64_t layer, int64_t n) const;
   // Pages reserve(slot, n) would add.
   int64_t missing_bytes(int64_t slot, int64_t n) const;
-  void release_page(PageTable& t, int64_t b, int64_t layer);
+  void drop_page(PageTable& t, int64_t b);  // a table's reference to its page b
+  void free_page(int32_t id);
 
   std::vector<KvLayerSpec> layers_;
   int64_t num_slots_;
   std::vector<PageTable> tables_;  // [layer * num_slots + slot]
   std::vector<std::unique_ptr<float[]>> pages_;
+  std::vector<int32_t> refs_;      // [id]: page tables and indexes holding the page
+  std::vector<int32_t> layer_of_;  // [id]: the layer whose page it is
   std::vector<int32_t> free_ids_;  // ids in pages_ whose memory was released
   std::vector<int64_t> lengths_;
   std::vector<std::vector<int32_t>> token_ids_;  // [slot][position], when kept
   int64_t budget_bytes_ = 0, bytes_ = 0, pages_held_ = 0;
+  std::function<bool()> make_room_;
 };
 
 }  // namespace hubzoo

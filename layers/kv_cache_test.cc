@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "ops/bf16.h"
+
 namespace hubzoo {
 namespace {
 
@@ -29,12 +31,15 @@ TEST(PagedKvCache, PagesFollowPositions) {
   cache.reserve(2, 40);
   EXPECT_EQ(cache.pages_held(), 4 + 2 * 3);
   // Rows land in their page at pos % 16, and read back.
-  std::vector<float> row(kRow, 2.5f);
+  std::vector<float> row(kRow, 2.5f), scratch(kRow);
   cache.store_key(0, 1, 16, row.data());
-  EXPECT_EQ(cache.key(0, 1, 16)[3], 2.5f);
-  EXPECT_EQ(cache.key_pages(0, 1)[1], cache.key(0, 1, 16));
-  EXPECT_EQ(cache.value_pages(0, 1)[1] + 5 * kRow, cache.value(0, 1, 21));
-  EXPECT_THROW(cache.key(0, 1, 32), InvalidArgument);  // not reserved
+  cache.store_value(0, 1, 21, row.data());
+  const float* key = cache.read_key(0, 1, 16, 0, kRow, scratch.data());
+  EXPECT_EQ(key[3], 2.5f);
+  EXPECT_EQ(cache.key_pages(0, 1)[1], key);  // float32: a pointer into the page
+  EXPECT_EQ(static_cast<const float*>(cache.value_pages(0, 1)[1]) + 5 * kRow,
+            cache.read_value(0, 1, 21, 0, kRow, scratch.data()));
+  EXPECT_THROW(cache.read_key(0, 1, 32, 0, kRow, scratch.data()), InvalidArgument);
   cache.clear(1);
   cache.clear(2);
   EXPECT_EQ(cache.bytes(), 0);
@@ -47,13 +52,14 @@ TEST(PagedKvCache, BlockedKeysGoToTheirLane) {
   std::vector<float> row(kRow);
   for (int64_t c = 0; c < kRow; ++c) row[c] = static_cast<float>(c + 1);
   cache.store_key(0, 0, 18, row.data());
-  const float* page = cache.key_pages(0, 0)[1];
+  const float* page = static_cast<const float*>(cache.key_pages(0, 0)[1]);
   for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(page[c * kKvPage + 2], c + 1.0f);
 }
 
 TEST(PagedKvCache, WindowKeepsOnlyItsPages) {
   const int64_t window = 20;
   KvCache cache({KvLayerSpec{kRow, window}, KvLayerSpec{kRow, 0}}, 1);
+  std::vector<float> scratch(kRow);
   int64_t most = 0;
   for (int64_t n = 1; n <= 300; n += 7) {  // decode-like growth in uneven steps
     cache.reserve(0, n);
@@ -62,13 +68,13 @@ TEST(PagedKvCache, WindowKeepsOnlyItsPages) {
     cache.set_length(0, n);
     // The window's positions are held; pages wholly before it are not.
     for (int64_t p = std::max<int64_t>(0, n - window); p < n; ++p) {
-      EXPECT_NO_THROW(cache.value(0, 0, p)) << n << " " << p;
+      EXPECT_NO_THROW(cache.read_value(0, 0, p, 0, kRow, scratch.data())) << n << " " << p;
     }
     const int64_t window_pages = cache.bytes(0, 0) / kPageBytes;
     EXPECT_LE(window_pages, (window + kKvPage - 1) / kKvPage + 1) << n;
     EXPECT_EQ(cache.bytes(1, 0), (n + kKvPage - 1) / kKvPage * kPageBytes);
   }
-  EXPECT_THROW(cache.value(0, 0, 0), InvalidArgument);  // long released
+  EXPECT_THROW(cache.read_value(0, 0, 0, 0, kRow, scratch.data()), InvalidArgument);  // released
   cache.clear(0);
   EXPECT_EQ(cache.bytes(), 0);
 }
@@ -89,6 +95,33 @@ TEST(PagedKvCache, BudgetIsNeverExceeded) {
   EXPECT_EQ(cache.bytes(), 4 * kPageBytes);
   cache.clear(1);
   cache.clear(2);
+  EXPECT_EQ(cache.bytes(), 0);
+}
+
+// bf16 layers: 2 bytes an element, and bf16 values read back as the same floats
+// (rows and blocked keys).
+TEST(PagedKvCache, Bf16PagesHoldBf16ValuesExactly) {
+  KvLayerSpec rows{kRow, 0}, blocked{kRow, 0, true}, fp32{kRow, 0};
+  rows.bf16 = blocked.bf16 = true;
+  KvCache cache({rows, blocked, fp32}, 1);
+  EXPECT_EQ(cache.page_bytes(0), kPageBytes / 2);
+  EXPECT_EQ(cache.page_bytes(1), kPageBytes / 2);
+  EXPECT_EQ(cache.page_bytes(2), kPageBytes);
+  cache.reserve(0, 20);
+  EXPECT_EQ(cache.bytes(), 2 * (kPageBytes / 2 + kPageBytes / 2 + kPageBytes));
+  std::vector<float> row(kRow), scratch(kRow);
+  for (int64_t c = 0; c < kRow; ++c) row[c] = round_bf16(0.37f * static_cast<float>(c) - 1.1f);
+  for (int64_t layer = 0; layer < 3; ++layer) {
+    cache.store_key(layer, 0, 17, row.data());
+    cache.store_value(layer, 0, 17, row.data());
+    const float* v = cache.read_value(layer, 0, 17, 2, kRow - 2, scratch.data());
+    for (int64_t c = 2; c < kRow; ++c) EXPECT_EQ(v[c - 2], row[c]) << layer;
+  }
+  const float* k = cache.read_key(0, 0, 17, 0, kRow, scratch.data());
+  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(k[c], row[c]);
+  const auto* lanes = static_cast<const uint16_t*>(cache.key_pages(1, 0)[1]);
+  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(bf16_to_float(lanes[c * kKvPage + 1]), row[c]);
+  cache.clear(0);
   EXPECT_EQ(cache.bytes(), 0);
 }
 

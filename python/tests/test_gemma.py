@@ -25,7 +25,8 @@ import _util
 from _util import hf_forward, hf_generate, random_prompt
 
 GEMMAS = [v for v, (arch, _) in _util.tiny_models.VARIANTS.items() if arch.startswith("Gemma")]
-FLOAT = 4  # bytes: the cache stores float32 (bf16 values in bf16 modes)
+FLOAT = 4  # bytes of a key or value element: float32
+BF16 = 2  # in bf16 modes (bf16 values, kept in 2 bytes)
 PAGE = 16  # positions per KV-cache page (layers/kv_cache.h)
 
 
@@ -146,7 +147,7 @@ def test_bf16_past_the_window(variant, mode, hz, tiny_paths, hf_tiny):
     stats = ours.kv_cache_stats()
     for i, (row, win) in enumerate(cache_layers(hf)):
         if win:
-            assert stats["layer_slot_bytes"][i][0] == pages_held(5 * w, win) * 2 * PAGE * row * FLOAT
+            assert stats["layer_slot_bytes"][i][0] == pages_held(5 * w, win) * 2 * PAGE * row * BF16
     prompts = [random_prompt(hf.config.vocab_size, n, seed=n) for n in (3 * w + 1, w - 2, 2 * w)]
     batch, mask = _util.left_pad(prompts, _util.tiny_models.SPECIAL_TOKENS["pad_token_id"])
     batched = ours.forward_incremental(batch, 5, attention_mask=mask)
