@@ -50,6 +50,8 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
                   "KV-cache budget in bytes (0: every slot at the maximum context, at most half "
                   "the memory available)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-prefix-cache{false}", o.prefix_cache,
+                "do not reuse the KV pages of earlier prompts' common prefixes");
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   cmd->add_option("--generation-config", o.generation_config,

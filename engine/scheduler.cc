@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/prefix_cache.h"
 #include "engine/stop_strings.h"
 
 namespace hubzoo {
@@ -54,6 +55,7 @@ struct Scheduler::Sequence {
   int64_t slot = -1;
   int64_t kv_bytes = 0;   // the most KV bytes it can hold (prompt + max_new positions)
   int64_t prefilled = 0;  // prompt tokens in the cache
+  bool prefix_checked = false, prompt_indexed = false;
   Completion done;
   std::atomic<bool> cancelled{false};
   bool finished = false;
@@ -90,6 +92,17 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
   }
   cache_.set_budget_bytes(options_.kv_cache_bytes);
   stats_.kv_budget_bytes = options_.kv_cache_bytes;
+  if (options_.prefix_cache && PrefixCache::supported(cache_)) {
+    const ModelInfo& info = model.info();
+    const std::string numerics =
+        std::string(info.numerics.dtype_name()) + "/" + info.numerics.mode_name() + "/" +
+        std::to_string(info.quantized_matrices) + "/" + std::to_string(info.weight_bytes);
+    prefix_ = std::make_unique<PrefixCache>(
+        cache_,
+        model_seed(info.architecture, info.snapshot.string(), info.gguf_file.string(), numerics));
+    cache_.set_make_room([this] { return prefix_->evict_one(); });
+    stats_.prefix_cache = true;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -274,6 +287,7 @@ void Scheduler::step() {
   ForwardOptions fwd;
   std::vector<std::shared_ptr<Sequence>> owners;  // of each logits row
   std::vector<std::shared_ptr<Sequence>> in_batch;
+  for (const auto& s : running_) adopt_prefix(*s);
   // A decode row for every sequence past its prompt.
   for (const auto& s : running_) {
     const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
@@ -314,6 +328,14 @@ void Scheduler::step() {
     for (const auto& s : in_batch) finish(s, FinishReason::kError, error);
     return;
   }
+  // Prompts prefilled in full: their whole pages join the prefix cache now,
+  // for requests that share them while this one still runs.
+  for (const auto& s : in_batch) {
+    if (!prefix_ || s->prompt_indexed || s->prefilled < static_cast<int64_t>(s->req.prompt.size()))
+      continue;
+    s->prompt_indexed = true;
+    prefix_->insert(s->slot, s->req.prompt, cache_.length(s->slot));
+  }
   for (size_t r = 0; r < owners.size(); ++r) {
     const auto& s = owners[r];
     if (s->finished) continue;
@@ -333,8 +355,34 @@ void Scheduler::step() {
   ++stats_.steps;
   stats_.batch_rows += static_cast<uint64_t>(batch.size());
   stats_.busy_seconds += seconds_between(t0, Clock::now());
-  stats_.kv_cache_bytes = cache_.bytes();
+  record_cache_locked();
+}
+
+void Scheduler::record_cache_locked() {
+  stats_.kv_total_bytes = cache_.bytes();
+  stats_.kv_cache_bytes = cache_.bytes() - (prefix_ ? prefix_->idle_bytes() : 0);
   stats_.kv_pages = cache_.pages_held();
+  if (prefix_) {
+    stats_.prefix_cached_pages = prefix_->cached_pages();
+    stats_.prefix_evicted_pages = prefix_->evicted_pages();
+  }
+}
+
+void Scheduler::adopt_prefix(Sequence& s) {
+  if (s.prefix_checked) return;
+  s.prefix_checked = true;
+  if (!prefix_ || s.prefilled > 0) return;
+  // The last prompt token always runs: its logits give the first new token.
+  const int64_t prompt_len = static_cast<int64_t>(s.req.prompt.size());
+  const int64_t cached = prefix_->adopt(s.slot, s.req.prompt, prompt_len - 1);
+  if (cached > 0) {
+    cache_.set_length(s.slot, cached);
+    s.prefilled = cached;
+    s.done.cached_tokens = cached;
+  }
+  std::lock_guard lock(mu_);
+  stats_.prefix_lookup_tokens += static_cast<uint64_t>(prompt_len);
+  stats_.prefix_hit_tokens += static_cast<uint64_t>(cached);
 }
 
 bool Scheduler::advance(Sequence& s, float* logits) {
@@ -379,6 +427,13 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
                        std::exception_ptr error) {
   if (s->finished) return;
   s->finished = true;
+  if (s->slot >= 0 && prefix_ && reason != FinishReason::kError) {
+    // Its whole pages, prompt and answer, for the next turn of a conversation.
+    std::vector<int64_t> tokens = s->req.prompt;
+    tokens.insert(tokens.end(), s->done.tokens.begin(), s->done.tokens.end());
+    prefix_->insert(s->slot, tokens,
+                    std::min<int64_t>(cache_.length(s->slot), static_cast<int64_t>(tokens.size())));
+  }
   if (s->slot >= 0) cache_.clear(s->slot);
   std::erase(running_, s);
   const auto now = Clock::now();
@@ -401,8 +456,7 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
     ++stats_.finished[static_cast<int>(reason)];
     stats_.prompt_tokens += static_cast<uint64_t>(s->prefilled);
     stats_.generated_tokens += static_cast<uint64_t>(c.completion_tokens);
-    stats_.kv_cache_bytes = cache_.bytes();
-    stats_.kv_pages = cache_.pages_held();
+    record_cache_locked();
   }
   s->slot = -1;
   if (s->req.on_finish) s->req.on_finish(c);

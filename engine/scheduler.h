@@ -58,8 +58,10 @@ struct SchedulerOptions {
   int64_t max_context = 0;         // positions per slot (prompt + new); 0: the model's maximum
   int64_t max_batch_tokens = 256;  // prefill tokens per step (decode rows come on top)
   // KV-cache budget in bytes; 0: every slot at max_context, at most half the
-  // memory available when the scheduler starts (default_kv_cache_bytes).
+  // memory available when the scheduler starts (available_memory_bytes).
   int64_t kv_cache_bytes = 0;
+  // Reuse the KV pages of earlier requests' prompts (engine/prefix_cache.h).
+  bool prefix_cache = true;
 };
 
 // The memory the system reports available (MemAvailable of /proc/meminfo),
@@ -87,6 +89,7 @@ struct Completion {
   std::string text;             // released text; a matched stop string is not in it
   std::string stop_string;      // the stop string that ended it, if one did
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose keys and values came from the prefix cache
   int64_t completion_tokens = 0;
   std::string error;             // kError: what went wrong
   std::exception_ptr exception;  // kError: the exception itself, for a caller that rethrows it
@@ -110,18 +113,26 @@ struct GenerationRequest {
 
 struct SchedulerStats {
   int64_t max_slots = 0, max_queue = 0, max_context = 0;
-  int64_t running = 0;  // requests holding a slot
-  int64_t waiting = 0;  // requests queued for a slot
-  int64_t kv_cache_bytes = 0;
+  int64_t running = 0;            // requests holding a slot
+  int64_t waiting = 0;            // requests queued for a slot
+  int64_t kv_cache_bytes = 0;     // held by requests (0 when idle)
+  int64_t kv_total_bytes = 0;     // held in all: with the pages only the prefix cache holds
   int64_t kv_budget_bytes = 0;    // the cache's byte budget (kv_cache_bytes)
   int64_t kv_reserved_bytes = 0;  // what running requests may grow to
   int64_t kv_pages = 0;           // pages held
+  // Prefix cache: prompt tokens looked up and found, pages it holds, pages evicted.
+  bool prefix_cache = false;
+  uint64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
+  int64_t prefix_cached_pages = 0;
+  uint64_t prefix_evicted_pages = 0;
   uint64_t submitted = 0, rejected = 0;
   uint64_t finished[4] = {0, 0, 0, 0};  // by FinishReason
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, batch_rows = 0;
   double busy_seconds = 0;
 };
+
+class PrefixCache;
 
 class Scheduler {
  public:
@@ -165,6 +176,9 @@ class Scheduler {
   void step();
   // Samples a token for `s` from its logits; true if it finished.
   bool advance(Sequence& s, float* logits);
+  // A newly admitted request adopts the cached pages of its prompt's prefix.
+  void adopt_prefix(Sequence& s);
+  void record_cache_locked();  // the cache's accounting into stats_, under mu_
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
               std::exception_ptr error = nullptr);
 
@@ -172,6 +186,7 @@ class Scheduler {
   const Tokenizer* tokenizer_;
   SchedulerOptions options_;
   KvCache cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // null: no prefix reuse
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

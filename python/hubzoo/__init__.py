@@ -119,7 +119,7 @@ class CausalLM:
         ignore_eos: run all max_new_tokens steps even past an EOS (benchmarks).
         kv_cache_bytes: the KV cache's budget (0: every row at once, up to half the memory
         available); rows beyond it wait for pages, and a row that cannot fit it alone is
-        refused (ValueError)."""
+        refused (InvalidArgument)."""
         ids, mask = self._inputs(input_ids, attention_mask)
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
