@@ -157,6 +157,8 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "bench/results/serve.json"))
     ap.add_argument("--prefix", action="store_true", help="the prefix-cache scenarios (bench/serve_prefix.py)")
     ap.add_argument("--repeats", type=int, default=3, help="--prefix: runs of each scenario (medians reported)")
+    ap.add_argument("--scenarios", nargs="+", default=["turn8", "shared_system", "mixed"],
+                    choices=["turn8", "shared_system", "mixed"], help="--prefix: which scenarios")
     args = ap.parse_args()
     if args.prefix:
         spec = importlib.util.spec_from_file_location("serve_prefix", ROOT / "bench/serve_prefix.py")

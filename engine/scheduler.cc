@@ -303,7 +303,7 @@ void Scheduler::step() {
   int64_t budget = options_.max_batch_tokens;
   for (const auto& s : running_) {
     const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
-    if (s->prefilled >= prompt_len || budget == 0) continue;
+    if (s->prefilled >= prompt_len || budget == 0 || !s->prefix_checked) continue;
     const int64_t n = std::min(prompt_len - s->prefilled, budget);
     for (int64_t i = s->prefilled; i < s->prefilled + n; ++i) {
       batch.add(static_cast<int32_t>(s->req.prompt[i]), static_cast<int32_t>(s->slot),
@@ -370,6 +370,19 @@ void Scheduler::record_cache_locked() {
 
 void Scheduler::adopt_prefix(Sequence& s) {
   if (s.prefix_checked) return;
+  if (prefix_ && s.prefilled == 0) {
+    // Another request still prefilling the same first page (requests that
+    // arrive together with one system prompt): wait for its pages, indexed
+    // once its prompt is prefilled, rather than compute them again.
+    const auto& p = s.req.prompt;
+    for (const auto& t : running_) {
+      const auto& q = t->req.prompt;
+      if (t.get() == &s || !t->prefix_checked || t->prompt_indexed) continue;
+      const auto page = static_cast<size_t>(kKvPage);
+      if (p.size() > page && q.size() > page && std::equal(p.begin(), p.begin() + page, q.begin()))
+        return;
+    }
+  }
   s.prefix_checked = true;
   if (!prefix_ || s.prefilled > 0) return;
   // The last prompt token always runs: its logits give the first new token.

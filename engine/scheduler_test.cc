@@ -344,6 +344,40 @@ TEST(Scheduler, PrefixCacheUnderLoadAndEvictionKeepsTokensAndBudget) {
   }
 }
 
+// Requests that arrive together with one shared prefix (a system prompt):
+// one prefills it, the others wait for its pages and adopt them.
+TEST(Scheduler, RequestsArrivingTogetherShareOnePrefill) {
+  FakeLM model(97);
+  const std::vector<int64_t> system = prompt_of(40, 70, 97);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt = system;
+    const auto tail = prompt_of(3 + i, 80 + i, 97);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    r.max_tokens = 5;
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  auto run = [&](bool prefix) {
+    SchedulerOptions o{.max_slots = 4, .max_queue = 4, .max_batch_tokens = 64};
+    o.prefix_cache = prefix;
+    Scheduler s(model, nullptr, o);
+    std::vector<Collector> collectors(requests.size());
+    auto batch = requests;
+    for (size_t i = 0; i < batch.size(); ++i) collectors[i].attach(batch[i]);
+    s.submit_all(std::move(batch));
+    std::vector<Outcome> out;
+    for (auto& c : collectors) out.push_back(outcome_of(c));
+    return out;
+  };
+  const auto cached = run(true), fresh = run(false);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(cached[i].tokens, fresh[i].tokens) << "request " << i;
+    EXPECT_EQ(cached[i].cached, i == 0 ? 0 : 32) << "request " << i;
+  }
+}
+
 TEST(Scheduler, StopsAtEosAndMaxTokens) {
   FakeLM model(5);  // EOS (2) is likely
   GenerationRequest r;
