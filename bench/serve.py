@@ -8,6 +8,11 @@ aggregate tok/s = all completion tokens / wall time of the level. Also reported:
 time to first token and mean per-stream decode tok/s. A benchmark, not a test.
 
     .venv/bin/python bench/serve.py [--dtypes float32 bfloat16] [--llama-server /path/to/llama-server]
+
+--prefix runs the prefix-cache scenarios instead (bench/serve_prefix.py; results in
+bench/results/serve_prefix.{json,md}): turn-8 time to first token of a conversation with a
+~2k-token history, 16 clients sharing a ~1k-token system prompt, and a mixed workload at a
+fixed KV budget, each with the prefix cache on and off (or paged vs whole-slot budgeting).
 """
 
 from __future__ import annotations
@@ -110,10 +115,11 @@ def run_level(url: str, model: str, streams: int, rounds: int, max_tokens: int) 
     }
 
 
-def start_hubzoo(args, dtype: str) -> tuple[subprocess.Popen, str, str]:
+def start_hubzoo(args, dtype: str, extra: list[str] | None = None) -> tuple[subprocess.Popen, str, str]:
     port = free_port()
     cmd = [str(ROOT / "build/hubzoo"), "serve", "-m", args.model, "--port", str(port), "--quiet",
            "--max-concurrency", str(max(args.levels)), "--dtype", dtype, "--threads", str(args.threads)]
+    cmd += extra or []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}", Path(args.model).name
 
@@ -149,7 +155,17 @@ def main() -> None:
     ap.add_argument("--llama-poll", type=int, default=0,
                     help="llama.cpp's --poll: its threads spin-wait at > 0, which collapses on a busy machine")
     ap.add_argument("--json", default=str(ROOT / "bench/results/serve.json"))
+    ap.add_argument("--prefix", action="store_true", help="the prefix-cache scenarios (bench/serve_prefix.py)")
+    ap.add_argument("--repeats", type=int, default=3, help="--prefix: runs of each scenario (medians reported)")
+    ap.add_argument("--scenarios", nargs="+", default=["turn8", "shared_system", "mixed"],
+                    choices=["turn8", "shared_system", "mixed"], help="--prefix: which scenarios")
     args = ap.parse_args()
+    if args.prefix:
+        spec = importlib.util.spec_from_file_location("serve_prefix", ROOT / "bench/serve_prefix.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(args, start_hubzoo, wait_ready, free_port, cpu_name)
+        return
 
     engines = [(f"hubzoo {d}", start_hubzoo, d) for d in args.dtypes]
     if args.llama_server:

@@ -46,6 +46,12 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
   cmd->add_option("--max-batch-tokens", o.max_batch_tokens, "prefill tokens per forward pass")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--kv-cache-bytes", o.kv_cache_bytes,
+                  "KV-cache budget in bytes (0: every slot at the maximum context, at most half "
+                  "the memory available)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-prefix-cache{false}", o.prefix_cache,
+                "do not reuse the KV pages of earlier prompts' common prefixes");
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
   cmd->add_option("--generation-config", o.generation_config,

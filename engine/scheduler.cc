@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
+#include "engine/prefix_cache.h"
 #include "engine/stop_strings.h"
 #include "grammar/matcher.h"
 
@@ -51,7 +54,9 @@ struct Scheduler::Sequence {
   std::vector<int64_t> stop_ids;  // EOS (unless ignored) and the request's own
   int64_t max_new = 0;
   int64_t slot = -1;
+  int64_t kv_bytes = 0;   // the most KV bytes it can hold (prompt + max_new positions)
   int64_t prefilled = 0;  // prompt tokens in the cache
+  bool prefix_checked = false, prompt_indexed = false;
   Completion done;
   std::atomic<bool> cancelled{false};
   bool finished = false;
@@ -86,7 +91,26 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
   stats_.max_queue = options_.max_queue;
   stats_.max_context = options_.max_context;
   // The cache's own accounting: a sliding-window layer needs only its window.
-  stats_.kv_budget_bytes = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
+  const int64_t whole_slots = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
+  if (options_.kv_cache_bytes < 0) throw InvalidArgument("kv_cache_bytes must be >= 0");
+  if (options_.kv_cache_bytes == 0) {
+    const int64_t half_available = available_memory_bytes() / 2;
+    options_.kv_cache_bytes =
+        half_available > 0 ? std::min(whole_slots, half_available) : whole_slots;
+  }
+  cache_.set_budget_bytes(options_.kv_cache_bytes);
+  stats_.kv_budget_bytes = options_.kv_cache_bytes;
+  if (options_.prefix_cache && model.info().kv_in_cache && PrefixCache::supported(cache_)) {
+    const ModelInfo& info = model.info();
+    const std::string numerics =
+        std::string(info.numerics.dtype_name()) + "/" + info.numerics.mode_name() + "/" +
+        std::to_string(info.quantized_matrices) + "/" + std::to_string(info.weight_bytes);
+    prefix_ = std::make_unique<PrefixCache>(
+        cache_,
+        model_seed(info.architecture, info.snapshot.string(), info.gguf_file.string(), numerics));
+    cache_.set_make_room([this] { return prefix_->evict_one(); });
+    stats_.prefix_cache = true;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -118,6 +142,28 @@ void Scheduler::validate_request(const GenerationRequest& request) const {
         "the prompt is " + std::to_string(prompt_len) + " tokens; the maximum context is " +
         std::to_string(options_.max_context) + " tokens, which leaves no room for a new token");
   }
+  if (cache_.slot_bytes_at(prompt_len + 1) > options_.kv_cache_bytes) {
+    throw ContextOverflow("the prompt is " + std::to_string(prompt_len) +
+                          " tokens; with a new token its KV cache would take " +
+                          std::to_string(cache_.slot_bytes_at(prompt_len + 1)) +
+                          " bytes, more than the whole KV budget of " +
+                          std::to_string(options_.kv_cache_bytes) + " bytes");
+  }
+}
+
+int64_t Scheduler::max_new_within_budget(int64_t prompt_len, int64_t max_new) const {
+  // slot_bytes_at grows with n: the largest max_new whose pages fit the budget
+  // (validate_request made sure that 1 does).
+  int64_t lo = 1, hi = max_new;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (cache_.slot_bytes_at(prompt_len + mid) <= options_.kv_cache_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 uint64_t Scheduler::submit(GenerationRequest request) {
@@ -145,7 +191,9 @@ std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> reque
     const uint64_t id = next_id_++;
     const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
     auto s = std::make_shared<Sequence>(id, std::move(request));
-    s->max_new = std::min(s->req.max_tokens, options_.max_context - prompt_len);
+    s->max_new = max_new_within_budget(
+        prompt_len, std::min(s->req.max_tokens, options_.max_context - prompt_len));
+    s->kv_bytes = cache_.slot_bytes_at(prompt_len + s->max_new);
     s->stop_ids = s->req.stop_token_ids;
     if (!s->req.ignore_eos) {
       s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
@@ -192,6 +240,7 @@ SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mu_);
   SchedulerStats s = stats_;
   s.running = options_.max_slots - static_cast<int64_t>(free_slots_.size());
+  s.kv_reserved_bytes = reserved_bytes_;
   s.waiting = static_cast<int64_t>(waiting_.size());
   return s;
 }
@@ -202,9 +251,12 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) 
     cancelled.push_back(s);
     return true;
   });
-  while (!waiting_.empty() && !free_slots_.empty()) {
+  // In order: a request waits until its pages fit beside the running ones'.
+  while (!waiting_.empty() && !free_slots_.empty() &&
+         reserved_bytes_ + waiting_.front()->kv_bytes <= options_.kv_cache_bytes) {
     auto s = waiting_.front();
     waiting_.pop_front();
+    reserved_bytes_ += s->kv_bytes;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
     s->admitted = Clock::now();
@@ -252,6 +304,7 @@ void Scheduler::step() {
   ForwardOptions fwd;
   std::vector<std::shared_ptr<Sequence>> owners;  // of each logits row
   std::vector<std::shared_ptr<Sequence>> in_batch;
+  for (const auto& s : running_) adopt_prefix(*s);
   // A decode row for every sequence past its prompt.
   for (const auto& s : running_) {
     const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
@@ -267,7 +320,7 @@ void Scheduler::step() {
   int64_t budget = options_.max_batch_tokens;
   for (const auto& s : running_) {
     const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
-    if (s->prefilled >= prompt_len || budget == 0) continue;
+    if (s->prefilled >= prompt_len || budget == 0 || !s->prefix_checked) continue;
     const int64_t n = std::min(prompt_len - s->prefilled, budget);
     for (int64_t i = s->prefilled; i < s->prefilled + n; ++i) {
       batch.add(static_cast<int32_t>(s->req.prompt[i]), static_cast<int32_t>(s->slot),
@@ -293,6 +346,14 @@ void Scheduler::step() {
     for (const auto& s : in_batch) finish(s, FinishReason::kError, error);
     return;
   }
+  // Prompts prefilled in full: their whole pages join the prefix cache now,
+  // for requests that share them while this one still runs.
+  for (const auto& s : in_batch) {
+    if (!prefix_ || s->prompt_indexed || s->prefilled < static_cast<int64_t>(s->req.prompt.size()))
+      continue;
+    s->prompt_indexed = true;
+    prefix_->insert(s->slot, s->req.prompt, cache_.length(s->slot));
+  }
   for (size_t r = 0; r < owners.size(); ++r) {
     const auto& s = owners[r];
     if (s->finished) continue;
@@ -312,7 +373,47 @@ void Scheduler::step() {
   ++stats_.steps;
   stats_.batch_rows += static_cast<uint64_t>(batch.size());
   stats_.busy_seconds += seconds_between(t0, Clock::now());
-  stats_.kv_cache_bytes = cache_.bytes();
+  record_cache_locked();
+}
+
+void Scheduler::record_cache_locked() {
+  stats_.kv_total_bytes = cache_.bytes();
+  stats_.kv_cache_bytes = cache_.bytes() - (prefix_ ? prefix_->idle_bytes() : 0);
+  stats_.kv_pages = cache_.pages_held();
+  if (prefix_) {
+    stats_.prefix_cached_pages = prefix_->cached_pages();
+    stats_.prefix_evicted_pages = prefix_->evicted_pages();
+  }
+}
+
+void Scheduler::adopt_prefix(Sequence& s) {
+  if (s.prefix_checked) return;
+  if (prefix_ && s.prefilled == 0) {
+    // Another request still prefilling the same first page (requests that
+    // arrive together with one system prompt): wait for its pages, indexed
+    // once its prompt is prefilled, rather than compute them again.
+    const auto& p = s.req.prompt;
+    for (const auto& t : running_) {
+      const auto& q = t->req.prompt;
+      if (t.get() == &s || !t->prefix_checked || t->prompt_indexed) continue;
+      const auto page = static_cast<size_t>(kKvPage);
+      if (p.size() > page && q.size() > page && std::equal(p.begin(), p.begin() + page, q.begin()))
+        return;
+    }
+  }
+  s.prefix_checked = true;
+  if (!prefix_ || s.prefilled > 0) return;
+  // The last prompt token always runs: its logits give the first new token.
+  const int64_t prompt_len = static_cast<int64_t>(s.req.prompt.size());
+  const int64_t cached = prefix_->adopt(s.slot, s.req.prompt, prompt_len - 1);
+  if (cached > 0) {
+    cache_.set_length(s.slot, cached);
+    s.prefilled = cached;
+    s.done.cached_tokens = cached;
+  }
+  std::lock_guard lock(mu_);
+  stats_.prefix_lookup_tokens += static_cast<uint64_t>(prompt_len);
+  stats_.prefix_hit_tokens += static_cast<uint64_t>(cached);
 }
 
 bool Scheduler::advance(Sequence& s, float* logits) {
@@ -378,6 +479,13 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
                        std::exception_ptr error) {
   if (s->finished) return;
   s->finished = true;
+  if (s->slot >= 0 && prefix_ && reason != FinishReason::kError) {
+    // Its whole pages, prompt and answer, for the next turn of a conversation.
+    std::vector<int64_t> tokens = s->req.prompt;
+    tokens.insert(tokens.end(), s->done.tokens.begin(), s->done.tokens.end());
+    prefix_->insert(s->slot, tokens,
+                    std::min<int64_t>(cache_.length(s->slot), static_cast<int64_t>(tokens.size())));
+  }
   if (s->slot >= 0) cache_.clear(s->slot);
   std::erase(running_, s);
   const auto now = Clock::now();
@@ -393,11 +501,14 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
   {
     std::lock_guard lock(mu_);
     live_.erase(s->id);
-    if (s->slot >= 0) free_slots_.push_back(s->slot);
+    if (s->slot >= 0) {
+      free_slots_.push_back(s->slot);
+      reserved_bytes_ -= s->kv_bytes;
+    }
     ++stats_.finished[static_cast<int>(reason)];
     stats_.prompt_tokens += static_cast<uint64_t>(s->prefilled);
     stats_.generated_tokens += static_cast<uint64_t>(c.completion_tokens);
-    stats_.kv_cache_bytes = cache_.bytes();
+    record_cache_locked();
   }
   s->slot = -1;
   if (s->req.on_finish) s->req.on_finish(c);
@@ -407,8 +518,21 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
 
 namespace hubzoo {
 
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:" && kib > 0) return kib * 1024;
+  }
+  return 0;
+}
+
 std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
-                                          std::vector<GenerationRequest> requests) {
+                                          std::vector<GenerationRequest> requests,
+                                          int64_t kv_cache_bytes) {
   std::vector<Completion> done(requests.size());
   std::vector<GenerationRequest> to_run;
   std::vector<size_t> index;  // of each request in to_run, in `requests`
@@ -443,6 +567,7 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
   options.max_slots = static_cast<int64_t>(to_run.size());
   options.max_queue = 0;
   options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
+  options.kv_cache_bytes = kv_cache_bytes;
   {
     // Destroyed before mu, cv and done: its shutdown() may still finish requests.
     Scheduler scheduler(model, tokenizer, options);

@@ -2,11 +2,15 @@
 // step runs one TokenBatch holding a decode row for every running request and
 // prefill chunks of newly admitted ones, each request in its own KV-cache slot.
 //
-// KV memory is budgeted in slots: at most `max_slots` sequences hold cache
-// rows, each at most `max_context` positions. A request that finds no free
-// slot waits in a bounded queue; when the queue is full submit() refuses it
-// (QueueFull). A finished or cancelled request's slot is cleared (its memory
-// released) before the next step.
+// KV memory is paged (layers/kv_cache.h) and budgeted in bytes
+// (kv_cache_bytes): a request is admitted when a slot is free (at most
+// `max_slots` sequences run) and the pages it can grow to, prompt plus its
+// new tokens, fit beside those the running requests may take; so the cache
+// never outgrows its budget and a running request always finds its pages.
+// A short request reserves only what it can use, not max_context positions.
+// A request that cannot be admitted waits in a bounded queue; when the queue
+// is full submit() refuses it (QueueFull). A finished or cancelled request's
+// pages are released before the next step.
 //
 // Batch invariance: every row of a step is computed as it would be alone
 // (the kernels reduce each row in a fixed order and attention reads only the
@@ -55,7 +59,16 @@ struct SchedulerOptions {
   int64_t max_queue = 64;          // requests waiting for a slot
   int64_t max_context = 0;         // positions per slot (prompt + new); 0: the model's maximum
   int64_t max_batch_tokens = 256;  // prefill tokens per step (decode rows come on top)
+  // KV-cache budget in bytes; 0: every slot at max_context, at most half the
+  // memory available when the scheduler starts (available_memory_bytes).
+  int64_t kv_cache_bytes = 0;
+  // Reuse the KV pages of earlier requests' prompts (engine/prefix_cache.h).
+  bool prefix_cache = true;
 };
+
+// The memory the system reports available (MemAvailable of /proc/meminfo),
+// or 0 where it does not say.
+int64_t available_memory_bytes();
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
@@ -78,6 +91,7 @@ struct Completion {
   std::string text;             // released text; a matched stop string is not in it
   std::string stop_string;      // the stop string that ended it, if one did
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose keys and values came from the prefix cache
   int64_t completion_tokens = 0;
   std::string error;             // kError: what went wrong
   std::exception_ptr exception;  // kError: the exception itself, for a caller that rethrows it
@@ -106,10 +120,18 @@ struct GenerationRequest {
 
 struct SchedulerStats {
   int64_t max_slots = 0, max_queue = 0, max_context = 0;
-  int64_t running = 0;  // requests holding a slot
-  int64_t waiting = 0;  // requests queued for a slot
-  int64_t kv_cache_bytes = 0;
-  int64_t kv_budget_bytes = 0;  // every slot at max_context positions
+  int64_t running = 0;            // requests holding a slot
+  int64_t waiting = 0;            // requests queued for a slot
+  int64_t kv_cache_bytes = 0;     // held by requests (0 when idle)
+  int64_t kv_total_bytes = 0;     // held in all: with the pages only the prefix cache holds
+  int64_t kv_budget_bytes = 0;    // the cache's byte budget (kv_cache_bytes)
+  int64_t kv_reserved_bytes = 0;  // what running requests may grow to
+  int64_t kv_pages = 0;           // pages held
+  // Prefix cache: prompt tokens looked up and found, pages it holds, pages evicted.
+  bool prefix_cache = false;
+  uint64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
+  int64_t prefix_cached_pages = 0;
+  uint64_t prefix_evicted_pages = 0;
   uint64_t submitted = 0, rejected = 0;
   uint64_t finished[4] = {0, 0, 0, 0};  // by FinishReason
   uint64_t prompt_tokens = 0, generated_tokens = 0;
@@ -117,6 +139,8 @@ struct SchedulerStats {
   double busy_seconds = 0;
   double grammar_seconds = 0;  // computing structured-generation masks
 };
+
+class PrefixCache;
 
 class Scheduler {
  public:
@@ -154,11 +178,17 @@ class Scheduler {
   void admit_locked(std::vector<std::shared_ptr<Sequence>>& finished);
   // Throws what submit() throws for a request that is not valid.
   void validate_request(const GenerationRequest& r) const;
+  // max_new, or less where the pages of prompt_len + max_new positions would
+  // not fit the KV budget.
+  int64_t max_new_within_budget(int64_t prompt_len, int64_t max_new) const;
   void step();
   // Samples a token for `s` from its logits; true if it finished.
   bool advance(Sequence& s, float* logits);
   // Masks `logits` with the request's grammar; throws when no token may follow.
   void constrain(Sequence& s, float* logits);
+  // A newly admitted request adopts the cached pages of its prompt's prefix.
+  void adopt_prefix(Sequence& s);
+  void record_cache_locked();  // the cache's accounting into stats_, under mu_
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
               std::exception_ptr error = nullptr);
 
@@ -171,6 +201,7 @@ class Scheduler {
   std::shared_ptr<const grammar::TokenVocabulary> vocab_;
   SchedulerOptions options_;
   KvCache cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // null: no prefix reuse
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -179,6 +210,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::map<uint64_t, std::shared_ptr<Sequence>> live_;  // waiting or running, by id
   std::vector<int64_t> free_slots_;
+  int64_t reserved_bytes_ = 0;  // KV bytes the running requests may grow to
   SchedulerStats stats_;
 
   // Engine thread only.
@@ -191,9 +223,11 @@ class Scheduler {
 // to completion on a Scheduler of their own and returns their completions in
 // order. Every request gets a slot and every prompt is prefilled in the first
 // step, as one batch. A request with max_tokens 0 completes at once with no
-// tokens. A request that fails rethrows its exception here.
+// tokens. A request that fails rethrows its exception here. kv_cache_bytes:
+// SchedulerOptions::kv_cache_bytes (requests beyond it wait their turn).
 std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
-                                          std::vector<GenerationRequest> requests);
+                                          std::vector<GenerationRequest> requests,
+                                          int64_t kv_cache_bytes = 0);
 
 // One request run to completion (the CLI's generate and chat).
 Completion run_one_to_completion(CausalLM& model, const Tokenizer* tokenizer,

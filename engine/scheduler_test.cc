@@ -17,6 +17,9 @@ const fs::path kSmolLM2 = kRepo / "models" / "SmolLM2-135M-Instruct";
 
 // A model whose logits at a position are a pure function of its slot's tokens
 // so far, like a real decoder's; it checks that every row continues its slot.
+// Each position's token id is its value row in the KV cache and the logits
+// read them back from there, so pages adopted from the prefix cache count
+// exactly as a real model's keys and values do.
 class FakeLM : public CausalLM {
  public:
   explicit FakeLM(int64_t vocab, int64_t max_positions = 4096) {
@@ -26,10 +29,7 @@ class FakeLM : public CausalLM {
     info_.eos_token_ids = {2};
   }
   const ModelInfo& info() const override { return info_; }
-  KvCache new_cache(int64_t num_slots) const override {
-    history_.assign(num_slots, {});
-    return KvCache(1, num_slots, 4);
-  }
+  KvCache new_cache(int64_t num_slots) const override { return KvCache(1, num_slots, 4); }
   std::vector<std::string> capture_names() const override { return {}; }
   void forward(const TokenBatch& batch, KvCache& cache, const ForwardOptions& opt,
                ForwardResult& out) override {
@@ -39,31 +39,36 @@ class FakeLM : public CausalLM {
       auto [it, fresh] = next.try_emplace(slot, cache.length(slot));
       if (batch.pos[t] != it->second) throw InvalidArgument("position does not continue its slot");
       ++it->second;
-      auto& h = history_[slot];
-      h.resize(batch.pos[t]);
-      h.push_back(batch.ids[t]);
     }
     for (const auto& [slot, len] : next) cache.reserve(slot, len);
+    peak_bytes = std::max(peak_bytes, cache.bytes());
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const float row[4] = {static_cast<float>(batch.ids[t]), 0.0f, 0.0f, 0.0f};
+      cache.store_key(0, batch.slot[t], batch.pos[t], row);
+      cache.store_value(0, batch.slot[t], batch.pos[t], row);
+    }
     ++forward_calls;
     max_rows = std::max(max_rows, batch.size());
     const int64_t v = info_.vocab_size;
     out.logits.assign(opt.logits_rows.size() * v, 0.0f);
     for (size_t r = 0; r < opt.logits_rows.size(); ++r) {
       const int64_t t = opt.logits_rows[r];
-      const auto& h = history_[batch.slot[t]];
       uint64_t seed = 1469598103934665603ull;
-      for (int64_t i = 0; i <= batch.pos[t]; ++i) seed = (seed ^ h[i]) * 1099511628211ull;
+      float scratch[4];
+      for (int64_t i = 0; i <= batch.pos[t]; ++i) {
+        const float id = cache.read_value(0, batch.slot[t], i, 0, 1, scratch)[0];
+        seed = (seed ^ static_cast<uint64_t>(id)) * 1099511628211ull;
+      }
       std::mt19937_64 rng(seed);
       std::normal_distribution<float> normal(0.0f, 2.0f);
       for (int64_t i = 0; i < v; ++i) out.logits[r * v + i] = normal(rng);
     }
     for (const auto& [slot, len] : next) cache.set_length(slot, len);
   }
-  int64_t forward_calls = 0, max_rows = 0;
+  int64_t forward_calls = 0, max_rows = 0, peak_bytes = 0;
 
  private:
   ModelInfo info_;
-  mutable std::vector<std::vector<int64_t>> history_;
 };
 
 // Collects one request's events; wait() blocks until it finished.
@@ -141,6 +146,236 @@ TEST(Scheduler, ConcurrentRequestsGetTheTokensTheyGetAlone) {
   EXPECT_EQ(st.waiting, 0);
   EXPECT_EQ(st.kv_cache_bytes, 0);
   EXPECT_EQ(st.finished[0] + st.finished[1], requests.size());
+}
+
+// A KV budget of a few pages: requests wait for pages (never for lack of a
+// slot here), the cache never holds more than the budget, every request gets
+// the tokens it gets alone, and the cache is empty when all are done.
+TEST(Scheduler, KvBudgetIsNeverExceededAndDrainsToZero) {
+  FakeLM model(97);
+  const int64_t page = 2 * kKvPage * 4 * sizeof(float);  // FakeLM: one layer, rows of 4
+  const int64_t budget = 7 * page;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 10; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt_of(3 + 9 * i % 50, 40 + i, 97);
+    r.max_tokens = 5 + (i * 5) % 20;
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  std::vector<Completion> alone;
+  for (const auto& r : requests) alone.push_back(run_alone(model, nullptr, r));
+  model.peak_bytes = 0;
+  // Without the prefix cache, whose pages outlive requests (PrefixCache tests).
+  Scheduler s(model, nullptr,
+              {.max_slots = 8,
+               .max_queue = 16,
+               .max_batch_tokens = 9,
+               .kv_cache_bytes = budget,
+               .prefix_cache = false});
+  std::vector<Collector> collectors(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto r = requests[i];
+    collectors[i].attach(r);
+    s.submit(std::move(r));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Completion c = collectors[i].wait();
+    EXPECT_EQ(c.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(c.reason, FinishReason::kLength) << "request " << i;
+  }
+  EXPECT_GT(model.peak_bytes, 0);
+  EXPECT_LE(model.peak_bytes, budget);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.kv_budget_bytes, budget);
+  EXPECT_EQ(st.kv_cache_bytes, 0);
+  EXPECT_EQ(st.kv_reserved_bytes, 0);
+  EXPECT_EQ(st.kv_pages, 0);
+  // A prompt whose pages alone exceed the budget is refused, as one past max_context is.
+  GenerationRequest big;
+  big.prompt = prompt_of(7 * kKvPage, 1, 97);
+  EXPECT_THROW(s.submit(big), ContextOverflow);
+  // One that fits with fewer new tokens than asked ends at the budget (length).
+  GenerationRequest capped;
+  capped.prompt = prompt_of(6 * kKvPage - 3, 2, 97);
+  capped.max_tokens = 50;
+  capped.ignore_eos = true;
+  Collector c;
+  c.attach(capped);
+  s.submit(std::move(capped));
+  EXPECT_EQ(c.wait().tokens.size(), 3u + kKvPage);
+}
+
+// Requests whose prompts share prefixes: whole-page prefixes, one ending
+// mid-page, branches of one history, a later turn that continues an earlier
+// turn's answer, and an unrelated one.
+std::vector<GenerationRequest> prefix_requests() {
+  const std::vector<int64_t> history = prompt_of(50, 7, 97);
+  std::vector<std::vector<int64_t>> prompts = {history, history, prompt_of(20, 8, 97)};
+  for (int branch = 0; branch < 3; ++branch) {  // same history, different next messages
+    auto p = history;
+    const auto tail = prompt_of(5 + 9 * branch, 20 + branch, 97);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  auto mid = std::vector<int64_t>(history.begin(), history.begin() + 37);  // ends mid-page
+  mid.push_back(5);
+  prompts.push_back(mid);
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = i == 0 ? 20 : 6 + static_cast<int64_t>(i) * 3;
+    r.ignore_eos = true;
+    r.top_logprobs = 2;
+    if (i % 2) r.sampling = {.temperature = 0.9f, .top_k = 30, .top_p = 0.95f, .seed = 5u + i};
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+struct Outcome {
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;  // chosen and top, in order
+  int64_t cached = 0;
+};
+
+Outcome outcome_of(Collector& c) {
+  Outcome o;
+  const Completion done = c.wait();
+  o.tokens = done.tokens;
+  o.cached = done.cached_tokens;
+  std::lock_guard lock(c.mu);
+  for (const auto& e : c.events) {
+    o.logprobs.push_back(e.logprobs.chosen.logprob);
+    for (const auto& t : e.logprobs.top) o.logprobs.push_back(t.logprob);
+  }
+  return o;
+}
+
+// One request at a time, each waiting for the previous one (a conversation's
+// turns); then the turn after the first answer, which continues it.
+std::vector<Outcome> run_in_turns(CausalLM& model, const SchedulerOptions& options) {
+  Scheduler s(model, nullptr, options);
+  std::vector<Outcome> out;
+  auto requests = prefix_requests();
+  for (auto r : requests) {
+    Collector c;
+    c.attach(r);
+    s.submit(std::move(r));
+    out.push_back(outcome_of(c));
+  }
+  GenerationRequest next = requests[0];  // history + its answer + a new message
+  next.prompt.insert(next.prompt.end(), out[0].tokens.begin(), out[0].tokens.end());
+  next.prompt.push_back(11);
+  Collector c;
+  c.attach(next);
+  s.submit(std::move(next));
+  out.push_back(outcome_of(c));
+  EXPECT_EQ(s.stats().kv_cache_bytes, 0);
+  return out;
+}
+
+TEST(Scheduler, PrefixCacheGivesTheTokensAndLogprobsOfAFreshPrefill) {
+  FakeLM model(97);
+  SchedulerOptions on{.max_slots = 2, .max_queue = 8, .max_batch_tokens = 13};
+  SchedulerOptions off = on;
+  off.prefix_cache = false;
+  const auto cached = run_in_turns(model, on), fresh = run_in_turns(model, off);
+  ASSERT_EQ(cached.size(), fresh.size());
+  for (size_t i = 0; i < cached.size(); ++i) {
+    EXPECT_EQ(cached[i].tokens, fresh[i].tokens) << "request " << i;
+    EXPECT_EQ(cached[i].logprobs, fresh[i].logprobs) << "request " << i;
+    EXPECT_EQ(fresh[i].cached, 0);
+  }
+  EXPECT_EQ(cached[0].cached, 0);
+  EXPECT_EQ(cached[1].cached, 48);  // 50 tokens: three whole pages
+  EXPECT_EQ(cached[2].cached, 0);   // unrelated
+  EXPECT_EQ(cached[3].cached, 48);  // branches of the history
+  EXPECT_EQ(cached[5].cached, 48);
+  EXPECT_EQ(cached[6].cached, 32);  // the history's first 37 tokens: two pages, then recomputed
+  // The next turn: history (50) + first answer (20) + 1: 4 whole pages, the
+  // last of them holding history and answer.
+  EXPECT_EQ(cached[7].cached, 64);
+}
+
+// Many requests sharing prefixes at once, in a budget small enough that the
+// prefix cache must evict: the same tokens as without it, never past the budget.
+TEST(Scheduler, PrefixCacheUnderLoadAndEvictionKeepsTokensAndBudget) {
+  FakeLM model(97);
+  const int64_t page = 2 * kKvPage * 4 * sizeof(float);
+  std::vector<GenerationRequest> requests;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& r : prefix_requests()) requests.push_back(r);
+  }
+  auto run = [&](bool prefix) {
+    model.peak_bytes = 0;
+    SchedulerOptions o{.max_slots = 4, .max_queue = 64, .max_batch_tokens = 11};
+    o.kv_cache_bytes = 14 * page;
+    o.prefix_cache = prefix;
+    Scheduler s(model, nullptr, o);
+    std::vector<Collector> collectors(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto r = requests[i];
+      collectors[i].attach(r);
+      s.submit(std::move(r));
+    }
+    std::vector<Outcome> out;
+    for (auto& c : collectors) out.push_back(outcome_of(c));
+    const SchedulerStats st = s.stats();
+    EXPECT_LE(model.peak_bytes, o.kv_cache_bytes);
+    EXPECT_LE(st.kv_total_bytes, o.kv_cache_bytes);
+    EXPECT_EQ(st.kv_cache_bytes, 0);
+    EXPECT_EQ(st.kv_reserved_bytes, 0);
+    EXPECT_EQ(st.prefix_cache, prefix);
+    if (prefix) {
+      EXPECT_GT(st.prefix_hit_tokens, 0u);
+      EXPECT_GT(st.prefix_evicted_pages, 0u);
+      EXPECT_EQ(st.kv_total_bytes, st.prefix_cached_pages * page);
+    } else {
+      EXPECT_EQ(st.kv_total_bytes, 0);
+    }
+    return out;
+  };
+  const auto cached = run(true), fresh = run(false);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(cached[i].tokens, fresh[i].tokens) << "request " << i;
+    EXPECT_EQ(cached[i].logprobs, fresh[i].logprobs) << "request " << i;
+  }
+}
+
+// Requests that arrive together with one shared prefix (a system prompt):
+// one prefills it, the others wait for its pages and adopt them.
+TEST(Scheduler, RequestsArrivingTogetherShareOnePrefill) {
+  FakeLM model(97);
+  const std::vector<int64_t> system = prompt_of(40, 70, 97);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt = system;
+    const auto tail = prompt_of(3 + i, 80 + i, 97);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    r.max_tokens = 5;
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  auto run = [&](bool prefix) {
+    SchedulerOptions o{.max_slots = 4, .max_queue = 4, .max_batch_tokens = 64};
+    o.prefix_cache = prefix;
+    Scheduler s(model, nullptr, o);
+    std::vector<Collector> collectors(requests.size());
+    auto batch = requests;
+    for (size_t i = 0; i < batch.size(); ++i) collectors[i].attach(batch[i]);
+    s.submit_all(std::move(batch));
+    std::vector<Outcome> out;
+    for (auto& c : collectors) out.push_back(outcome_of(c));
+    return out;
+  };
+  const auto cached = run(true), fresh = run(false);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(cached[i].tokens, fresh[i].tokens) << "request " << i;
+    EXPECT_EQ(cached[i].cached, i == 0 ? 0 : 32) << "request " << i;
+  }
 }
 
 TEST(Scheduler, StopsAtEosAndMaxTokens) {

@@ -41,6 +41,7 @@ class Seq2SeqCausalLM final : public CausalLM {
     info_.ignored_tensors = s.ignored_tensors;
     info_.num_parameters = s.num_parameters;
     info_.numerics = s.numerics;
+    info_.kv_in_cache = false;  // the decoder states hold K/V: no prefix reuse
   }
 
   const ModelInfo& info() const override { return info_; }

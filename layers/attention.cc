@@ -75,7 +75,7 @@ void store_chunk(const TokenBatch& batch, const float* k, const float* v, KvCach
   for (int64_t t = 0; t < m; ++t) {
     if (ring > 0 && batch.pos[t] < end[batch.slot[t]] - ring) continue;  // overwritten anyway
     cache.store_key(layer, batch.slot[t], batch.pos[t], &k[t * row]);
-    std::copy_n(&v[t * row], row, cache.value(layer, batch.slot[t], batch.pos[t]));
+    cache.store_value(layer, batch.slot[t], batch.pos[t], &v[t * row]);
   }
 }
 
@@ -117,10 +117,10 @@ struct Chunk {
 };
 
 // Full cache, online: each row's query heads of a KV head in one call over
-// its visible positions. blocks_of(slot, kvh): the key blocks of the slot
-// from position 0, `stride` floats from block to block.
-template <class BlocksOf>
-void attend_online_cache(const Chunk& c, const BlocksOf& blocks_of, int64_t stride) {
+// its visible positions, values read through the slot's page table.
+// keys_of(slot, kvh, a) points `a` at the key blocks of the slot from position 0.
+template <class KeysOf>
+void attend_online_cache(const Chunk& c, const KeysOf& keys_of) {
   const KvCache& stored = c.cache;
   c.pool.parallel_for(
       c.m * c.nkv, 1,
@@ -129,39 +129,40 @@ void attend_online_cache(const Chunk& c, const BlocksOf& blocks_of, int64_t stri
           const int64_t t = c.row_of(item / c.nkv), kvh = item % c.nkv;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
           const int64_t at = t * c.q_size + kvh * c.group * c.d;
-          attend_online_f32({.q = &c.q[at],
-                             .q_stride = c.d,
-                             .nq = c.group,
-                             .kt = blocks_of(slot, kvh) + lo / kKeyBlock * stride,
-                             .kt_stride = stride,
-                             .values = stored.value(c.layer, slot, lo) + kvh * c.d,
-                             .v_stride = c.kv_size,
-                             .lane0 = lo % kKeyBlock,
-                             .len = c.visible_end(t) - lo,
-                             .d = c.d,
-                             .scale = c.opt.score.scale,
-                             .out = &c.out[at],
-                             .out_stride = c.d});
+          OnlineAttention a{.q = &c.q[at],
+                            .q_stride = c.d,
+                            .nq = c.group,
+                            .v_stride = c.kv_size,
+                            .lane0 = lo % kKeyBlock,
+                            .len = c.visible_end(t) - lo,
+                            .d = c.d,
+                            .scale = c.opt.score.scale,
+                            .out = &c.out[at],
+                            .out_stride = c.d,
+                            .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
+                            .v_offset = kvh * c.d,
+                            .v_bf16 = stored.bf16(c.layer)};
+          keys_of(slot, kvh, lo / kKeyBlock, a);
+          attend_online_f32(a);
         }
       },
       c.chunks);
 }
 
-// Strategy 1: the cache keeps the keys as blocks already.
+// Strategy 1: the cache keeps the keys as blocks already, one per page.
 void attend_blocked_cache(const Chunk& c) {
   const KvCache& stored = c.cache;
-  attend_online_cache(
-      c,
-      [&](int64_t slot, int64_t kvh) {
-        return stored.key_blocks(c.layer, slot) + kvh * c.d * kKeyBlock;
-      },
-      c.kv_size * kKeyBlock);
+  attend_online_cache(c, [&](int64_t slot, int64_t kvh, int64_t block0, OnlineAttention& a) {
+    a.kt_pages = stored.key_pages(c.layer, slot) + block0;
+    a.kt_offset = kvh * c.d * kKeyBlock;
+    a.kt_bf16 = stored.bf16(c.layer);
+  });
 }
 
 // Strategy 2: key rows, transposed into the blocks of each (slot, KV head)
-// over positions [0, end) once for all the batch's rows of that slot, in the
-// workspace (kept from call to call: no page faults per layer; workers see
-// only the pointer).
+// over positions [0, end) once for all the batch's rows of that slot, a page
+// at a time, in the workspace (kept from call to call: no page faults per
+// layer; workers see only the pointer).
 void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
   const KvCache& stored = c.cache;
   const int64_t n_all = c.cache.num_slots(), block = c.d * kKeyBlock;
@@ -184,14 +185,22 @@ void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
   c.pool.parallel_for(
       n_slots * c.nkv, 1,
       [&](int64_t begin, int64_t stop) {
+        std::vector<float> rows(kKvPage * c.kv_size);  // a bf16 page's key rows as floats
         for (int64_t item = begin; item < stop; ++item) {
           const int64_t slot = slots[item / c.nkv], kvh = item % c.nkv;
-          transpose_key_blocks(stored.key(c.layer, slot, 0) + kvh * c.d, c.kv_size, 0, end[slot],
-                               c.d, head_blocks(slot, kvh));
+          for (int64_t p0 = 0; p0 < end[slot]; p0 += kKvPage) {
+            const int64_t n = std::min(kKvPage, end[slot] - p0);
+            const float* keys = stored.read_key_rows(c.layer, slot, p0, n, rows.data());
+            transpose_key_blocks(keys + kvh * c.d, c.kv_size, 0, n, c.d,
+                                 head_blocks(slot, kvh) + p0 / kKeyBlock * block);
+          }
         }
       },
       c.chunks);
-  attend_online_cache(c, head_blocks, block);
+  attend_online_cache(c, [&](int64_t slot, int64_t kvh, int64_t block0, OnlineAttention& a) {
+    a.kt = head_blocks(slot, kvh) + block0 * block;
+    a.kt_stride = block;
+  });
 }
 
 // Strategy 3 (eager bf16 or softcap): each (row, head) reduces over its own
@@ -201,18 +210,21 @@ void attend_cache_rows(const Chunk& c) {
   c.pool.parallel_for(
       c.m * c.nh, 1,
       [&](int64_t begin, int64_t end) {
-        std::vector<float> scores;
+        std::vector<float> scores, key(c.d), value(c.d);  // bf16 rows as floats
         for (int64_t item = begin; item < end; ++item) {
           const int64_t t = c.row_of(item / c.nh), h = item % c.nh, kvh = h / c.group;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
           const int64_t len = c.visible_end(t) - lo;
-          const float* keys = stored.key(c.layer, slot, lo) + kvh * c.d;
-          const float* values = stored.value(c.layer, slot, lo) + kvh * c.d;
           scores.resize(len);
           attend_rows(
-              &c.q[t * c.q_size + h * c.d], [&](int64_t j) { return keys + j * c.kv_size; },
-              [&](int64_t j) { return values + j * c.kv_size; }, len, c.d, c.opt.score,
-              scores.data(), &c.out[t * c.q_size + h * c.d]);
+              &c.q[t * c.q_size + h * c.d],
+              [&](int64_t j) {
+                return stored.read_key(c.layer, slot, lo + j, kvh * c.d, c.d, key.data());
+              },
+              [&](int64_t j) {
+                return stored.read_value(c.layer, slot, lo + j, kvh * c.d, c.d, value.data());
+              },
+              len, c.d, c.opt.score, scores.data(), &c.out[t * c.q_size + h * c.d]);
         }
       },
       c.chunks);
@@ -239,7 +251,7 @@ void attend_ring(const Chunk& c) {
   c.pool.parallel_for(
       c.m * c.nh / heads_per_item, 1,
       [&](int64_t begin, int64_t end) {
-        std::vector<float> scores, keys, values, key_blocks_buf;
+        std::vector<float> scores, keys, values, key_blocks_buf, key_row(d), value_row(d);
         for (int64_t item = begin; item < end; ++item) {
           const int64_t per_row = c.nh / heads_per_item;
           const int64_t t = c.row_of(item / per_row), h = item % per_row * heads_per_item,
@@ -247,17 +259,16 @@ void attend_ring(const Chunk& c) {
           const int64_t slot = c.batch.slot[t], p = c.batch.pos[t], lo = c.first_visible(p);
           const int64_t cached = stored.length(slot), len = c.visible_end(t) - lo;
           const std::vector<int64_t>& chunk = rows[slot];
+          // Each pointer is read before the next call (bf16 rows convert into one buffer).
           auto key_at = [&](int64_t j) {
             const int64_t pj = lo + j;
-            return (pj < cached ? stored.key(c.layer, slot, pj)
-                                : &c.k[chunk[pj - cached] * kv_size]) +
-                   kvh * d;
+            return pj < cached ? stored.read_key(c.layer, slot, pj, kvh * d, d, key_row.data())
+                               : &c.k[chunk[pj - cached] * kv_size + kvh * d];
           };
           auto value_at = [&](int64_t j) {
             const int64_t pj = lo + j;
-            return (pj < cached ? stored.value(c.layer, slot, pj)
-                                : &c.v[chunk[pj - cached] * kv_size]) +
-                   kvh * d;
+            return pj < cached ? stored.read_value(c.layer, slot, pj, kvh * d, d, value_row.data())
+                               : &c.v[chunk[pj - cached] * kv_size + kvh * d];
           };
           float* const out = &c.out[t * c.q_size + h * d];
           if (!online) {

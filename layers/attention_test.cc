@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "layers/attention.h"
 #include "ops/attend_online.h"
+#include "ops/bf16.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -139,15 +140,52 @@ TEST(BlockedKeyCache, SameBitsAsRowCacheWithAndWithoutWindow) {
     expect_same_bits(a[0], b[0]);
     expect_same_bits(a[1], b[1]);
   }
-  // Blocks are whole: 3 positions take one block of keys, values stay per position.
+  // Pages are whole: 3 positions take one page, a block of keys and 16 value rows.
   KvLayerSpec spec{kKv, 0};
   spec.blocked_keys = true;
   KvCache blocked({spec}, 1);
-  EXPECT_EQ(blocked.slot_bytes_at(3), (kKeyBlock + 3) * kKv * static_cast<int64_t>(sizeof(float)));
+  EXPECT_EQ(blocked.slot_bytes_at(3), 2 * kKeyBlock * kKv * static_cast<int64_t>(sizeof(float)));
   // Eager or softcapped scores read key rows, which a blocked cache does not have.
   KvCache other({spec}, 2);
   EXPECT_THROW(run(other, seqs, chunks, options(true, 0.0f), pool), InvalidArgument);
   EXPECT_THROW(KvCache({KvLayerSpec{kKv, 4, true}}, 1), InvalidArgument);
+}
+
+// 16-bit storage: keys and values that are bf16 values (as bf16 modes store
+// them) give the same bits from a bf16 cache as from a float32 one, on every
+// read path: blocked keys, key rows (eager, softcap), a windowed layer's pages.
+TEST(Bf16KvCache, SameBitsAsFloat32Cache) {
+  ThreadPool pool(2);
+  std::vector<Rows> seqs = {random_rows(45, 31), random_rows(45, 32)};
+  for (auto& r : seqs) {
+    for (auto* x : {&r.k, &r.v}) round_bf16(x->data(), static_cast<int64_t>(x->size()));
+  }
+  const std::vector<std::vector<int64_t>> chunks = {{1, 17, 3, 1, 1, 20, 1, 1},
+                                                    {9, 1, 16, 1, 5, 1, 1, 11}};
+  struct Case {
+    bool eager;
+    float softcap;
+    int64_t window, ring;
+    bool blocked;
+  };
+  for (const Case& k : {Case{false, 0.0f, 0, 0, true}, Case{false, 0.0f, 0, 0, false},
+                        Case{false, 0.0f, kWindow, 0, true}, Case{true, 0.0f, 0, 0, false},
+                        Case{false, 5.0f, kWindow, 0, false}, Case{false, 0.0f, kWindow, 20, false},
+                        Case{true, 0.0f, kWindow, kWindow, false}}) {
+    SCOPED_TRACE("eager " + std::to_string(k.eager) + " window " + std::to_string(k.window) +
+                 " ring " + std::to_string(k.ring) + " blocked " + std::to_string(k.blocked));
+    ChunkOptions opt = options(k.eager, k.softcap);
+    opt.window = k.window;
+    KvLayerSpec spec{kKv, k.ring, k.blocked};
+    KvCache wide({spec}, 2);
+    spec.bf16 = true;
+    KvCache narrow({spec}, 2);
+    const auto a = run(wide, seqs, chunks, opt, pool);
+    const auto b = run(narrow, seqs, chunks, opt, pool);
+    expect_same_bits(a[0], b[0]);
+    expect_same_bits(a[1], b[1]);
+    EXPECT_EQ(narrow.bytes() * 2, wide.bytes());
+  }
 }
 
 TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
@@ -189,17 +227,17 @@ TEST(RingKvCache, MemoryStopsAtTheWindow) {
   ThreadPool pool(1);
   const std::vector<Rows> seqs = {random_rows(40, 5), random_rows(40, 6)};
   KvCache cache({KvLayerSpec{kKv, kWindow}, KvLayerSpec{kKv, 0}}, 2);
-  const int64_t window_bytes = 2 * kWindow * kKv * static_cast<int64_t>(sizeof(float));
-  EXPECT_EQ(cache.slot_bytes_at(3), 2 * 2 * 3 * kKv * static_cast<int64_t>(sizeof(float)));
-  EXPECT_EQ(cache.slot_bytes_at(1000),
-            window_bytes + 2 * 1000 * kKv * static_cast<int64_t>(sizeof(float)));
+  // Whole pages of 16 positions: a window of 7 spans at most 2 of them.
+  const int64_t page = 2 * kKvPage * kKv * static_cast<int64_t>(sizeof(float));
+  EXPECT_EQ(cache.slot_bytes_at(3), 2 * page);
+  EXPECT_EQ(cache.slot_bytes_at(1000), 2 * 2 * page + 63 * page);
   for (int64_t n = 1; n <= 40; ++n) {
     cache.reserve(0, n);
     cache.set_length(0, n);
-    EXPECT_LE(cache.bytes(0, 0), window_bytes) << "at " << n << " positions";
-    EXPECT_GE(cache.bytes(1, 0), 2 * n * kKv * static_cast<int64_t>(sizeof(float)));
+    EXPECT_LE(cache.bytes(0, 0), 2 * page) << "at " << n << " positions";
+    EXPECT_EQ(cache.bytes(1, 0), (n + kKvPage - 1) / kKvPage * page);
   }
-  EXPECT_EQ(cache.bytes(0, 0), window_bytes);
+  EXPECT_EQ(cache.bytes(0, 0), page);  // positions 33..39 are in page 2 alone
   cache.clear(0);
   EXPECT_EQ(cache.bytes(0, 0), 0);
   EXPECT_EQ(cache.bytes(1, 0), 0);

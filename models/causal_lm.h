@@ -41,6 +41,9 @@ struct ModelInfo {
   // false: bidirectional attention (an encoder such as EmbeddingGemma), which
   // runs each sequence whole and cannot generate.
   bool causal = true;
+  // false: the model keeps its keys and values outside the KvCache (the encoder-decoder
+  // adapter, engine/seq2seq_causal), whose pages then hold nothing a prefix could reuse.
+  bool kv_in_cache = true;
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;        // resident, as packed for compute
   int64_t quantized_matrices = 0;  // matrices kept block-quantized

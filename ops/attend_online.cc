@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#include "ops/bf16.h"
 
 #ifndef HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
 #define HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
@@ -23,6 +26,28 @@ constexpr float kMax = 88.0f;   // above: clamped (n <= 127)
 }  // namespace hubzoo::expf32
 
 namespace hubzoo {
+// Block b's keys and values as OnlineAttention places them: through the
+// page tables when set (elements KT / VT: float, or uint16_t bf16 bits,
+// which only pages hold), else from kt and values. A value block's lane i is
+// at the result + (vfirst + i) * v_stride (vfirst: 0 paged, else the block's
+// first key index).
+template <class KT>
+const KT* BlockKeys(const OnlineAttention& a, int64_t b) {
+  if constexpr (std::is_same_v<KT, float>) {
+    if (!a.kt_pages) return a.kt + b * a.kt_stride;
+  }
+  return static_cast<const KT*>(a.kt_pages[b]) + a.kt_offset;
+}
+template <class VT>
+const VT* BlockValues(const OnlineAttention& a, int64_t b) {
+  if constexpr (std::is_same_v<VT, float>) {
+    if (!a.v_pages) return a.values;
+  }
+  return static_cast<const VT*>(a.v_pages[b]) + a.v_offset;
+}
+inline float kv_float(float x) { return x; }
+inline float kv_float(uint16_t x) { return bf16_to_float(x); }
+
 // Lanes of l summed pairwise: i + 8, then i + 4, i + 2, i + 1 (ops/attend_online.h).
 inline float sum_lanes16(float* l) {
   for (int w = 8; w >= 1; w /= 2) {
@@ -106,6 +131,29 @@ void TransposeKeyBlocks(const float* HWY_RESTRICT keys, int64_t stride, int64_t 
   }
 }
 
+// kN keys or values from p as floats: bf16 bits widen exactly (x << 16).
+template <class T>
+HWY_INLINE V LoadKv(DF df, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::Rebind<uint32_t, DF> du32;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
+  }
+}
+// The first n (1 .. kN) of them, zeros after; nothing past them is read.
+template <class T>
+HWY_INLINE V LoadKvN(DF df, const T* HWY_RESTRICT p, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(n)), df, p);
+  } else {
+    uint16_t buf[kN] = {};
+    std::copy_n(p, n, buf);
+    return LoadKv(df, buf);
+  }
+}
+
 // Rows interleaved per pass: their FMA chains are independent, so R rows
 // keep the FMA unit busy where one row would wait on each chain's latency.
 // Score chains take 4 * kS registers per row: 4 rows on AVX-512 (kS = 1),
@@ -115,9 +163,9 @@ constexpr int kAccChunk = 4;  // output vectors per row held in registers at a t
 
 // sv[r] = the unscaled scores of the block's 16 lanes for query row r: four
 // FMA chains over the dims d % 4 == 0, 1, 2, 3, then (c0 + c1) + (c2 + c3).
-template <int R>
+template <int R, class KT>
 HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
-                            const float* HWY_RESTRICT block, int64_t d, V (*HWY_RESTRICT sv)[kS]) {
+                            const KT* HWY_RESTRICT block, int64_t d, V (*HWY_RESTRICT sv)[kS]) {
   V c[R][4][kS];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -130,7 +178,7 @@ HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride
   const auto step = [&](int j, int64_t k) HWY_ATTR {
     V kv[kS];
 #pragma GCC unroll 4
-    for (int s = 0; s < kS; ++s) kv[s] = hn::LoadU(df, block + k * kKeyBlock + s * kN);
+    for (int s = 0; s < kS; ++s) kv[s] = LoadKv(df, block + k * kKeyBlock + s * kN);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const V qk = hn::Set(df, q[r * q_stride + k]);
@@ -161,10 +209,10 @@ HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride
 // fma(p_r[i], v_i, acc_r) for lanes i in [lo, hi) in order, value of lane i at
 // v0 + (first + i) * v_stride (loaded once for all R rows). The last vector
 // holds `tail` (1..kN) floats.
-template <int NC, int R>
+template <int NC, int R, class VT>
 HWY_INLINE void AccumulateValues(DF df, float* const* HWY_RESTRICT acc, const float* alpha,
                                  const float (*HWY_RESTRICT p)[kKeyBlock], int64_t lo, int64_t hi,
-                                 const float* HWY_RESTRICT v0, int64_t first, int64_t v_stride,
+                                 const VT* HWY_RESTRICT v0, int64_t first, int64_t v_stride,
                                  int64_t tail) {
   V a[R][NC];
 #pragma GCC unroll 4
@@ -173,14 +221,12 @@ HWY_INLINE void AccumulateValues(DF df, float* const* HWY_RESTRICT acc, const fl
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) a[r][c] = hn::Mul(hn::LoadU(df, acc[r] + c * kN), va);
   }
-  const auto last = hn::FirstN(df, static_cast<size_t>(tail));
   for (int64_t i = lo; i < hi; ++i) {
-    const float* v = v0 + (first + i) * v_stride;
+    const VT* v = v0 + (first + i) * v_stride;
     V vv[NC];
 #pragma GCC unroll 4
-    for (int c = 0; c < NC - 1; ++c) vv[c] = hn::LoadU(df, v + c * kN);
-    vv[NC - 1] =
-        tail == kN ? hn::LoadU(df, v + (NC - 1) * kN) : hn::MaskedLoad(last, df, v + (NC - 1) * kN);
+    for (int c = 0; c < NC - 1; ++c) vv[c] = LoadKv(df, v + c * kN);
+    vv[NC - 1] = tail == kN ? LoadKv(df, v + (NC - 1) * kN) : LoadKvN(df, v + (NC - 1) * kN, tail);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const V pi = hn::Set(df, p[r][i]);
@@ -203,10 +249,10 @@ struct RowState {
 };
 
 // Query rows q, q + q_stride, ... (R of them) through block b.
-template <int R>
+template <int R, class KT, class VT>
 HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
-                          const float* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
-                          int64_t hi, const float* HWY_RESTRICT values, int64_t first,
+                          const KT* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
+                          int64_t hi, const VT* HWY_RESTRICT values, int64_t first,
                           int64_t v_stride, RowState* state) {
   const hn::RebindToSigned<DF> di;
   const V neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
@@ -250,29 +296,28 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
     float* chunk_acc[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) chunk_acc[r] = acc[r] + c0 * kN;
-    const float* v0 = values + c0 * kN;
+    const VT* v0 = values + c0 * kN;
     switch (nc) {
       case 1:
-        AccumulateValues<1, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<1, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
         break;
       case 2:
-        AccumulateValues<2, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<2, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
         break;
       case 3:
-        AccumulateValues<3, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<3, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
         break;
       default:
-        AccumulateValues<4, R>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<4, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
     }
   }
 }
 
-void AttendOnline(const OnlineAttention& a) {
+template <class KT, class VT>
+void AttendOnlineT(const OnlineAttention& a) {
   const float* HWY_RESTRICT q = a.q;
-  const float* HWY_RESTRICT kt = a.kt;
-  const float* HWY_RESTRICT values = a.values;
   float* HWY_RESTRICT out = a.out;
-  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t q_stride = a.q_stride, nq = a.nq, v_stride = a.v_stride;
   const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
   const float scale = a.scale;
   const DF df;
@@ -298,25 +343,28 @@ void AttendOnline(const OnlineAttention& a) {
     state[g].acc = acc_buf + g * dv * kN;
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* block = kt + b * kt_stride;
+    const KT* block = BlockKeys<KT>(a, b);
     const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
     const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
+    // Lane i's value at vb + (vfirst + i) * v_stride.
+    const VT* vb = BlockValues<VT>(a, b);
+    const int64_t vfirst = a.v_pages ? 0 : first;
     for (int64_t g = 0; g < nq; g += kMaxRows) {
       const float* qg = q + g * q_stride;
       RowState* st = state + g;
       switch (std::min<int64_t>(kMaxRows, nq - g)) {
         case 1:
-          BlockRows<1>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<1, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         case 2:
-          BlockRows<2>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<2, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         case 3:
-          BlockRows<3>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride, st);
+          BlockRows<3, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
           break;
         default:
-          BlockRows<kMaxRows>(df, qg, q_stride, block, d, scale, lo, hi, values, first, v_stride,
-                              st);
+          BlockRows<kMaxRows, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst,
+                                      v_stride, st);
       }
     }
   }
@@ -325,6 +373,13 @@ void AttendOnline(const OnlineAttention& a) {
     float* o = out + g * out_stride;
     for (int64_t k = 0; k < d; ++k) o[k] = state[g].acc[k] / total;
   }
+}
+
+void AttendOnline(const OnlineAttention& a) {
+  if (a.kt_bf16 && a.v_bf16) return AttendOnlineT<uint16_t, uint16_t>(a);
+  if (a.kt_bf16) return AttendOnlineT<uint16_t, float>(a);
+  if (a.v_bf16) return AttendOnlineT<float, uint16_t>(a);
+  AttendOnlineT<float, float>(a);
 }
 
 #else  // no native FMA: the scalar reference
@@ -380,10 +435,12 @@ void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t l
   }
 }
 
-void attend_online_f32_reference(const OnlineAttention& a) {
-  const float *q = a.q, *kt = a.kt, *values = a.values;
+namespace {
+template <class KT, class VT>
+void attend_reference(const OnlineAttention& a) {
+  const float* q = a.q;
   float* out = a.out;
-  const int64_t q_stride = a.q_stride, nq = a.nq, kt_stride = a.kt_stride, v_stride = a.v_stride;
+  const int64_t q_stride = a.q_stride, nq = a.nq, v_stride = a.v_stride;
   const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
   const float scale = a.scale;
   if (len <= 0) {
@@ -398,14 +455,17 @@ void attend_online_f32_reference(const OnlineAttention& a) {
     float m = -inf, l[kKeyBlock] = {};
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* block = kt + b * kt_stride;
+      const KT* block = BlockKeys<KT>(a, b);
       const int64_t first = b * kKeyBlock - lane0;
+      // Lane i's value at vb + (vfirst + i) * v_stride.
+      const VT* vb = BlockValues<VT>(a, b);
+      const int64_t vfirst = a.v_pages ? 0 : first;
       float s[kKeyBlock], p[kKeyBlock];
       float block_max = -inf;
       for (int64_t i = 0; i < kKeyBlock; ++i) {
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t k = 0; k < d; ++k)
-          c[k % 4] = std::fma(qg[k], block[k * kKeyBlock + i], c[k % 4]);
+          c[k % 4] = std::fma(qg[k], kv_float(block[k * kKeyBlock + i]), c[k % 4]);
         const float sum = (c[0] + c[1]) + (c[2] + c[3]);
         s[i] = first + i >= 0 && first + i < len ? sum * scale : -inf;
         block_max = std::max(block_max, s[i]);
@@ -421,7 +481,7 @@ void attend_online_f32_reference(const OnlineAttention& a) {
         float a = acc[k] * alpha;
         for (int64_t i = 0; i < kKeyBlock; ++i) {
           if (first + i >= 0 && first + i < len) {
-            a = std::fma(p[i], values[(first + i) * v_stride + k], a);
+            a = std::fma(p[i], kv_float(vb[(vfirst + i) * v_stride + k]), a);
           }
         }
         acc[k] = a;
@@ -430,6 +490,15 @@ void attend_online_f32_reference(const OnlineAttention& a) {
     const float total = sum_lanes16(l);
     for (int64_t k = 0; k < d; ++k) out[g * out_stride + k] = acc[k] / total;
   }
+}
+
+}  // namespace
+
+void attend_online_f32_reference(const OnlineAttention& a) {
+  if (a.kt_bf16 && a.v_bf16) return attend_reference<uint16_t, uint16_t>(a);
+  if (a.kt_bf16) return attend_reference<uint16_t, float>(a);
+  if (a.v_bf16) return attend_reference<float, uint16_t>(a);
+  attend_reference<float, float>(a);
 }
 
 HWY_EXPORT(AttendOnlineTarget);

@@ -66,6 +66,19 @@ struct OnlineAttention {
   float scale = 1.0f;
   float* out = nullptr;
   int64_t out_stride = 0;
+  // Paged keys and values (a paged KV cache, layers/kv_cache.h): when set,
+  // block b's keys are at kt_pages[b] + kt_offset elements instead of
+  // kt + b * kt_stride, and the value of lane i of block b at v_pages[b] +
+  // v_offset + i * v_stride elements instead of values + j * v_stride. The
+  // elements are floats, or bf16 bits (uint16_t) where kt_bf16 / v_bf16 say
+  // so (pages only), read as the floats they stand for. Only addresses and
+  // loads change: the arithmetic, and so every bit of the result, is the same.
+  const void* const* kt_pages = nullptr;
+  int64_t kt_offset = 0;
+  const void* const* v_pages = nullptr;
+  int64_t v_offset = 0;
+  bool kt_bf16 = false;
+  bool v_bf16 = false;
 };
 
 void attend_online_f32(const OnlineAttention& a);

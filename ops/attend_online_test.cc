@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "hwy/targets.h"
+#include "ops/bf16.h"
 #include "ops/test_values.h"
 
 namespace hubzoo {
@@ -148,6 +149,106 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
       for (int64_t i = 0; i < 4 * d; ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << lo << " " << p;
       for (int64_t i = 0; i < d; ++i) ASSERT_EQ(bits(a[2 * d + i]), bits(c[i])) << lo << " " << p;
     }
+  }
+}
+
+// Keys and values read through page tables (a paged KV cache: each 16-position
+// block in an allocation of its own, one KV head at an offset in it), as
+// floats or as bf16 bits, give the bits the contiguous float blocks give, on
+// every target and in the reference. Values are bf16 values, as bf16 modes store.
+TEST(AttendOnline, PagedBlocksBitIdenticalToContiguous) {
+  const int64_t d = 48, heads = 2, row = heads * d, n = 77;
+  auto k = random_values(n * row, 21), v = random_values(n * row, 22);
+  round_bf16(k.data(), n * row);
+  round_bf16(v.data(), n * row);
+  const auto q = random_values(3 * d, 23, 4);
+  const int64_t pages = key_blocks(0, n);
+  // Page b: keys [row][16] (head h's [d][16] block at h * d * 16), values [16][row].
+  std::vector<std::vector<float>> key_pages(pages), value_pages(pages);
+  std::vector<std::vector<uint16_t>> key_pages16(pages), value_pages16(pages);
+  std::vector<const void*> kp(pages), vp(pages), kp16(pages), vp16(pages);
+  for (int64_t b = 0; b < pages; ++b) {
+    const int64_t len = std::min(kKeyBlock, n - b * kKeyBlock);
+    key_pages[b].assign(row * kKeyBlock, 0.0f);
+    value_pages[b].assign(kKeyBlock * row, 0.0f);
+    for (int64_t h = 0; h < heads; ++h) {
+      transpose_key_blocks(k.data() + b * kKeyBlock * row + h * d, row, 0, len, d,
+                           key_pages[b].data() + h * d * kKeyBlock);
+    }
+    std::copy_n(v.data() + b * kKeyBlock * row, len * row, value_pages[b].data());
+    kp[b] = key_pages[b].data();
+    vp[b] = value_pages[b].data();
+    key_pages16[b].resize(row * kKeyBlock);
+    value_pages16[b].resize(kKeyBlock * row);
+    to_bf16(key_pages[b].data(), row * kKeyBlock, key_pages16[b].data());
+    to_bf16(value_pages[b].data(), kKeyBlock * row, value_pages16[b].data());
+    kp16[b] = key_pages16[b].data();
+    vp16[b] = value_pages16[b].data();
+  }
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<float> all(pages * d * kKeyBlock);
+      transpose_key_blocks(k.data() + h * d, row, 0, n, d, all.data());
+      for (int64_t lo : {0, 5, 16, 40}) {
+        for (int64_t p : {lo, lo + 11, n - 1}) {
+          const int64_t len = p - lo + 1;
+          std::vector<float> want(3 * d), got(3 * d), ref_want(3 * d), ref_got(3 * d);
+          std::vector<float> got16(3 * d), ref_got16(3 * d), got_mixed(3 * d);
+          OnlineAttention flat{.q = q.data(),
+                               .q_stride = d,
+                               .nq = 3,
+                               .kt = all.data() + lo / kKeyBlock * d * kKeyBlock,
+                               .kt_stride = d * kKeyBlock,
+                               .values = v.data() + lo * row + h * d,
+                               .v_stride = row,
+                               .lane0 = lo % kKeyBlock,
+                               .len = len,
+                               .d = d,
+                               .scale = 0.2f,
+                               .out = want.data(),
+                               .out_stride = d};
+          OnlineAttention paged = flat;
+          paged.kt = nullptr;
+          paged.values = nullptr;
+          paged.kt_pages = kp.data() + lo / kKeyBlock;
+          paged.kt_offset = h * d * kKeyBlock;
+          paged.v_pages = vp.data() + lo / kKeyBlock;
+          paged.v_offset = h * d;
+          paged.out = got.data();
+          attend_online_f32(flat);
+          attend_online_f32(paged);
+          flat.out = ref_want.data();
+          paged.out = ref_got.data();
+          attend_online_f32_reference(flat);
+          attend_online_f32_reference(paged);
+          OnlineAttention paged16 = paged;  // bf16 pages
+          paged16.kt_pages = kp16.data() + lo / kKeyBlock;
+          paged16.v_pages = vp16.data() + lo / kKeyBlock;
+          paged16.kt_bf16 = paged16.v_bf16 = true;
+          paged16.out = got16.data();
+          attend_online_f32(paged16);
+          paged16.out = ref_got16.data();
+          attend_online_f32_reference(paged16);
+          OnlineAttention mixed = paged16;  // float key blocks, bf16 value pages
+          mixed.kt = flat.kt;
+          mixed.kt_pages = nullptr;
+          mixed.kt_bf16 = false;
+          mixed.out = got_mixed.data();
+          attend_online_f32(mixed);
+          for (int64_t i = 0; i < 3 * d; ++i) {
+            ASSERT_EQ(bits(want[i]), bits(got16[i])) << "bf16 head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(ref_got16[i])) << "bf16 head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(got_mixed[i])) << "mixed head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(got[i])) << "head " << h << " lo " << lo << " p " << p;
+            ASSERT_EQ(bits(ref_want[i]), bits(ref_got[i])) << "head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(ref_want[i])) << "head " << h << " lo " << lo;
+          }
+        }
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
   }
 }
 

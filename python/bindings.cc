@@ -160,7 +160,8 @@ class PyCausalLM {
                                            float top_p, uint64_t seed, bool stop_at_eos,
                                            const std::string& constraint_kind,
                                            const std::string& constraint_text,
-                                           const std::vector<std::string>& choices) {
+                                           const std::vector<std::string>& choices,
+                                           int64_t kv_cache_bytes) {
     const int64_t batch = ids.shape(0), seq = ids.shape(1);
     check_mask_shape(ids, mask);
     if (max_new_tokens < 0) throw InvalidArgument("max_new_tokens must be >= 0");
@@ -188,7 +189,7 @@ class PyCausalLM {
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, tokenizer, std::move(requests));
+      done = run_to_completion(*model_, tokenizer, std::move(requests), kv_cache_bytes);
     }
     const ModelInfo& info = model_->info();
     const int64_t pad_id = info.pad_token_id >= 0        ? info.pad_token_id
@@ -355,6 +356,7 @@ NB_MODULE(_hubzoo, m) {
       .def("generate", &PyCausalLM::generate, nb::arg("ids"), nb::arg("mask").none(),
            nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
            nb::arg("seed"), nb::arg("stop_at_eos") = true, nb::arg("constraint_kind") = "",
-           nb::arg("constraint_text") = "", nb::arg("choices") = std::vector<std::string>{})
+           nb::arg("constraint_text") = "", nb::arg("choices") = std::vector<std::string>{},
+           nb::arg("kv_cache_bytes") = 0)
       .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"));
 }

@@ -80,6 +80,14 @@ std::vector<LogprobEntry> logprob_entries(const std::vector<TokenEvent>& events)
   return out;
 }
 
+// OpenAI's usage, with prompt_tokens_details.cached_tokens: prompt tokens
+// whose keys and values came from the prefix cache.
+Json usage_with_cache(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  Json u = usage_json(prompt_tokens, completion_tokens);
+  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return u;
+}
+
 // The logprobs object of a choice, in the kind's format; `offset0` is where
 // the events' text starts in the completion.
 Json logprobs_json(Server::Impl& s, Kind kind, const std::vector<TokenEvent>& events,
@@ -124,7 +132,7 @@ std::vector<std::shared_ptr<Job>> submit_all(Scheduler& scheduler, const Generat
 void respond_whole(Server::Impl& s, const ResponseContext& rc,
                    std::vector<std::shared_ptr<Job>>& jobs, net::Response& res) {
   Json choices = Json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = *jobs[i];
     const Completion c = job.channel->wait_done(job.events);
@@ -132,6 +140,7 @@ void respond_whole(Server::Impl& s, const ResponseContext& rc,
     if (auto err = completion_error(c)) throw *err;
     prompt_tokens += c.prompt_tokens;
     completion_tokens += c.completion_tokens;
+    cached_tokens += c.cached_tokens;
     Json choice = {{"index", i}};
     const char* finish = finish_reason_name(c.reason);
     if (rc.kind == Kind::kChat) {
@@ -157,7 +166,7 @@ void respond_whole(Server::Impl& s, const ResponseContext& rc,
   }
   Json out = envelope(rc, false);
   out["choices"] = choices;
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
+  out["usage"] = usage_with_cache(prompt_tokens, completion_tokens, cached_tokens);
   send_json(res, out);
 }
 
@@ -272,7 +281,8 @@ std::string stream_events(Server::Impl& s, Stream& st, std::vector<TokenEvent>& 
       if (!done->stop_string.empty()) choice["stop_reason"] = done->stop_string;
       Json j = envelope(rc, true);
       j["choices"] = Json::array({choice});
-      const Json usage = usage_json(done->prompt_tokens, done->completion_tokens);
+      const Json usage =
+          usage_with_cache(done->prompt_tokens, done->completion_tokens, done->cached_tokens);
       // Without stream_options.include_usage the last chunk carries it (as
       // llama.cpp's server does); with it, OpenAI's extra chunk.
       j["usage"] = rc.include_usage ? Json(nullptr) : usage;

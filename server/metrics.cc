@@ -53,8 +53,35 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model) c
   o << "hubzoo_max_context_tokens" << m << " " << s.max_context << "\n";
   metric(o, "hubzoo_kv_cache_bytes", "gauge", "Bytes allocated for keys and values.");
   o << "hubzoo_kv_cache_bytes" << m << " " << s.kv_cache_bytes << "\n";
-  metric(o, "hubzoo_kv_cache_budget_bytes", "gauge", "KV-cache bytes with every slot full.");
+  metric(o, "hubzoo_kv_cache_budget_bytes", "gauge", "KV-cache byte budget (--kv-cache-bytes).");
   o << "hubzoo_kv_cache_budget_bytes" << m << " " << s.kv_budget_bytes << "\n";
+  metric(o, "hubzoo_kv_cache_reserved_bytes", "gauge",
+         "KV-cache bytes the running requests may grow to.");
+  o << "hubzoo_kv_cache_reserved_bytes" << m << " " << s.kv_reserved_bytes << "\n";
+  metric(o, "hubzoo_kv_cache_pages", "gauge", "KV-cache pages held (16 positions of one layer).");
+  o << "hubzoo_kv_cache_pages" << m << " " << s.kv_pages << "\n";
+  metric(o, "hubzoo_kv_cache_total_bytes", "gauge",
+         "KV-cache bytes held, with the pages only the prefix cache holds.");
+  o << "hubzoo_kv_cache_total_bytes" << m << " " << s.kv_total_bytes << "\n";
+  metric(o, "hubzoo_prefix_cache_enabled", "gauge", "1 when prompts reuse cached KV pages.");
+  o << "hubzoo_prefix_cache_enabled" << m << " " << (s.prefix_cache ? 1 : 0) << "\n";
+  metric(o, "hubzoo_prefix_cache_lookup_tokens_total", "counter",
+         "Prompt tokens looked up in the prefix cache.");
+  o << "hubzoo_prefix_cache_lookup_tokens_total" << m << " " << s.prefix_lookup_tokens << "\n";
+  metric(o, "hubzoo_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens whose keys and values came from the prefix cache.");
+  o << "hubzoo_prefix_cache_hit_tokens_total" << m << " " << s.prefix_hit_tokens << "\n";
+  metric(o, "hubzoo_prefix_cache_hit_rate", "gauge", "Hit tokens / looked-up tokens so far.");
+  o << "hubzoo_prefix_cache_hit_rate" << m << " "
+    << (s.prefix_lookup_tokens
+            ? static_cast<double>(s.prefix_hit_tokens) / static_cast<double>(s.prefix_lookup_tokens)
+            : 0.0)
+    << "\n";
+  metric(o, "hubzoo_prefix_cache_pages", "gauge", "KV pages the prefix cache indexes.");
+  o << "hubzoo_prefix_cache_pages" << m << " " << s.prefix_cached_pages << "\n";
+  metric(o, "hubzoo_prefix_cache_evicted_pages_total", "counter",
+         "Pages evicted from the prefix cache (least recently used) to make room.");
+  o << "hubzoo_prefix_cache_evicted_pages_total" << m << " " << s.prefix_evicted_pages << "\n";
   metric(o, "hubzoo_requests_submitted_total", "counter", "Generation requests accepted.");
   o << "hubzoo_requests_submitted_total" << m << " " << s.submitted << "\n";
   metric(o, "hubzoo_requests_rejected_total", "counter", "Requests refused: queue full.");

@@ -102,6 +102,8 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   so.max_queue = opt.max_queue;
   so.max_context = opt.max_context;
   so.max_batch_tokens = opt.max_batch_tokens;
+  so.kv_cache_bytes = opt.kv_cache_bytes;
+  so.prefix_cache = opt.prefix_cache;
   scheduler = std::make_unique<Scheduler>(*model, tokenizer.get(), so);
   if (!opt.embedding_model.empty()) {
     embedder = Embedder::load(

@@ -22,6 +22,8 @@ struct ServerOptions {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_context = 0;         // tokens per request (prompt + new); 0: the model's
   int64_t max_batch_tokens = 256;  // prefill tokens per forward pass
+  int64_t kv_cache_bytes = 0;      // KV-cache budget; 0: from the memory available
+  bool prefix_cache = true;        // reuse earlier prompts' KV pages (--no-prefix-cache: off)
   std::string dtype = "float32", mode = "fused";
   std::string gguf_file;  // one .gguf of the model's folder (--gguf-file)
   std::string quantize;   // quantize on load: "q8_0", "q4_0", "q4_k", ... (empty: no)

@@ -111,7 +111,7 @@ class CausalLM:
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, ignore_eos: bool = False, json_schema=None,
                  regex: str | None = None, choice: list[str] | None = None,
-                 json_object: bool = False) -> np.ndarray:
+                 json_object: bool = False, kv_cache_bytes: int = 0) -> np.ndarray:
         """New tokens int64 [batch, steps] (left padding allowed via attention_mask).
 
         Each row is one request to the engine's Scheduler (as the server runs them), every
@@ -122,7 +122,11 @@ class CausalLM:
         Structured generation (at most one; uses the checkpoint's tokenizer): json_schema (a
         dict or JSON text), regex (the whole output matches it), choice (one of the strings),
         json_object (any JSON object). The output is compact JSON (no whitespace); an
-        unsupported schema keyword raises InvalidArgument naming it."""
+        unsupported schema keyword raises InvalidArgument naming it.
+
+        kv_cache_bytes: the KV cache's budget (0: every row at once, up to half the memory
+        available); rows beyond it wait for pages, and a row that cannot fit it alone is
+        refused (InvalidArgument)."""
         ids, mask = self._inputs(input_ids, attention_mask)
         given = [k for k, v in (("json_schema", json_schema), ("regex", regex),
                                 ("choice", choice), ("json_object", json_object or None))
@@ -139,7 +143,8 @@ class CausalLM:
             choices = [str(c) for c in choice]
         return self._model.generate(ids, mask, int(max_new_tokens), float(temperature),
                                     int(top_k or 0), float(1.0 if top_p is None else top_p),
-                                    int(seed or 0), not ignore_eos, kind, text, choices)
+                                    int(seed or 0), not ignore_eos, kind, text, choices,
+                                    int(kv_cache_bytes))
 
     def generate_rows(self, prompts, max_tokens=32, temperature=0.0, top_k=0, top_p=1.0,
                       seed=0, stop_token_ids=None, ignore_eos=False) -> list[tuple[list[int], str]]:

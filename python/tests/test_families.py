@@ -25,6 +25,13 @@ from _util import hf_forward, hf_generate, random_prompt
 WINDOWED = ["mistral_window", "phi3_longrope", "smollm3_norope"]
 PHI3 = "phi3_longrope"
 FLOAT = 4  # bytes: the cache stores float32
+PAGE = 16  # positions per KV-cache page (layers/kv_cache.h)
+
+
+def pages_held(length: int, win: int) -> int:
+    """Pages a layer holds at `length` positions: those of its last `win` (0: all)."""
+    first = max(0, length - win) // PAGE if win else 0
+    return -(-length // PAGE) - first
 
 
 def window(hf) -> int:
@@ -71,12 +78,8 @@ def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
         assert stats["windows"] == [w if t == "sliding_attention" else 0 for t in types]
         for i, t in enumerate(types):
             held = stats["layer_slot_bytes"][i][0]
-            if t == "sliding_attention":  # grows geometrically, never past the window
-                assert held <= 2 * w * row * FLOAT, (i, length, held)
-                if length >= w:
-                    assert held == 2 * w * row * FLOAT, (i, length, held)
-            else:
-                assert held >= 2 * length * row * FLOAT, (i, length, held)
+            win = w if t == "sliding_attention" else 0  # whole pages, a window's at most
+            assert held == pages_held(length, win) * 2 * PAGE * row * FLOAT, (i, length, held)
 
 
 def test_mistral_generation_past_the_window(hf_tiny, our_tiny):

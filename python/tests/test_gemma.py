@@ -25,7 +25,21 @@ import _util
 from _util import hf_forward, hf_generate, random_prompt
 
 GEMMAS = [v for v, (arch, _) in _util.tiny_models.VARIANTS.items() if arch.startswith("Gemma")]
-FLOAT = 4  # bytes: the cache stores float32 (bf16 values in bf16 modes)
+FLOAT = 4  # bytes of a key or value element: float32
+BF16 = 2  # in bf16 modes (bf16 values, kept in 2 bytes)
+PAGE = 16  # positions per KV-cache page (layers/kv_cache.h)
+
+
+def pages_held(length: int, win: int) -> int:
+    """Pages a layer holds at `length` positions: those of its last `win` (0: all)."""
+    first = max(0, length - win) // PAGE if win else 0
+    return -(-length // PAGE) - first
+
+
+def pages_reserved(n: int, win: int) -> int:
+    """Pages a KV budget reserves per sequence of n positions (KvCache::slot_bytes_at)."""
+    pages = -(-n // PAGE)
+    return min(pages, 2 * (-(-win // PAGE) + 1)) if win else pages
 
 
 def window(hf) -> int:
@@ -110,15 +124,13 @@ def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
             assert stats["row_sizes"] == [row for row, _ in layers]
             for i, (row, win) in enumerate(layers):
                 held = stats["layer_slot_bytes"][i][0]
+                # Whole pages: a windowed layer's stop at those of its window.
+                assert held == pages_held(length, win) * 2 * PAGE * row * FLOAT, (i, length, held)
                 if win:
-                    assert held <= 2 * win * row * FLOAT, (i, length, held)
-                    if length >= win:
-                        assert held == 2 * win * row * FLOAT, (i, length, held)
-                else:
-                    assert held >= 2 * length * row * FLOAT, (i, length, held)
+                    assert held <= (-(-win // PAGE) + 1) * 2 * PAGE * row * FLOAT
     # What a KV budget reserves per sequence (the scheduler's kv_budget_bytes uses it).
     for n in (1, w, 1000):
-        want = sum(2 * (min(n, win) if win else n) * row * FLOAT for row, win in layers)
+        want = sum(2 * pages_reserved(n, win) * PAGE * row * FLOAT for row, win in layers)
         assert ours.kv_slot_bytes_at(n) == want
 
 
@@ -135,7 +147,7 @@ def test_bf16_past_the_window(variant, mode, hz, tiny_paths, hf_tiny):
     stats = ours.kv_cache_stats()
     for i, (row, win) in enumerate(cache_layers(hf)):
         if win:
-            assert stats["layer_slot_bytes"][i][0] == 2 * win * row * FLOAT
+            assert stats["layer_slot_bytes"][i][0] == pages_held(5 * w, win) * 2 * PAGE * row * BF16
     prompts = [random_prompt(hf.config.vocab_size, n, seed=n) for n in (3 * w + 1, w - 2, 2 * w)]
     batch, mask = _util.left_pad(prompts, _util.tiny_models.SPECIAL_TOKENS["pad_token_id"])
     batched = ours.forward_incremental(batch, 5, attention_mask=mask)

@@ -140,3 +140,17 @@ def test_chat_without_a_template_is_a_400(served):
     r = s.http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400, r.text
     assert "chat template" in r.json()["error"]["message"]
+
+
+def test_repeated_prompt_reuses_no_prefix(served, refs):
+    """The encoder needs the whole prompt every time: the engine's prefix cache (whose pages
+    an encoder-decoder never fills) must not skip a repeated prompt's first pages."""
+    _, _, s = served
+    prompt = PROMPTS[-1]  # > 2 pages of 16 tokens
+    ids, expected = hf_greedy(refs, prompt, 24)
+    assert len(ids) > 40
+    for _ in range(2):
+        body = complete(s, prompt)
+        assert body["choices"][0]["token_ids"] == expected
+        details = body["usage"].get("prompt_tokens_details") or {}
+        assert details.get("cached_tokens", 0) == 0, body["usage"]

@@ -1,0 +1,210 @@
+"""Prefix-cache scenarios of `bench/serve.py --prefix` (issue 20), hubzoo with and without
+the prefix cache (`--no-prefix-cache`), each run --repeats times; medians reported:
+
+1. turn 8 of a chat whose history is ~2k tokens: time to first token (the turns before it
+   run first, so with the cache turn 8 finds turn 7's prompt cached);
+2. 16 clients at once sharing a ~1k-token system prompt, each a different question:
+   requests/s and completion tokens/s over the wall time;
+3. a mixed workload (prompts of 50..600 tokens) at a fixed KV budget, that of 8 whole
+   slots of --max-context positions: the most requests running at once (sampled from
+   /metrics) and the wall time, paged budgeting (--kv-cache-bytes, 64 slots) against
+   whole-slot budgeting (8 slots).
+
+A benchmark, not a test. On a shared machine the timings are noisy: compare the medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2 as httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("river stone lantern harbor meadow copper violet engine garden winter signal "
+         "orchard candle bridge falcon marble thunder pocket silver compass").split()
+
+
+def text(n_words: int, seed: int) -> str:
+    """Deterministic filler prose of about n_words words."""
+    out, x = [], seed * 2654435761 % 2**32
+    for i in range(n_words):
+        x = (x * 1103515245 + 12345) % 2**31
+        out.append(WORDS[x % len(WORDS)] + ("." if i % 12 == 11 else ""))
+    return " ".join(out)
+
+
+def start(args, free_port, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [str(ROOT / "build/hubzoo"), "serve", "-m", args.model, "--port", str(port), "--quiet",
+           "--dtype", args.dtypes[0], "--threads", str(args.threads), "--max-context", "2048",
+           "--served-model-name", "m", *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"http://127.0.0.1:{port}"
+
+
+def chat(client: httpx.Client, messages: list[dict], max_tokens: int) -> dict:
+    """One streamed chat request: time to first token, completion and cached tokens."""
+    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first, usage = None, {}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            j = json.loads(line[6:])
+            usage = j.get("usage") or usage
+            if first is None and any((c.get("delta") or {}).get("content") for c in j.get("choices", [])):
+                first = time.perf_counter()
+    end = time.perf_counter()
+    return {"ttft": (first or end) - t0, "seconds": end - t0, "completion": usage.get("completion_tokens", 0),
+            "prompt": usage.get("prompt_tokens", 0),
+            "cached": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)}
+
+
+def turn8(url: str, seed: int) -> dict:
+    """Turns 1..8 of a conversation, ~260 tokens a turn; turn 8's TTFT."""
+    messages, last = [], {}
+    with httpx.Client(base_url=url, timeout=900) as client:
+        for turn in range(8):
+            messages.append({"role": "user", "content": text(110, seed * 100 + turn)})
+            last = chat(client, messages, 1)
+            messages.append({"role": "assistant", "content": text(90, seed * 100 + 50 + turn)})
+    return {"turn8_ttft_s": last["ttft"], "turn8_prompt_tokens": last["prompt"],
+            "turn8_cached_tokens": last["cached"]}
+
+
+def shared_system(url: str, seed: int, clients: int = 16, max_tokens: int = 16) -> dict:
+    system = {"role": "system", "content": text(750, 7)}  # ~1k tokens, the same for every client
+    with httpx.Client(base_url=url, timeout=900, limits=httpx.Limits(max_connections=clients)) as client:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            results = list(pool.map(lambda i: chat(client, [system, {"role": "user", "content": text(
+                20, seed * 1000 + i)}], max_tokens), range(clients)))
+        wall = time.perf_counter() - t0
+    return {"requests_per_s": clients / wall, "completion_tok_s": sum(r["completion"] for r in results) / wall,
+            "wall_s": wall, "cached_tokens": sum(r["cached"] for r in results),
+            "prompt_tokens": sum(r["prompt"] for r in results)}
+
+
+def running_peak(url: str, stop: threading.Event, out: list[int]) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.is_set():
+            for line in client.get("/metrics").text.splitlines():
+                if line.startswith("hubzoo_requests_running{"):
+                    out[0] = max(out[0], int(float(line.split()[-1])))
+            time.sleep(0.05)
+
+
+def mixed(url: str, seed: int, n: int = 32) -> dict:
+    lengths = [50 + (i * 137 + seed * 31) % 550 for i in range(n)]  # words: ~60..800 tokens
+    peak, stop = [0], threading.Event()
+    sampler = threading.Thread(target=running_peak, args=(url, stop, peak))
+    sampler.start()
+    try:
+        with httpx.Client(base_url=url, timeout=1800, limits=httpx.Limits(max_connections=n)) as client:
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                list(pool.map(lambda i: chat(client, [{"role": "user", "content": text(
+                    lengths[i], seed * 7000 + i)}], 16), range(n)))
+            wall = time.perf_counter() - t0
+    finally:
+        stop.set()
+        sampler.join()
+    return {"peak_running": peak[0], "wall_s": wall, "requests": n}
+
+
+def slot_bytes(model: str, positions: int, dtype: str) -> int:
+    """KV bytes of one sequence of `positions` (whole 16-position pages) for a Llama-like config."""
+    c = json.loads((Path(model) / "config.json").read_text())
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    row = c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim
+    pages = -(-positions // 16)
+    return c["num_hidden_layers"] * pages * 16 * 2 * row * (2 if dtype == "bfloat16" else 4)
+
+
+def run(args, wait_ready, free_port, extra: list[str], scenario) -> list[dict]:
+    out = []
+    for r in range(args.repeats):
+        proc, url = start(args, free_port, extra)
+        try:
+            wait_ready(url, proc)
+            out.append(scenario(url, r + 1))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return out
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def main(args, _start_hubzoo, wait_ready, free_port, cpu_name) -> None:
+    budget = 8 * slot_bytes(args.model, 2048, args.dtypes[0])
+    configs = {
+        "turn8": [("prefix cache", ["--max-concurrency", "4"]),
+                  ("no prefix cache", ["--max-concurrency", "4", "--no-prefix-cache"])],
+        "shared_system": [("prefix cache", ["--max-concurrency", "16"]),
+                          ("no prefix cache", ["--max-concurrency", "16", "--no-prefix-cache"])],
+        "mixed": [("paged budget", ["--max-concurrency", "64", "--kv-cache-bytes", str(budget)]),
+                  ("whole slots", ["--max-concurrency", "8", "--kv-cache-bytes", str(budget)])],
+    }
+    scenarios = {"turn8": turn8, "shared_system": shared_system, "mixed": mixed}
+    report = {"model": Path(args.model).name, "dtype": args.dtypes[0], "threads": args.threads, "cpu": cpu_name(),
+              "repeats": args.repeats, "kv_budget_bytes": budget, "load_average_before": os.getloadavg()[0],
+              "scenarios": {}}
+    for name, scenario in scenarios.items():
+        if name not in args.scenarios:
+            continue
+        report["scenarios"][name] = {}
+        for label, extra in configs[name]:
+            runs = run(args, wait_ready, free_port, extra, scenario)
+            report["scenarios"][name][label] = runs
+            print(name, label, json.dumps(runs), flush=True)
+    out = ROOT / "bench/results/serve_prefix.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    s = report["scenarios"]
+    lines = [
+        f"# Prefix cache and paged KV: {report['model']} {report['dtype']} ({args.threads} threads, {report['cpu']})",
+        "", f"Medians of {args.repeats} runs; 1-minute load average before: {report['load_average_before']:.2f}. "
+        "This machine is shared: timings are noisy, compare medians. hubzoo only (no llama.cpp server built).", "",
+        "| scenario | with | without | ratio |", "|---|---:|---:|---:|"]
+    if "turn8" in s:
+        lines += turn8_rows(s["turn8"]["prefix cache"], s["turn8"]["no prefix cache"])
+    if "shared_system" in s:
+        lines += shared_rows(s["shared_system"]["prefix cache"], s["shared_system"]["no prefix cache"])
+    if "mixed" in s:
+        lines += mixed_rows(s["mixed"]["paged budget"], s["mixed"]["whole slots"], budget)
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def turn8_rows(on, off) -> list[str]:
+    return [
+        f"| turn-8 TTFT (s), {int(median(on, 'turn8_prompt_tokens'))}-token prompt, "
+        f"{int(median(on, 'turn8_cached_tokens'))} cached | {median(on, 'turn8_ttft_s'):.3f} | "
+        f"{median(off, 'turn8_ttft_s'):.3f} | {median(off, 'turn8_ttft_s') / median(on, 'turn8_ttft_s'):.1f}x |"]
+
+
+def shared_rows(sh_on, sh_off) -> list[str]:
+    return [
+        f"| 16 clients, shared system prompt: requests/s | {median(sh_on, 'requests_per_s'):.2f} | "
+        f"{median(sh_off, 'requests_per_s'):.2f} | "
+        f"{median(sh_on, 'requests_per_s') / median(sh_off, 'requests_per_s'):.1f}x |"]
+
+
+def mixed_rows(paged, whole, budget) -> list[str]:
+    return [
+        f"| mixed workload at {budget / 2**20:.0f} MiB KV: most requests running (paged vs whole slots) | "
+        f"{median(paged, 'peak_running'):.0f} | {median(whole, 'peak_running'):.0f} | "
+        f"{median(paged, 'peak_running') / max(median(whole, 'peak_running'), 1):.1f}x |",
+        f"| mixed workload: wall time (s) (paged vs whole slots) | {median(paged, 'wall_s'):.1f} | "
+        f"{median(whole, 'wall_s'):.1f} | {median(whole, 'wall_s') / median(paged, 'wall_s'):.1f}x |"]

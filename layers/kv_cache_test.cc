@@ -1,0 +1,138 @@
+// The paged KV cache's accounting: pages follow the positions a slot uses,
+// a windowed layer keeps only its window's pages, the budget is never
+// exceeded (a page that does not fit is refused before anything changes),
+// and clearing every slot returns the cache to zero bytes.
+#include "layers/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ops/bf16.h"
+
+namespace hubzoo {
+namespace {
+
+constexpr int64_t kRow = 8;
+constexpr int64_t kPageBytes = 2 * kKvPage * kRow * sizeof(float);
+
+TEST(PagedKvCache, PagesFollowPositions) {
+  KvCache cache(2, 3, kRow);
+  EXPECT_EQ(cache.bytes(), 0);
+  cache.reserve(1, 1);
+  EXPECT_EQ(cache.pages_held(), 2);  // one page in each of 2 layers
+  EXPECT_EQ(cache.bytes(), 2 * kPageBytes);
+  cache.reserve(1, 16);  // still the first page
+  EXPECT_EQ(cache.pages_held(), 2);
+  cache.reserve(1, 17);
+  EXPECT_EQ(cache.pages_held(), 4);
+  EXPECT_EQ(cache.bytes(0, 1), 2 * kPageBytes);
+  EXPECT_EQ(cache.bytes(0, 0), 0);
+  cache.reserve(2, 40);
+  EXPECT_EQ(cache.pages_held(), 4 + 2 * 3);
+  // Rows land in their page at pos % 16, and read back.
+  std::vector<float> row(kRow, 2.5f), scratch(kRow);
+  cache.store_key(0, 1, 16, row.data());
+  cache.store_value(0, 1, 21, row.data());
+  const float* key = cache.read_key(0, 1, 16, 0, kRow, scratch.data());
+  EXPECT_EQ(key[3], 2.5f);
+  EXPECT_EQ(cache.key_pages(0, 1)[1], key);  // float32: a pointer into the page
+  EXPECT_EQ(static_cast<const float*>(cache.value_pages(0, 1)[1]) + 5 * kRow,
+            cache.read_value(0, 1, 21, 0, kRow, scratch.data()));
+  EXPECT_THROW(cache.read_key(0, 1, 32, 0, kRow, scratch.data()), InvalidArgument);
+  cache.clear(1);
+  cache.clear(2);
+  EXPECT_EQ(cache.bytes(), 0);
+  EXPECT_EQ(cache.pages_held(), 0);
+}
+
+TEST(PagedKvCache, BlockedKeysGoToTheirLane) {
+  KvCache cache({KvLayerSpec{kRow, 0, true}}, 1);
+  cache.reserve(0, 20);
+  std::vector<float> row(kRow);
+  for (int64_t c = 0; c < kRow; ++c) row[c] = static_cast<float>(c + 1);
+  cache.store_key(0, 0, 18, row.data());
+  const float* page = static_cast<const float*>(cache.key_pages(0, 0)[1]);
+  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(page[c * kKvPage + 2], c + 1.0f);
+}
+
+TEST(PagedKvCache, WindowKeepsOnlyItsPages) {
+  const int64_t window = 20;
+  KvCache cache({KvLayerSpec{kRow, window}, KvLayerSpec{kRow, 0}}, 1);
+  std::vector<float> scratch(kRow);
+  int64_t most = 0;
+  for (int64_t n = 1; n <= 300; n += 7) {  // decode-like growth in uneven steps
+    cache.reserve(0, n);
+    most = std::max(most, cache.bytes());
+    EXPECT_LE(cache.bytes(), cache.slot_bytes_at(n)) << n;
+    cache.set_length(0, n);
+    // The window's positions are held; pages wholly before it are not.
+    for (int64_t p = std::max<int64_t>(0, n - window); p < n; ++p) {
+      EXPECT_NO_THROW(cache.read_value(0, 0, p, 0, kRow, scratch.data())) << n << " " << p;
+    }
+    const int64_t window_pages = cache.bytes(0, 0) / kPageBytes;
+    EXPECT_LE(window_pages, (window + kKvPage - 1) / kKvPage + 1) << n;
+    EXPECT_EQ(cache.bytes(1, 0), (n + kKvPage - 1) / kKvPage * kPageBytes);
+  }
+  EXPECT_THROW(cache.read_value(0, 0, 0, 0, kRow, scratch.data()), InvalidArgument);  // released
+  cache.clear(0);
+  EXPECT_EQ(cache.bytes(), 0);
+}
+
+TEST(PagedKvCache, BudgetIsNeverExceeded) {
+  KvCache cache(2, 4, kRow);
+  cache.set_budget_bytes(5 * kPageBytes);
+  cache.reserve(0, 16);  // 2 pages
+  cache.reserve(1, 16);  // 4 pages
+  // Slot 2 needs 2 more pages: refused, and nothing of it is allocated.
+  EXPECT_THROW(cache.reserve(2, 10), KvCacheFull);
+  EXPECT_EQ(cache.pages_held(), 4);
+  EXPECT_EQ(cache.bytes(0, 2), 0);
+  EXPECT_EQ(cache.bytes(1, 2), 0);
+  EXPECT_LE(cache.bytes(), cache.budget_bytes());
+  cache.clear(0);
+  cache.reserve(2, 10);  // fits now
+  EXPECT_EQ(cache.bytes(), 4 * kPageBytes);
+  cache.clear(1);
+  cache.clear(2);
+  EXPECT_EQ(cache.bytes(), 0);
+}
+
+// bf16 layers: 2 bytes an element, and bf16 values read back as the same floats
+// (rows and blocked keys).
+TEST(PagedKvCache, Bf16PagesHoldBf16ValuesExactly) {
+  KvLayerSpec rows{kRow, 0}, blocked{kRow, 0, true}, fp32{kRow, 0};
+  rows.bf16 = blocked.bf16 = true;
+  KvCache cache({rows, blocked, fp32}, 1);
+  EXPECT_EQ(cache.page_bytes(0), kPageBytes / 2);
+  EXPECT_EQ(cache.page_bytes(1), kPageBytes / 2);
+  EXPECT_EQ(cache.page_bytes(2), kPageBytes);
+  cache.reserve(0, 20);
+  EXPECT_EQ(cache.bytes(), 2 * (kPageBytes / 2 + kPageBytes / 2 + kPageBytes));
+  std::vector<float> row(kRow), scratch(kRow);
+  for (int64_t c = 0; c < kRow; ++c) row[c] = round_bf16(0.37f * static_cast<float>(c) - 1.1f);
+  for (int64_t layer = 0; layer < 3; ++layer) {
+    cache.store_key(layer, 0, 17, row.data());
+    cache.store_value(layer, 0, 17, row.data());
+    const float* v = cache.read_value(layer, 0, 17, 2, kRow - 2, scratch.data());
+    for (int64_t c = 2; c < kRow; ++c) EXPECT_EQ(v[c - 2], row[c]) << layer;
+  }
+  const float* k = cache.read_key(0, 0, 17, 0, kRow, scratch.data());
+  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(k[c], row[c]);
+  const auto* lanes = static_cast<const uint16_t*>(cache.key_pages(1, 0)[1]);
+  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(bf16_to_float(lanes[c * kKvPage + 1]), row[c]);
+  cache.clear(0);
+  EXPECT_EQ(cache.bytes(), 0);
+}
+
+TEST(PagedKvCache, SlotBytesAtCountsWholePages) {
+  KvCache cache({KvLayerSpec{kRow, 0}, KvLayerSpec{2 * kRow, 40}}, 1);
+  EXPECT_EQ(cache.slot_bytes_at(1), kPageBytes + 2 * kPageBytes);
+  EXPECT_EQ(cache.slot_bytes_at(16), 3 * kPageBytes);
+  EXPECT_EQ(cache.slot_bytes_at(17), 2 * kPageBytes + 2 * 2 * kPageBytes);
+  // The windowed layer: at most two windows' pages (ceil(40 / 16) + 1 each).
+  EXPECT_EQ(cache.slot_bytes_at(10000), 625 * kPageBytes + 8 * 2 * kPageBytes);
+}
+
+}  // namespace
+}  // namespace hubzoo
