@@ -154,3 +154,7 @@ def test_repeated_prompt_reuses_no_prefix(served, refs):
         assert body["choices"][0]["token_ids"] == expected
         details = body["usage"].get("prompt_tokens_details") or {}
         assert details.get("cached_tokens", 0) == 0, body["usage"]
+    # Off, not merely unused: pages an encoder-decoder never fills are nothing to index.
+    enabled = [line for line in s.http.get("/metrics").text.splitlines()
+               if line.startswith("hubzoo_prefix_cache_enabled")]
+    assert enabled and all(line.endswith(" 0") for line in enabled), enabled
