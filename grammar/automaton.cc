@@ -1,24 +1,8 @@
 #include "grammar/automaton.h"
 
-namespace hubzoo::grammar {
+#include "tokenizer/unicode.h"
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
+namespace hubzoo::grammar {
 
 int32_t Automaton::new_node() {
   if (static_cast<int64_t>(nodes_.size()) >= limits_.max_nodes) {
@@ -155,8 +139,8 @@ void Automaton::utf8_range(char32_t lo, char32_t hi, int32_t in, int32_t out) {
     }
   }
   std::string a, b;
-  append_utf8(a, lo);
-  append_utf8(b, hi);
+  tok::append_utf8(a, lo);
+  tok::append_utf8(b, hi);
   int32_t at = in;
   for (size_t j = 0; j < a.size(); ++j) {
     const int32_t next = j + 1 == a.size() ? out : new_node();

@@ -109,7 +109,4 @@ class Automaton {
   int32_t root_ = -1;
 };
 
-// Encodes a code point as UTF-8 (no validation).
-void append_utf8(std::string& out, char32_t c);
-
 }  // namespace hubzoo::grammar
