@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +192,20 @@ def assert_cli_error(proc: subprocess.CompletedProcess, *must_mention: str) -> s
     for word in must_mention:
         assert word in lines[0], f"{word!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def serve(path, log_path, *args: str, timeout: float = 60) -> tuple[subprocess.Popen, str]:
+    """`hubzoo serve -m path` on a free loopback port, output to log_path: (process, its URL)."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen([str(HUBZOO_BIN), "serve", "-m", str(path), "--port", "0", *args],
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}: {log_path.read_text()}")
+        m = re.search(r"listening on (http://\S+)", log_path.read_text())
+        if m:
+            return proc, m.group(1)
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start: " + log_path.read_text())

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -264,23 +262,6 @@ def test_bad_config_is_a_config_error(variant_name, fields, named, hz, tiny_path
 # --- through the server: continuous batching over ring buffers ----------------------------
 
 
-def _serve(path, *args):
-    log_path = path / "serve.log"
-    log = open(log_path, "w")
-    proc = subprocess.Popen([str(_util.HUBZOO_BIN), "serve", "-m", str(path), "--port", "0", *args],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited {proc.returncode}: {log_path.read_text()}")
-        m = re.search(r"listening on (http://\S+)", log_path.read_text())
-        if m:
-            return proc, m.group(1)
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start: " + log_path.read_text())
-
-
 def test_server_batches_requests_past_the_window(variant, hz, hubzoo_bin, tiny_paths, hf_tiny, tmp_path):
     """Five greedy requests of different lengths, three slots: each continues past the window
     while others join and leave, and equals generate() alone; the KV budget counts only the
@@ -298,7 +279,7 @@ def test_server_batches_requests_past_the_window(variant, hz, hubzoo_bin, tiny_p
     ours = hz.CausalLM.from_pretrained(str(path))
     prompts = [random_prompt(vocab, n, seed=n) for n in (3, w + 2, 3 * w, 5, 2 * w + 1)]
     max_context = 512
-    proc, url = _serve(path, "--max-concurrency", "3", "--max-context", str(max_context))
+    proc, url = _util.serve(path, path / "serve.log", "--max-concurrency", "3", "--max-context", str(max_context))
     try:
         def ask(p):
             body = {"prompt": p.tolist(), "max_tokens": 4 * w, "temperature": 0, "logprobs": 0}

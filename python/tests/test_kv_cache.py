@@ -5,9 +5,6 @@ prefix cache through the server: every response identical with it and without it
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
@@ -72,22 +69,6 @@ def test_budget_caps_new_tokens(tiny):
 
 # --- the prefix cache through the server ---------------------------------------------------
 
-def _serve(path, log_path, *args):
-    log = open(log_path, "w")
-    proc = subprocess.Popen([str(_util.HUBZOO_BIN), "serve", "-m", str(path), "--port", "0", "--quiet", *args],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited {proc.returncode}: {log_path.read_text()}")
-        m = re.search(r"listening on (http://\S+)", log_path.read_text())
-        if m:
-            return proc, m.group(1)
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start: " + log_path.read_text())
-
-
 def _metrics(url) -> dict[str, float]:
     out = {}
     for line in httpx.get(url + "/metrics").text.splitlines():
@@ -116,7 +97,7 @@ def servers(hubzoo_bin, tmp_path_factory):
     procs, urls = [], []
     try:
         for name, extra in (("on", []), ("off", ["--no-prefix-cache"])):
-            proc, url = _serve(path, root / f"{name}.log", "--max-concurrency", "4", "--max-batch-tokens", "24",
+            proc, url = _util.serve(path, root / f"{name}.log", "--quiet", "--max-concurrency", "4", "--max-batch-tokens", "24",
                                *extra)
             procs.append(proc)
             urls.append(url)
