@@ -362,27 +362,49 @@ static bool py_printable(char32_t c) {
   }
 }
 
+// Python's repr of a str. Runs of printable ASCII other than the quote and the
+// backslash are copied whole; anything else goes code point by code point (a valid
+// UTF-8 sequence never contains an ASCII byte, so splitting at ASCII bytes keeps
+// every sequence whole). The result is checked against the value budget as it grows.
 std::string string_repr(const std::string& s) {
   const char quote =
       (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  const auto plain = [quote](unsigned char b) {
+    return b >= 0x20 && b < 0x7f && b != static_cast<unsigned char>(quote) && b != '\\';
+  };
   std::string out(1, quote);
   size_t n = 0;
-  for (char32_t c : utf8_decode(s)) {
-    if ((++n & 4095) == 0) check_bytes(out.size(), "a string's repr");
-    if (c == static_cast<char32_t>(quote) || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (!py_printable(c)) {
-      py_escape_codepoint(out, c);
-    } else {
-      utf8_append(out, c);
+  for (size_t i = 0; i < s.size();) {
+    size_t end = i;
+    while (end < s.size() && plain(static_cast<unsigned char>(s[end]))) ++end;
+    if (end > i) {
+      check_bytes(out.size() + (end - i), "a string's repr");
+      out.append(s, i, end - i);
+      i = end;
+      continue;
     }
+    end = i + 1;  // one special ASCII byte, or a run of non-ASCII bytes
+    if (static_cast<unsigned char>(s[i]) >= 0x80) {
+      while (end < s.size() && static_cast<unsigned char>(s[end]) >= 0x80) ++end;
+    }
+    for (char32_t c : utf8_decode(s.substr(i, end - i))) {
+      if ((++n & 4095) == 0) check_bytes(out.size(), "a string's repr");
+      if (c == static_cast<char32_t>(quote) || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (!py_printable(c)) {
+        py_escape_codepoint(out, c);
+      } else {
+        utf8_append(out, c);
+      }
+    }
+    i = end;
   }
   out += quote;
   return out;
