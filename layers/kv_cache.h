@@ -84,7 +84,7 @@ class KvCache {
   // never written: a slot writes only positions past the pages it adopted.
   // Page b of a (layer, slot): its id, or -1 when not held.
   int32_t page_id(int64_t layer, int64_t slot, int64_t b) const;
-  void retain_page(int32_t id);   // one more reference (a prefix index's)
+  void retain_page(int32_t id);  // one more reference (a prefix index's)
   int32_t page_refs(int32_t id) const { return refs_.at(id); }
   void release_page(int32_t id);  // one less; the last frees the page
   // Makes pages ids[layer] (one per layer) page b of a slot, which must not

@@ -243,7 +243,8 @@ TEST(TokenizerErrors, IntegersAreCheckedNotCast) {
                       "'pad_id' must be a 64-bit integer");
   expect_format_error("{" + model + R"(0}},"truncation":{"max_length":-5}})",
                       "truncation 'max_length'");
-  const std::string tp = R"(0}},"post_processor":{"type":"TemplateProcessing","special_tokens":{"a":)";
+  const std::string tp =
+      R"(0}},"post_processor":{"type":"TemplateProcessing","special_tokens":{"a":)";
   expect_format_error("{" + model + tp + R"({"id":"a","ids":[1e30],"tokens":["a"]}}}})",
                       "special token id must be a 64-bit integer");
   expect_format_error("{" + model + tp + R"({"id":"a","ids":7,"tokens":["a"]}}}})",
