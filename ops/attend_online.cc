@@ -292,7 +292,8 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
   const int64_t dv = (d + kN - 1) / kN;
   for (int64_t c0 = 0; c0 < dv; c0 += kAccChunk) {
     const int64_t nc = std::min<int64_t>(kAccChunk, dv - c0);
-    const int64_t tail = d - (c0 + nc - 1) * kN;  // floats of the chunk's last vector
+    // Floats of the chunk's last vector: a whole vector unless it is the row's last.
+    const int64_t tail = std::min<int64_t>(kN, d - (c0 + nc - 1) * kN);
     float* chunk_acc[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) chunk_acc[r] = acc[r] + c0 * kN;

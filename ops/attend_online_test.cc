@@ -156,8 +156,9 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
 // block in an allocation of its own, one KV head at an offset in it), as
 // floats or as bf16 bits, give the bits the contiguous float blocks give, on
 // every target and in the reference. Values are bf16 values, as bf16 modes store.
-TEST(AttendOnline, PagedBlocksBitIdenticalToContiguous) {
-  const int64_t d = 48, heads = 2, row = heads * d, n = 77;
+void check_paged_blocks(int64_t d) {
+  SCOPED_TRACE("d " + std::to_string(d));
+  const int64_t heads = 2, row = heads * d, n = 77;
   auto k = random_values(n * row, 21), v = random_values(n * row, 22);
   round_bf16(k.data(), n * row);
   round_bf16(v.data(), n * row);
@@ -250,6 +251,12 @@ TEST(AttendOnline, PagedBlocksBitIdenticalToContiguous) {
     }
     hwy::SetSupportedTargetsForTest(0);
   }
+}
+
+// Head sizes of one chunk of output vectors and of several (Gemma 3's 256):
+// a chunk before the last loads whole vectors of bf16 values.
+TEST(AttendOnline, PagedBlocksBitIdenticalToContiguous) {
+  for (int64_t d : {48, 128, 256}) check_paged_blocks(d);
 }
 
 TEST(AttendOnline, EmptyRangeGivesZeros) {
