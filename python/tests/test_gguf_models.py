@@ -15,7 +15,7 @@ import pytest
 
 import _gguf_models as gm
 import _util
-from _util import allclose_failure, assert_argmax_equal, capture_names, hf_forward
+from _util import allclose_failure, assert_argmax_equal, capture_names, hf_forward, random_prompt
 
 PROMPT = np.array([1, 17, 254, 33, 90, 5, 299, 128, 64, 3, 200, 41, 77, 150, 9, 260], dtype=np.int64)
 
@@ -102,10 +102,13 @@ def test_cached_decode_and_batch_invariance(hz, tiny_gguf, qtype, mode):
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_int8_mode_error_is_bounded(hz, tiny_gguf, qtype):
     """int8 activations against the same reference: logits within a small multiple of the
-    logits' scale, and the same top-1 token at (almost) every position."""
+    logits' scale, and the same top-1 token at 90% of 96 positions or more (int8 rounding
+    flips positions whose top-1/top-2 margin is below its error, about 0.05: a rate needs
+    enough positions, 16 allow one flip)."""
     path, ref = tiny_gguf("llama", qtype)
-    ours = hz.CausalLM.from_pretrained(path, mode="int8").forward(PROMPT[None])
-    ref_logits, _ = hf_forward(ref, PROMPT[None], capture=False)
+    prompt = random_prompt(gm.VOCAB, 96, seed=3)
+    ours = hz.CausalLM.from_pretrained(path, mode="int8").forward(prompt[None])
+    ref_logits, _ = hf_forward(ref, prompt[None], capture=False)
     scale = float(np.abs(ref_logits).max())
     err = float(np.abs(ours - ref_logits).max())
     _util.record_error(f"gguf/llama-{qtype}-int8", "logits", ours, ref_logits)
