@@ -265,10 +265,7 @@ def test_generate_text_chat_and_stop_strings(hz, cluster, chat_path):
 def test_rerank_bit_identical(hz, cluster, tmp_path_factory):
     from hubzoo.ray import Rerank
 
-    arch, fields, kind, specials = tiny_encoders.ENCODERS["bert"]
-    tiny_encoders.ENCODERS["bert_ce1"] = (arch, {**fields, "num_labels": 1}, kind, specials)
-    path = tiny_encoders.build_encoder("bert_ce1", tmp_path_factory.mktemp("ray_ce") / "ce",
-                                       architecture="BertForSequenceClassification")
+    path = tiny_encoders.build_cross_encoder("bert", tmp_path_factory.mktemp("ray_ce") / "ce", 1)
     rng = np.random.default_rng(3)
     pairs = [(tiny_encoders.CORPUS[rng.integers(len(tiny_encoders.CORPUS))],
               " ".join(rng.choice(" ".join(tiny_encoders.CORPUS).split(), size=rng.integers(1, 30))))

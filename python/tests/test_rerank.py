@@ -44,21 +44,11 @@ LONG = " ".join(tiny_encoders.CORPUS)
 DOCS = tiny_encoders.CORPUS[:6] + ["", "x", LONG, LONG * 2, "a <pad> b [PAD] c"]
 
 
-def build_cross_encoder(family: str, out: Path, num_labels: int) -> Path:
-    """A tiny random *ForSequenceClassification of an encoder family, with its tokenizer."""
-    arch, fields, kind, specials = tiny_encoders.ENCODERS[family]
-    name = f"{family}_ce{num_labels}"
-    tiny_encoders.ENCODERS[name] = (arch, {**fields, "num_labels": num_labels}, kind, specials)
-    cls = {"bert": "BertForSequenceClassification",
-           "xlm_roberta": "XLMRobertaForSequenceClassification"}[family]
-    return tiny_encoders.build_encoder(name, out, architecture=cls)
-
-
 @pytest.fixture(scope="module")
 def ce_paths(tmp_path_factory):
     root = tmp_path_factory.mktemp("ce")
-    return {"bert": build_cross_encoder("bert", root / "bert", 1),
-            "xlm_roberta": build_cross_encoder("xlm_roberta", root / "xlmr", 3)}
+    return {"bert": tiny_encoders.build_cross_encoder("bert", root / "bert", 1),
+            "xlm_roberta": tiny_encoders.build_cross_encoder("xlm_roberta", root / "xlmr", 3)}
 
 
 def cross_encoder(path, **kw):

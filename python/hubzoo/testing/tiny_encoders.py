@@ -400,6 +400,17 @@ def build_encoder(name: str, out_dir: str | Path, seed: int = SEED,
     return out
 
 
+
+def build_cross_encoder(family: str, out_dir: str | Path, num_labels: int, seed: int = SEED) -> Path:
+    """A tiny random *ForSequenceClassification of an encoder family ("bert" or
+    "xlm_roberta") with num_labels outputs, and its tokenizer, in out_dir."""
+    arch, fields, kind, specials = ENCODERS[family]
+    name = f"{family}_ce{num_labels}"
+    ENCODERS[name] = (arch, {**fields, "num_labels": num_labels}, kind, specials)
+    cls = {"bert": "BertForSequenceClassification",
+           "xlm_roberta": "XLMRobertaForSequenceClassification"}[family]
+    return build_encoder(name, out_dir, seed=seed, architecture=cls)
+
 def build(pipeline: str, out_dir: str | Path, seed: int = SEED) -> Path:
     """The sentence-transformers snapshot of PIPELINES[pipeline] in out_dir (created)."""
     import torch
