@@ -400,6 +400,17 @@ std::vector<int64_t> Server::Impl::chat_prompt(const Json& body, bool add_genera
     options.extra_kwargs = *kw;
   }
   const std::string prompt = chat_template->render(messages, options);
+  if (options.tools.is_array() && !options.tools.empty()) {
+    // A template that never reads `tools` would drop them silently.
+    ChatTemplateOptions without = options;
+    without.tools = Json();
+    if (chat_template->render(messages, without) == prompt) {
+      throw bad_request(
+          "This model's chat template does not render 'tools', so the model would never see "
+          "them; describe the tools in a message instead.",
+          "tools");
+    }
+  }
   return tokenizer->encode(prompt, /*add_special_tokens=*/false).ids;
 }
 

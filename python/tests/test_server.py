@@ -238,6 +238,17 @@ def test_bad_requests(server, client):
     assert h.get("/v1/nothing").status_code == 404
 
 
+def test_tools_on_a_template_that_ignores_them(server):
+    """SmolLM2-135M-Instruct's template never reads `tools`: a request with tools is a 400
+    naming them, not a prompt with the tools silently dropped (llama.cpp #27129)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    r = server.http.post("/v1/chat/completions", json={**body, "tools": [tool]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert "does not render 'tools'" in r.json()["error"]["message"]
+    assert server.http.post("/v1/chat/completions", json={**body, "tools": []}).status_code == 200
+
+
 def test_context_overflow(client):
     long_prompt = "word " * 1100  # > --max-context 1024 tokens
     with pytest.raises(openai.BadRequestError) as e:
