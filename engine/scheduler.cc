@@ -202,8 +202,10 @@ std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> reque
     if (s->req.grammar) {
       std::vector<int64_t> ends = s->req.stop_token_ids;
       ends.insert(ends.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
-      s->matcher = std::make_unique<grammar::GrammarMatcher>(s->req.grammar, token_vocabulary(),
-                                                             std::move(ends));
+      s->matcher = std::make_unique<grammar::GrammarMatcher>(
+          s->req.grammar,
+          s->req.grammar_vocabulary ? s->req.grammar_vocabulary : token_vocabulary(),
+          std::move(ends));
     }
     if (tokenizer_) s->decode.emplace(*tokenizer_, s->req.skip_special_tokens);
     s->done.prompt_tokens = prompt_len;

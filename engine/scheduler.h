@@ -112,6 +112,10 @@ struct GenerationRequest {
   // match (the end tokens are EOS, also under ignore_eos, and stop_token_ids).
   // Null: unconstrained. Needs a tokenizer.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // The token bytes the grammar is matched against; null: the tokenizer's
+  // (special tokens never allowed). Set for a vocabulary that lets some
+  // special tokens stand for their text (tool-call markers).
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary;
   // Called on the engine thread, in order; keep them short (hand off to
   // another thread). on_finish is called exactly once, last.
   std::function<void(const TokenEvent&)> on_token;

@@ -94,6 +94,13 @@ std::shared_ptr<const Grammar> Grammar::from_json_schema_text(std::string_view t
   return from_json_schema(schema, limits);
 }
 
+std::shared_ptr<const Grammar> Grammar::from_framed_json_schema(
+    const nlohmann::ordered_json& schema, const JsonFraming& framing, const GrammarLimits& limits) {
+  Automaton a(limits);
+  compile_framed_json_schema_into(a, schema, framing);
+  return std::make_shared<const Grammar>(std::move(a));
+}
+
 std::shared_ptr<const Grammar> Grammar::json_object(const GrammarLimits& limits) {
   Automaton a(limits);
   compile_json_object_into(a);

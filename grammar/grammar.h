@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "grammar/automaton.h"
+#include "grammar/json_schema.h"
 
 namespace hubzoo::grammar {
 
@@ -36,6 +37,10 @@ class Grammar {
   // `schema_text` is parsed with io/json's bounded parser (depth 64).
   static std::shared_ptr<const Grammar> from_json_schema_text(std::string_view schema_text,
                                                               const GrammarLimits& limits = {});
+  // JSON values matching `schema` inside literal text (grammar/json_schema.h).
+  static std::shared_ptr<const Grammar> from_framed_json_schema(
+      const nlohmann::ordered_json& schema, const JsonFraming& framing,
+      const GrammarLimits& limits = {});
   static std::shared_ptr<const Grammar> json_object(const GrammarLimits& limits = {});
   static std::shared_ptr<const Grammar> from_regex(std::string_view pattern,
                                                    const GrammarLimits& limits = {});

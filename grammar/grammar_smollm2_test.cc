@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -29,6 +31,27 @@ class GrammarSmolLM2 : public ::testing::Test {
 };
 Tokenizer* GrammarSmolLM2::tokenizer_ = nullptr;
 std::shared_ptr<const TokenVocabulary> GrammarSmolLM2::vocab_;
+
+// Special tokens named to from_tokenizer stand for their text (tool-call
+// markers a grammar writes); the others stay excluded, and a grammar over the
+// vocabulary allows the marker token exactly where its text is allowed.
+TEST_F(GrammarSmolLM2, SpecialTokensAsTextWhenNamed) {
+  const auto start = tokenizer_->token_to_id("<|im_start|>");
+  ASSERT_TRUE(start);
+  EXPECT_EQ(vocab_->bytes(*start), nullptr);
+  const auto marked = TokenVocabulary::from_tokenizer(*tokenizer_, {"<|im_start|>"});
+  ASSERT_NE(marked->bytes(*start), nullptr);
+  EXPECT_EQ(*marked->bytes(*start), "<|im_start|>");
+  EXPECT_EQ(marked->bytes(2), nullptr);  // <|im_end|>: not named
+  const auto space_a = tokenizer_->encode(" a", false).ids;
+  EXPECT_EQ(*marked->bytes(space_a[0]), " a");  // ordinary tokens unchanged
+  const auto g = Grammar::from_regex("<\\|im_start\\|>x");
+  GrammarMatcher m(g, marked, {});
+  std::vector<float> logits(static_cast<size_t>(marked->size()), 0.0f);
+  m.mask_logits(logits.data(), marked->size());
+  EXPECT_EQ(logits[static_cast<size_t>(*start)], 0.0f);
+  EXPECT_EQ(logits[static_cast<size_t>(space_a[0])], -std::numeric_limits<float>::infinity());
+}
 
 TEST_F(GrammarSmolLM2, VocabularyIsByteLevelAndEveryAllowedTokenKeepsAPrefix) {
   EXPECT_EQ(vocab_->kind(), VocabKind::kByteLevel);

@@ -19,13 +19,26 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "grammar/automaton.h"
 
 namespace hubzoo::grammar {
 
+// Literal text around JSON values: open + item (separator item)* + close,
+// where item = item_prefix + a value matching the schema + item_suffix, and
+// one item only unless `repeat`. Tool calls are written this way, e.g. Hermes
+// `<tool_call>\n{..}\n</tool_call>` per call, Mistral `[TOOL_CALLS][{..},{..}]`.
+struct JsonFraming {
+  std::string open, item_prefix, item_suffix, separator, close;
+  bool repeat = false;
+};
+
 // Compiles `schema` into `a` and sets the root rule.
 void compile_json_schema_into(Automaton& a, const nlohmann::ordered_json& schema);
+// The same, each value framed by `framing`.
+void compile_framed_json_schema_into(Automaton& a, const nlohmann::ordered_json& schema,
+                                     const JsonFraming& framing);
 // Any JSON value whose top level is an object (response_format json_object).
 void compile_json_object_into(Automaton& a);
 

@@ -55,6 +55,21 @@ class SchemaCompiler {
     a_.set_root(r);
   }
 
+  // open + item (separator item)* + close, item = item_prefix + value +
+  // item_suffix; one item only unless `framing.repeat`.
+  void compile_framed(const JsonFraming& f) {
+    const int32_t value = a_.new_rule("value");
+    a_.set_body(value, schema(root_, "#", 0));
+    const auto item = [&] {
+      return a_.seq(a_.seq(a_.literal(f.item_prefix), a_.call(value)), a_.literal(f.item_suffix));
+    };
+    Frag body = a_.seq(a_.literal(f.open), item());
+    if (f.repeat) body = a_.seq(body, a_.star(a_.seq(a_.literal(f.separator), item())));
+    const int32_t r = a_.new_rule("root");
+    a_.set_body(r, a_.seq(body, a_.literal(f.close)));
+    a_.set_root(r);
+  }
+
   void compile_any_object() {
     const int32_t r = a_.new_rule("root");
     a_.set_body(r, a_.call(object_any_rule()));

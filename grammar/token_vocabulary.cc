@@ -77,13 +77,22 @@ std::string token_string_bytes(const std::string& token, VocabKind kind) {
   return token;
 }
 
-std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer) {
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(
+    const Tokenizer& tokenizer, const std::vector<std::string>& special_as_text) {
   const auto n = static_cast<int64_t>(tokenizer.vocab_size());
   std::vector<std::optional<std::string>> strings(static_cast<size_t>(n));
+  std::vector<std::pair<int64_t, std::string>> specials;  // raw text, set after the conversion
   int64_t g_count = 0, all_byte_level = 0, metaspace = 0, present = 0;
   // Ids may go past vocab_size() when added tokens skip ids; bound the scan.
   for (int64_t id = 0; id < n; ++id) {
-    if (tokenizer.is_special_id(id)) continue;
+    if (tokenizer.is_special_id(id)) {
+      auto t = tokenizer.id_to_token(id);
+      if (t &&
+          std::find(special_as_text.begin(), special_as_text.end(), *t) != special_as_text.end()) {
+        specials.emplace_back(id, std::move(*t));
+      }
+      continue;
+    }
     auto t = tokenizer.id_to_token(id);
     if (!t || t->empty()) continue;
     ++present;
@@ -106,6 +115,7 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const Tok
   for (auto& s : strings) {
     if (s) s = token_string_bytes(*s, kind);
   }
+  for (auto& [id, text] : specials) strings[static_cast<size_t>(id)] = std::move(text);
   return from_bytes(std::move(strings), kind);
 }
 

@@ -8,7 +8,7 @@
 // outside it, e.g. an added token, is taken as raw text, as HF's ByteLevel
 // decoder does), metaspace ("▁" is a space) with byte fallback ("<0xHH>" is
 // byte HH), or raw text. Special added tokens and ids without a token stand
-// for no bytes and are never allowed as text.
+// for no bytes and are never allowed as text (but those named to from_tokenizer).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,11 @@ class TokenVocabulary {
   // Detects the kind from the vocabulary: byte-level when every token maps
   // through the byte-to-unicode table and some use "Ġ"; metaspace when tokens
   // use "▁"; else raw.
-  static std::shared_ptr<const TokenVocabulary> from_tokenizer(const Tokenizer& tokenizer);
+  // `special_as_text`: special tokens whose content is one of these strings
+  // stand for that text instead (tool-call markers such as Mistral's
+  // "[TOOL_CALLS]", which a tool-call grammar writes).
+  static std::shared_ptr<const TokenVocabulary> from_tokenizer(
+      const Tokenizer& tokenizer, const std::vector<std::string>& special_as_text = {});
   // Token bytes given directly (nullopt: never allowed as text). Tests and tools.
   static std::shared_ptr<const TokenVocabulary> from_bytes(
       std::vector<std::optional<std::string>> bytes, VocabKind kind = VocabKind::kRaw);

@@ -8,6 +8,7 @@
 #include "engine/seq2seq_causal.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "server/server_impl.h"
+#include "server/tool_grammar.h"
 
 namespace hubzoo::server {
 namespace {
@@ -144,6 +145,15 @@ void Server::Impl::setup_tool_format() {
   if (const auto id = begin.empty() ? std::nullopt : tokenizer->token_to_id(begin)) {
     tool_markers_special = tokenizer->decode({*id}, true).empty();
   }
+  if (tool_format == ToolFormat::kNone) return;
+  // tool_choice required / a function: calls written under a grammar, in which
+  // special-token markers stand for their text.
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
+  if (tool_markers_special) {
+    const ToolCallSyntax syntax = tool_call_syntax(tool_format);
+    vocabulary = grammar::TokenVocabulary::from_tokenizer(*tokenizer, {syntax.begin, syntax.end});
+  }
+  tool_constraint = std::make_shared<GrammarToolCallConstraint>(std::move(vocabulary));
 }
 
 uint64_t Server::Impl::random_seed() {

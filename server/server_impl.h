@@ -39,7 +39,7 @@ struct Server::Impl {
   // Tool calls: the format answers are parsed in (--tool-parser, or detected
   // from the chat template), whether its opening marker is a special token
   // that decoding would skip, and the sampling constraint for tool_choice
-  // required / a named function (none yet: the grammar engine plugs in here).
+  // required / a named function (server/tool_grammar.h).
   ToolFormat tool_format = ToolFormat::kNone;
   bool tool_markers_special = false;
   std::shared_ptr<const ToolCallConstraint> tool_constraint;

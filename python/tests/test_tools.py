@@ -4,7 +4,8 @@ GGUF (scripts/prepare_models.py) answering greedily, one server for the module:
 - the official `openai` client: a tool call plain and streamed (the same call; the stream
   in OpenAI's shape: a first delta with index, id, type, name and empty arguments, then
   the arguments), a two-tool loop (calls, tool results, a final answer), tool_choice none /
-  auto / required / a named function, parallel_tool_calls false;
+  auto / required / a named function, parallel_tool_calls false; required and named choices
+  enforced by a grammar where the model alone would write text or call another tool;
 - conversations with tool calls rendered as transformers' apply_chat_template renders them
   (arguments given as JSON strings on the wire, as objects to the template);
 - request shapes refused with a 400 naming the field;
@@ -136,6 +137,71 @@ def test_tool_choice_each_way(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, ASK_WEATHER, tool_choice="required")
     assert e.value.body["param"] == "tool_choice"
+
+
+UNITS = {"type": "function", "function": {
+    "name": "convert_units", "description": "Convert a quantity between units.",
+    "parameters": {"type": "object", "properties": {
+        "value": {"type": "number"}, "from_unit": {"type": "string", "enum": ["km", "mi", "m"]},
+        "to_unit": {"type": "string", "enum": ["km", "mi", "m"]}},
+        "required": ["value", "from_unit", "to_unit"]}}}
+GREETING = [{"role": "user", "content": "Write a haiku about the sea."}]
+
+
+def test_required_and_named_choices_are_enforced(client, server):
+    """tool_choice required / a named function constrain sampling (server/tool_grammar.h):
+    where the model on its own writes a poem or calls another tool, the answer is a call to
+    an allowed tool whose arguments validate against its parameters; streamed alike."""
+    import jsonschema
+
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME, UNITS)}
+    free = chat(client, GREETING, tools=[WEATHER, UNITS], tool_choice="auto", max_tokens=48)
+    assert not free.choices[0].message.tool_calls and free.choices[0].message.content  # a poem
+    one = chat(client, GREETING, tools=[WEATHER, UNITS], tool_choice="required", parallel_tool_calls=False)
+    assert one.choices[0].finish_reason == "tool_calls" and one.choices[0].message.content is None
+    ((name, args),) = called(one)
+    assert name in ("get_weather", "convert_units")
+    jsonschema.validate(args, schemas[name])
+    # Parallel calls allowed, the forced 0.5B model writes call after call until max_tokens
+    # (measured): every whole call is valid; the one cut off comes back as content.
+    many = chat(client, GREETING, tools=[WEATHER, UNITS], tool_choice="required")
+    calls = called(many)
+    assert len(calls) > 1 and all(name in ("get_weather", "convert_units") for name, _ in calls), calls
+    for name, args in calls:
+        jsonschema.validate(args, schemas[name])
+    # Asked about the weather, the model alone calls get_weather (test_tool_choice_each_way).
+    named = chat(client, ASK_WEATHER, tools=[WEATHER, TIME, UNITS],
+                 tool_choice={"type": "function", "function": {"name": "convert_units"}})
+    ((name, args),) = called(named)
+    assert name == "convert_units"
+    jsonschema.validate(args, schemas["convert_units"])
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK_WEATHER, tools=[WEATHER, TIME, UNITS], temperature=0, max_tokens=96,
+        tool_choice={"type": "function", "function": {"name": "convert_units"}}, stream=True)
+    parts = {}
+    for chunk in stream:
+        deltas = chunk.choices[0].delta.tool_calls if chunk.choices else None
+        for d in deltas or []:
+            parts.setdefault(d.index, [None, ""])
+            if d.function.name:
+                parts[d.index][0] = d.function.name
+            parts[d.index][1] += d.function.arguments or ""
+    assert [(n, json.loads(a)) for n, a in parts.values()] == [(name, args)]
+
+
+def test_enforcement_refusals_name_the_field(server):
+    """A tool whose parameters the grammar engine cannot enforce (naming it), and a
+    structured output beside a forced call: 400s; under 'auto' the same tool is fine."""
+    odd = {"type": "function", "function": {"name": "odd", "parameters": {
+        "type": "object", "patternProperties": {"^x": {"type": "string"}}}}}
+    body = {"model": MODEL, "messages": ASK_WEATHER, "max_tokens": 1, "tools": [WEATHER, odd]}
+    r = server.http.post("/v1/chat/completions", json={**body, "tool_choice": "required"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert "'odd'" in r.json()["error"]["message"] and "patternProperties" in r.json()["error"]["message"]
+    assert server.http.post("/v1/chat/completions", json={**body, "tool_choice": "auto"}).status_code == 200
+    r = server.http.post("/v1/chat/completions", json={
+        **body, "tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice", r.text
 
 
 @pytest.mark.parametrize("body,param", [
