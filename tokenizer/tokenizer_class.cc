@@ -394,23 +394,36 @@ bool apply_tokenizer_class(const std::string& name, const Json& config, Json& to
 
 namespace {
 
-Json template_piece(const std::string& id) {
-  return {{"SpecialToken", {{"id", id}, {"type_id", 0}}}};
+Json template_piece(const std::string& id, int type_id = 0) {
+  return {{"SpecialToken", {{"id", id}, {"type_id", type_id}}}};
+}
+Json sequence_piece(const char* id, int type_id) {
+  return {{"Sequence", {{"id", id}, {"type_id", type_id}}}};
 }
 
-// TemplateProcessing(single=[before..., "$A", after...]) with the tokens' ids.
+// TemplateProcessing as the class's converter writes it: single = `before`
+// $A `after`; pair = `before` $A `after` `between` $B `after`, the pair's
+// second part (between, $B and the last `after`) with type id `b_type`.
 Json template_processing(const std::vector<std::string>& before,
                          const std::vector<std::string>& after,
+                         const std::vector<std::string>& between, int b_type,
                          const std::vector<std::pair<std::string, int64_t>>& ids) {
-  Json single = Json::array();
+  Json single = Json::array(), pair = Json::array();
   for (const std::string& t : before) single.push_back(template_piece(t));
-  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  single.push_back(sequence_piece("A", 0));
   for (const std::string& t : after) single.push_back(template_piece(t));
+  pair = single;
+  for (const std::string& t : between) pair.push_back(template_piece(t, b_type));
+  pair.push_back(sequence_piece("B", b_type));
+  for (const std::string& t : after) pair.push_back(template_piece(t, b_type));
   Json specials = Json::object();
   for (const auto& [token, id] : ids) {
     specials[token] = {{"id", token}, {"ids", {id}}, {"tokens", {token}}};
   }
-  return {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", pair},
+          {"special_tokens", specials}};
 }
 
 }  // namespace
@@ -429,7 +442,8 @@ Json class_post_processor(const std::string& name, const Json& config,
   };
   if (spec->post == ClassPost::kBert) {  // models/bert/tokenization_bert.py
     const std::string cls = s.token_text("cls_token"), sep = s.token_text("sep_token");
-    return template_processing({cls}, {sep}, {{cls, id(cls, 2)}, {sep, id(sep, 3)}});
+    // [CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1
+    return template_processing({cls}, {sep}, {}, 1, {{cls, id(cls, 2)}, {sep, id(sep, 3)}});
   }
   if (spec->post == ClassPost::kRoberta) {  // models/roberta/tokenization_roberta.py
     const std::string cls = s.token_text("cls_token"), sep = s.token_text("sep_token");
@@ -441,11 +455,13 @@ Json class_post_processor(const std::string& name, const Json& config,
   }
   if (spec->post == ClassPost::kXlmRoberta) {  // models/xlm_roberta/tokenization_xlm_roberta.py
     const std::string bos = s.token_text("bos_token"), eos = s.token_text("eos_token");
-    return template_processing({bos}, {eos},
+    // <s> $A </s> / <s> $A </s> </s> $B </s>, type ids 0
+    return template_processing({bos}, {eos}, {eos}, 0,
                                {{bos, id(bos, std::nullopt)}, {eos, id(eos, std::nullopt)}});
   }
   if (spec->post == ClassPost::kT5) {  // models/t5/tokenization_t5.py: "</s>" with eos_token's id
-    return template_processing({}, {"</s>"},
+    // $A </s> / $A </s> $B </s>, type ids 0
+    return template_processing({}, {"</s>"}, {}, 0,
                                {{"</s>", id(s.token_text("eos_token"), std::nullopt)}});
   }
   return nullptr;

@@ -251,6 +251,34 @@ def test_pair_encoding_matches_hf_tokenizers(hz, ce_paths, smollm2_path, tmp_pat
                     assert (e.ids, e.type_ids) == (r.ids, r.type_ids), (f.parent.name, max_length, add, a[:20], b[:20])
 
 
+def test_pair_encoding_of_tokenizer_classes_matches_transformers(hz, ce_paths, tmp_path):
+    """A snapshot whose tokenizer_config names a class (BertTokenizer, XLMRobertaTokenizer)
+    takes the class's post-processor, pair template included, as transformers 5 builds it:
+    `[CLS] A [SEP] B:1 [SEP]:1` and `<s> A </s> </s> B </s>` (BertTokenizer's pair template
+    was missing: pairs lost their special tokens, and cross-encoder scores went wrong)."""
+    import transformers
+
+    xlmr = tmp_path / "xlmr_class"
+    xlmr.mkdir()
+    shutil.copy(ce_paths["xlm_roberta"] / "tokenizer.json", xlmr / "tokenizer.json")
+    (xlmr / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+         "cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+    folders = [_util.REPO / "models" / "all-MiniLM-L6-v2", xlmr]
+    texts = [t for t in CORPUS if isinstance(t, str)][:24]
+    for folder in folders:
+        ours = hz.Tokenizer.from_pretrained(str(folder))
+        ref = transformers.AutoTokenizer.from_pretrained(str(folder))
+        assert type(ref).__name__.startswith(("BertTokenizer", "XLMRobertaTokenizer")), type(ref)
+        firsts, seconds = texts, texts[1:] + texts[:1]
+        refs = ref(firsts, seconds)  # batched, as CrossEncoder calls it ("" stays a pair)
+        for i, (a, b) in enumerate(zip(firsts, seconds)):
+            e = ours.encode_pair(a, b)
+            assert e.ids == refs["input_ids"][i], (folder.name, a[:20], b[:20])
+            types = refs["token_type_ids"][i] if "token_type_ids" in refs else [0] * len(e.ids)
+            assert e.type_ids == types, folder.name
+
+
 # --- server and CLI --------------------------------------------------------------------
 
 
