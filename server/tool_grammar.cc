@@ -12,27 +12,39 @@ namespace {
 using OJson = nlohmann::ordered_json;
 
 // Local references ("#/...") in `schema` made relative to `base`, the JSON
-// pointer where the schema now sits. Walked with an explicit stack; values
-// (const, enum, default, examples) are data, not schemas, and stay as written.
+// pointer where the schema now sits. Walked with an explicit stack. Values
+// (const, enum, default, examples) are data, not schemas, and stay as
+// written; under properties and $defs every key names a schema, whatever it is.
 void rebase_refs(OJson& schema, const std::string& base) {
-  std::vector<OJson*> stack{&schema};
+  struct Item {
+    OJson* node;
+    bool names_schemas;  // an object whose every value is a schema
+  };
+  std::vector<Item> stack{{&schema, false}};
   while (!stack.empty()) {
-    OJson* s = stack.back();
+    const Item item = stack.back();
     stack.pop_back();
+    OJson* s = item.node;
     if (s->is_array()) {
-      for (auto& v : *s) stack.push_back(&v);
+      for (auto& v : *s) stack.push_back({&v, false});
       continue;
     }
     if (!s->is_object()) continue;
     for (auto it = s->begin(); it != s->end(); ++it) {
       const std::string& key = it.key();
+      if (item.names_schemas) {
+        stack.push_back({&*it, false});
+        continue;
+      }
       if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
       if (key == "$ref" && it->is_string()) {
         const std::string target = it->get<std::string>();
         if (!target.empty() && target[0] == '#') *it = "#" + base + target.substr(1);
         continue;
       }
-      stack.push_back(&*it);
+      const bool map = key == "properties" || key == "$defs" || key == "definitions" ||
+                       key == "patternProperties" || key == "dependentSchemas";
+      stack.push_back({&*it, map});
     }
   }
 }

@@ -14,7 +14,8 @@ const char* kTools = R"([
      "required": ["city"]}}},
   {"type": "function", "function": {"name": "now"}},
   {"type": "function", "function": {"name": "tree", "parameters": {"type": "object",
-     "properties": {"root": {"$ref": "#/$defs/node"}}, "required": ["root"],
+     "properties": {"root": {"$ref": "#/$defs/node"}, "default": {"$ref": "#/$defs/node"}},
+     "required": ["root"],
      "$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
        "items": {"$ref": "#/$defs/node"}}}, "required": ["kids"]}}}}}])";
 
@@ -54,6 +55,11 @@ TEST(ToolGrammar, HermesCallsValidAgainstTheirTool) {
   const std::string two = call + "\n<tool_call>\n" + kNow + "\n</tool_call>";
   EXPECT_TRUE(one->matches(call));
   EXPECT_TRUE(one->matches("<tool_call>\n" + kTree + "\n</tool_call>"));  // $ref rebased
+  // ... also inside a property named like a keyword
+  EXPECT_TRUE(one->matches(
+      R"(<tool_call>
+{"name":"tree","arguments":{"root":{"kids":[]},"default":{"kids":[{"kids":[]}]}}}
+</tool_call>)"));
   EXPECT_FALSE(one->matches(two));  // parallel_tool_calls false: one call
   EXPECT_TRUE(many->matches(two));
   ASSERT_EQ(parse(ToolFormat::kHermes, two).size(), 2u);
