@@ -2,11 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <mutex>
 #include <random>
+
+#include "engine/test_collector.h"
 
 namespace hubzoo {
 namespace {
@@ -71,30 +72,6 @@ class FakeLM : public CausalLM {
   ModelInfo info_;
 };
 
-// Collects one request's events; wait() blocks until it finished.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenEvent> events;
-  std::optional<Completion> done;
-  void attach(GenerationRequest& r) {
-    r.on_token = [this](const TokenEvent& e) {
-      std::lock_guard lock(mu);
-      events.push_back(e);
-    };
-    r.on_finish = [this](const Completion& c) {
-      std::lock_guard lock(mu);
-      done = c;
-      cv.notify_all();
-    };
-  }
-  Completion wait() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return done.has_value(); });
-    return *done;
-  }
-};
-
 std::vector<int64_t> prompt_of(int64_t len, int64_t seed, int64_t vocab) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> p(len);
@@ -128,14 +105,9 @@ TEST(Scheduler, ConcurrentRequestsGetTheTokensTheyGetAlone) {
   // Few slots, a small prefill budget: requests wait, prompts are chunked,
   // prefill chunks share steps with decode rows.
   Scheduler s(model, nullptr, {.max_slots = 3, .max_queue = 16, .max_batch_tokens = 7});
-  std::vector<Collector> collectors(requests.size());
+  const std::vector<Completion> done = submit_and_wait(s, requests);
   for (size_t i = 0; i < requests.size(); ++i) {
-    auto r = requests[i];
-    collectors[i].attach(r);
-    s.submit(std::move(r));
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const Completion c = collectors[i].wait();
+    const Completion& c = done[i];
     EXPECT_EQ(c.tokens, alone[i].tokens) << "request " << i;
     EXPECT_EQ(c.reason, alone[i].reason) << "request " << i;
     EXPECT_EQ(c.prompt_tokens, static_cast<int64_t>(requests[i].prompt.size()));
@@ -173,14 +145,9 @@ TEST(Scheduler, KvBudgetIsNeverExceededAndDrainsToZero) {
                .max_batch_tokens = 9,
                .kv_cache_bytes = budget,
                .prefix_cache = false});
-  std::vector<Collector> collectors(requests.size());
+  const std::vector<Completion> done = submit_and_wait(s, requests);
   for (size_t i = 0; i < requests.size(); ++i) {
-    auto r = requests[i];
-    collectors[i].attach(r);
-    s.submit(std::move(r));
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const Completion c = collectors[i].wait();
+    const Completion& c = done[i];
     EXPECT_EQ(c.tokens, alone[i].tokens) << "request " << i;
     EXPECT_EQ(c.reason, FinishReason::kLength) << "request " << i;
   }

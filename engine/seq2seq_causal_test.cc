@@ -6,13 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <numeric>
-#include <optional>
 #include <random>
 
 #include "engine/scheduler.h"
+#include "engine/test_collector.h"
 
 namespace hubzoo {
 namespace {
@@ -97,39 +95,16 @@ std::vector<int64_t> prompt_of(int64_t len, int64_t seed) {
   return p;
 }
 
-struct Waiter {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Completion> done;
-  void attach(GenerationRequest& r) {
-    r.on_finish = [this](const Completion& c) {
-      std::lock_guard lock(mu);
-      done = c;
-      cv.notify_all();
-    };
-  }
-  Completion wait() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return done.has_value(); });
-    return *done;
-  }
-};
-
 // Runs the requests on one Scheduler with the given options; their completions in order.
 std::vector<Completion> serve(CausalLM& lm, const SchedulerOptions& so,
                               const std::vector<std::vector<int64_t>>& prompts, int64_t n) {
   Scheduler s(lm, nullptr, so);
-  std::vector<Waiter> waiters(prompts.size());
+  std::vector<GenerationRequest> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest r;
-    r.prompt = prompts[i];
-    r.max_tokens = n;
-    waiters[i].attach(r);
-    s.submit(std::move(r));
+    requests[i].prompt = prompts[i];
+    requests[i].max_tokens = n;
   }
-  std::vector<Completion> out;
-  for (auto& w : waiters) out.push_back(w.wait());
-  return out;
+  return submit_and_wait(s, std::move(requests));
 }
 
 TEST(Seq2SeqCausal, ChunkedPromptsReachTheEncoderWholeAndOnce) {
