@@ -19,17 +19,21 @@ HUBZOO_BIN = BUILD / "hubzoo"
 SMOLLM2 = REPO / "models" / "SmolLM2-135M-Instruct"
 
 
-def _load_tiny_models():
-    """hubzoo.testing.tiny_models from the source tree (works before the bindings are built)."""
-    path = REPO / "python" / "hubzoo" / "testing" / "tiny_models.py"
-    spec = importlib.util.spec_from_file_location("hubzoo_testing_tiny_models", path)
+def load_testing(name: str):
+    """hubzoo.testing.<name> from the source tree (works before the bindings are built), once
+    per process: registered as hubzoo_testing_<name>, the name the modules use for each other."""
+    key = f"hubzoo_testing_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    path = REPO / "python" / "hubzoo" / "testing" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(key, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[key] = module
     spec.loader.exec_module(module)
     return module
 
 
-tiny_models = _load_tiny_models()
+tiny_models = load_testing("tiny_models")
 
 
 def capture_names(num_layers: int) -> list[str]:

@@ -16,10 +16,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -29,16 +27,7 @@ import _util
 MINILM = _util.REPO / "models" / "all-MiniLM-L6-v2"
 
 
-def _load_tiny_encoders():
-    path = _util.REPO / "python" / "hubzoo" / "testing" / "tiny_encoders.py"
-    spec = importlib.util.spec_from_file_location("hubzoo_testing_tiny_encoders", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_encoders = _load_tiny_encoders()
+tiny_encoders = _util.load_testing("tiny_encoders")
 PIPELINES = list(tiny_encoders.PIPELINES)
 BERT_FAMILY = ["bert", "roberta", "xlm_roberta"]
 DECODERS = ["qwen3_lasttoken", "llama_causal_mean", "llama_base_lasttoken"]

@@ -14,11 +14,11 @@ import json
 import os
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-from hubzoo import Tokenizer, _hubzoo  # noqa: E402
+from hubzoo import Tokenizer, _hubzoo
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = {

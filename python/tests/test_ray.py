@@ -28,14 +28,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import psutil
 import pytest
+import ray
+from ray.cluster_utils import Cluster
 
 import _util
 
-ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-psutil = pytest.importorskip("psutil")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 N_TEXTS = int(os.environ.get("HUBZOO_RAY_TEXTS", "5000"))
 N_PROMPTS = int(os.environ.get("HUBZOO_RAY_PROMPTS", "500"))
@@ -44,19 +44,7 @@ KEY = "ray-test-key"
 EOS = 2
 
 
-def _load(name: str):
-    import importlib.util
-    import sys
-
-    path = _util.REPO / "python" / "hubzoo" / "testing" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"hubzoo_testing_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_encoders = _load("tiny_encoders")
+tiny_encoders = _util.load_testing("tiny_encoders")
 
 
 @pytest.fixture(scope="module")

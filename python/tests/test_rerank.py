@@ -13,10 +13,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,17 +25,8 @@ import _util
 CORPUS = json.loads((Path(__file__).parent / "data" / "tokenizer_corpus.json").read_text())
 
 
-def _load(name: str):
-    path = _util.REPO / "python" / "hubzoo" / "testing" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"hubzoo_testing_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_encoders = _load("tiny_encoders")
-tiny_models = _load("tiny_models")
+tiny_encoders = _util.load_testing("tiny_encoders")
+tiny_models = _util.tiny_models
 
 QUERY = "how does the engine read hub files?"
 LONG = " ".join(tiny_encoders.CORPUS)
