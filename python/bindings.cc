@@ -7,10 +7,12 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "base/error.h"
 #include "engine/scheduler.h"
@@ -52,7 +54,9 @@ struct RowOptions {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;
   std::vector<int64_t> stop_token_ids;  // on top of the model's EOS ids
+  std::vector<std::string> stop;        // stop strings: the engine ends the row on them
   bool ignore_eos = false;
+  bool skip_special_tokens = true;  // of the returned text
 };
 
 class PyCausalLM {
@@ -207,14 +211,20 @@ class PyCausalLM {
   }
 
   // One Scheduler run of independent rows, each with its own sampling, seed,
-  // stop token ids and limit (what a batch job's rows carry): per row the new
-  // tokens (a final EOS / stop token included) and the finish reason.
-  std::vector<std::pair<std::vector<int64_t>, std::string>> generate_rows(
-      const std::vector<std::vector<int64_t>>& prompts, const std::vector<RowOptions>& options) {
+  // stop conditions and limit (what a batch job's rows carry): per row the new
+  // tokens (a final EOS / stop token, or the one completing a stop string,
+  // included), the finish reason and, with_text, the text the engine released
+  // (a matched stop string and what follows are not in it). Stop strings and
+  // text use the checkpoint's tokenizer; the engine ends a row on its stop
+  // string, as it does for a server request.
+  std::vector<std::tuple<std::vector<int64_t>, std::string, std::string>> generate_rows(
+      const std::vector<std::vector<int64_t>>& prompts, const std::vector<RowOptions>& options,
+      bool with_text) {
     if (prompts.size() != options.size()) {
       throw InvalidArgument("generate_rows: " + std::to_string(prompts.size()) + " prompts but " +
                             std::to_string(options.size()) + " option rows");
     }
+    bool need_tokenizer = with_text;
     std::vector<GenerationRequest> requests(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       const RowOptions& o = options[i];
@@ -224,16 +234,24 @@ class PyCausalLM {
       r.max_tokens = o.max_tokens;
       r.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
       r.stop_token_ids = o.stop_token_ids;
+      for (const std::string& stop : o.stop) {
+        if (!stop.empty()) r.stop.push_back(stop);
+      }
+      need_tokenizer = need_tokenizer || !r.stop.empty();
       r.ignore_eos = o.ignore_eos;
+      r.skip_special_tokens = o.skip_special_tokens;
     }
+    const Tokenizer* tokenizer = need_tokenizer ? &checkpoint_tokenizer() : nullptr;
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, /*tokenizer=*/nullptr, std::move(requests));
+      done = run_to_completion(*model_, tokenizer, std::move(requests));
     }
-    std::vector<std::pair<std::vector<int64_t>, std::string>> out;
+    std::vector<std::tuple<std::vector<int64_t>, std::string, std::string>> out;
     out.reserve(done.size());
-    for (Completion& c : done) out.emplace_back(std::move(c.tokens), finish_reason_name(c.reason));
+    for (Completion& c : done) {
+      out.emplace_back(std::move(c.tokens), finish_reason_name(c.reason), std::move(c.text));
+    }
     return out;
   }
 
@@ -340,7 +358,9 @@ NB_MODULE(_hubzoo, m) {
       .def_rw("top_p", &RowOptions::top_p)
       .def_rw("seed", &RowOptions::seed)
       .def_rw("stop_token_ids", &RowOptions::stop_token_ids)
-      .def_rw("ignore_eos", &RowOptions::ignore_eos);
+      .def_rw("stop", &RowOptions::stop)
+      .def_rw("ignore_eos", &RowOptions::ignore_eos)
+      .def_rw("skip_special_tokens", &RowOptions::skip_special_tokens);
 
   nb::class_<PyCausalLM>(m, "CausalLM")
       .def(nb::init<const std::string&, int, const std::string&, const std::string&,
@@ -358,5 +378,6 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("seed"), nb::arg("stop_at_eos") = true, nb::arg("constraint_kind") = "",
            nb::arg("constraint_text") = "", nb::arg("choices") = std::vector<std::string>{},
            nb::arg("kv_cache_bytes") = 0)
-      .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"));
+      .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"),
+           nb::arg("with_text") = false);
 }

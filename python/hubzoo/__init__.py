@@ -147,12 +147,16 @@ class CausalLM:
                                     int(kv_cache_bytes))
 
     def generate_rows(self, prompts, max_tokens=32, temperature=0.0, top_k=0, top_p=1.0,
-                      seed=0, stop_token_ids=None, ignore_eos=False) -> list[tuple[list[int], str]]:
+                      seed=0, stop_token_ids=None, ignore_eos=False, stop=None,
+                      skip_special_tokens=True, return_text=False) -> list[tuple]:
         """One scheduler run of independent rows, each with its own sampling settings:
         prompts is a list of token-id lists; every other argument is one value for all
-        rows or a list with one per row (stop_token_ids: a list of ids, or one per row).
-        Per row: (new tokens, a final EOS / stop token included; finish reason "stop" or
-        "length"). A row's tokens do not depend on the other rows."""
+        rows or a list with one per row (stop_token_ids and stop: a list, or one per row).
+        stop: strings on which the engine ends a row (the checkpoint's tokenizer decodes).
+        Per row: (new tokens, a final EOS / stop token or the token completing a stop
+        string included; finish reason "stop" or "length"), and with return_text the
+        text as the engine released it (a matched stop string and what follows cut off).
+        A row's tokens do not depend on the other rows."""
         prompts = [[int(t) for t in p] for p in prompts]
         n = len(prompts)
 
@@ -163,21 +167,30 @@ class CausalLM:
                 return list(value)
             return [value] * n
 
-        stops = stop_token_ids or []
-        if stops and isinstance(stops[0], (list, tuple, np.ndarray)):
-            stops = per_row("stop_token_ids", stops)
-        else:
-            stops = [stops] * n
+        def per_row_list(name, value, item):
+            value = [] if value is None else value
+            if isinstance(value, (str, bytes)):
+                raise InvalidArgument(f"{name} must be a list, not one string")
+            if value and isinstance(value[0], (list, tuple, np.ndarray)):
+                return [[item(v) for v in row] for row in per_row(name, value)]
+            return [[item(v) for v in value]] * n
+
+        stops = per_row_list("stop_token_ids", stop_token_ids, int)
+        stop_strings = per_row_list("stop", stop, str)
         rows = zip(per_row("max_tokens", max_tokens), per_row("temperature", temperature),
                    per_row("top_k", top_k), per_row("top_p", top_p), per_row("seed", seed),
-                   stops, per_row("ignore_eos", ignore_eos))
+                   stops, stop_strings, per_row("ignore_eos", ignore_eos))
         options = []
-        for m, t, k, p, s, st, ig in rows:
+        for m, t, k, p, s, st, ss, ig in rows:
             o = _hubzoo.RowOptions()
             o.max_tokens, o.temperature, o.top_k, o.top_p = int(m), float(t), int(k or 0), float(p)
-            o.seed, o.stop_token_ids, o.ignore_eos = int(s or 0), [int(i) for i in st], bool(ig)
+            o.seed, o.stop_token_ids, o.stop, o.ignore_eos = int(s or 0), st, ss, bool(ig)
+            o.skip_special_tokens = bool(skip_special_tokens)
             options.append(o)
-        return [(list(tokens), reason) for tokens, reason in self._model.generate_rows(prompts, options)]
+        done = self._model.generate_rows(prompts, options, bool(return_text))
+        if return_text:
+            return [(list(tokens), reason, text) for tokens, reason, text in done]
+        return [(list(tokens), reason) for tokens, reason, _ in done]
 
     def kv_cache_stats(self) -> dict:
         """The KV cache's accounting after the last forward()/forward_incremental():

@@ -276,6 +276,39 @@ def test_generate_rows_bad_input(hz, lm_path):
     with pytest.raises(hz.InvalidArgument, match="max_tokens must be >= 0"):
         model.generate_rows([[5, 6]], max_tokens=-1)
     assert model.generate_rows([[5, 6]], max_tokens=0) == [([], "length")]
+    with pytest.raises(hz.InvalidArgument, match="stop must be a list, not one string"):
+        model.generate_rows([[5, 6]], stop="x")
+    with pytest.raises(hz.InvalidArgument, match="stop has 1 values for 2 prompts"):
+        model.generate_rows([[5, 6], [7]], stop=[["a"]])
+
+
+def test_generate_rows_stop_strings_end_rows_in_the_engine(hz, chat_path):
+    """A stop string ends its row in the engine: the tokens end with the one completing it
+    (none generated past it, so the row is shorter than its free run), the text ends before
+    it, and rows without a stop string (or with their own) are unaffected."""
+    tok = hz.Tokenizer.from_pretrained(str(chat_path))
+    model = hz.CausalLM.from_pretrained(str(chat_path), num_threads=2)
+    prompts = [tok.encode(f"Question {i}: {w}?").ids for i, w in enumerate(tiny_encoders.CORPUS)]
+    free = model.generate_rows(prompts, max_tokens=24, temperature=1.0, seed=list(range(len(prompts))),
+                               ignore_eos=True, return_text=True)
+    for tokens, reason, text in free:
+        assert reason == "length" and len(tokens) == 24
+        assert text == tok.decode(tokens, skip_special_tokens=True)
+    # Row 0's stop string: a piece of its own text past its first token; other rows get none.
+    text0 = free[0][2]
+    stop = next(text0[k:k + 3] for k in range(4, len(text0) - 3) if text0[k:k + 3].strip())
+    stops = [[stop]] + [[] for _ in prompts[1:]]
+    got = model.generate_rows(prompts, max_tokens=24, temperature=1.0, seed=list(range(len(prompts))),
+                              ignore_eos=True, stop=stops, return_text=True)
+    tokens0 = free[0][0]
+    n = next(k for k in range(1, len(tokens0) + 1)
+             if stop in tok.decode(tokens0[:k], skip_special_tokens=True))
+    assert n < len(tokens0), "the stop string must end the row early for this test to mean anything"
+    assert got[0] == (tokens0[:n], "stop", text0[:text0.index(stop)])
+    assert got[1:] == free[1:]
+    # Without return_text the rows are (tokens, reason), stopped the same way.
+    assert model.generate_rows(prompts[:1], max_tokens=24, temperature=1.0, seed=0, ignore_eos=True,
+                               stop=[stop])[0] == (tokens0[:n], "stop")
 
 
 def test_run_batch_parquet_and_jsonl(hz, cluster, encoder_path, texts, ref_vectors, tmp_path):

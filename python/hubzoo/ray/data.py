@@ -129,8 +129,8 @@ class Generate:
     chat=True sent as one user message through the chat template). max_tokens, temperature,
     top_k, top_p and seed apply to every row unless the batch has a column of that name,
     which sets it per row (per-row seeds). Stops: the model's EOS ids (unless ignore_eos),
-    stop_token_ids, and stop strings (need a tokenizer; the text is cut before the first
-    one and the tokens after the one that completed it are dropped).
+    stop_token_ids, and stop strings (need a tokenizer; the engine ends the row on the
+    first, its text cut before it, its tokens through the one that completed it).
 
     Adds generated_ids (int64 per row), finish_reason ("stop" / "length") and, with a
     tokenizer, generated_text.
@@ -169,39 +169,22 @@ class Generate:
             raise InvalidArgument(f"prompt row {row} must be a string or a list of token ids")
         return [int(t) for t in ids]
 
-    def _cut_at_stop(self, tokens: list[int]) -> tuple[list[int], str, bool]:
-        """(tokens through the one completing the first stop string, text before it, stopped)."""
-        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=self.skip_special)  # noqa: E731
-        text = decode(tokens)
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
-        if not hits:
-            return tokens, text, False
-        cut = min(hits)
-        for n in range(1, len(tokens) + 1):  # the shortest prefix holding a stop string
-            prefix = decode(tokens[:n])
-            if any(s in prefix for s in self.stop):
-                return tokens[:n], text[:cut], True
-        return tokens, text[:cut], True
-
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         prompts = [self._prompt_ids(v, i)
                    for i, v in enumerate(_column(batch, self.prompt_column, "prompt"))]
         per_row = {k: (list(batch[k]) if k in batch else v) for k, v in self.settings.items()}
+        # The engine ends a row on its stop string (as for a server request) and releases
+        # the text before it; a stopped row's tokens end with the one completing it.
+        with_text = self.tokenizer is not None
         done = self.model.generate_rows(prompts, stop_token_ids=self.stop_token_ids,
-                                        ignore_eos=self.ignore_eos, **per_row)
-        tokens = [t for t, _ in done]
-        reasons = [r for _, r in done]
+                                        ignore_eos=self.ignore_eos, stop=self.stop,
+                                        skip_special_tokens=self.skip_special,
+                                        return_text=with_text, **per_row)
         out = {}
-        if self.tokenizer is not None:
-            texts = []
-            for i, t in enumerate(tokens):
-                t, text, stopped = self._cut_at_stop(t) if self.stop else (
-                    t, self.tokenizer.decode(t, skip_special_tokens=self.skip_special), False)
-                tokens[i], reasons[i] = t, "stop" if stopped else reasons[i]
-                texts.append(text)
-            out["generated_text"] = np.array(texts, dtype=object)
-        out["generated_ids"] = _ragged(tokens)
-        out["finish_reason"] = np.array(reasons, dtype=object)
+        if with_text:
+            out["generated_text"] = np.array([row[2] for row in done], dtype=object)
+        out["generated_ids"] = _ragged([row[0] for row in done])
+        out["finish_reason"] = np.array([row[1] for row in done], dtype=object)
         return _output(batch, self.keep, out)
 
 
