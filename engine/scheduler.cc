@@ -45,17 +45,21 @@ std::string what(const std::exception_ptr& error) {
 
 struct Scheduler::Sequence {
   Sequence(uint64_t id_, GenerationRequest r)
-      : id(id_), req(std::move(r)), sampler(req.sampling), stops(req.stop) {}
+      : id(id_), req(std::move(r)), context(req.prompt), sampler(req.sampling), stops(req.stop) {}
   uint64_t id;
   GenerationRequest req;
+  // The tokens to prefill: the prompt, or after a preemption the prompt and
+  // every token generated so far (recomputed: the same bits, layers/batch.h).
+  std::vector<int64_t> context;
   Sampler sampler;
   std::optional<DecodeStream> decode;
   StopStrings stops;
   std::vector<int64_t> stop_ids;  // EOS (unless ignored) and the request's own
   int64_t max_new = 0;
   int64_t slot = -1;
-  int64_t kv_bytes = 0;   // the most KV bytes it can hold (prompt + max_new positions)
-  int64_t prefilled = 0;  // prompt tokens in the cache
+  int64_t kv_bytes = 0;   // KV bytes it was admitted for: its context and one new token
+  int64_t prefilled = 0;  // context tokens in the cache
+  int64_t preemptions = 0;
   bool prefix_checked = false, prompt_indexed = false;
   Completion done;
   std::atomic<bool> cancelled{false};
@@ -193,7 +197,7 @@ std::vector<uint64_t> Scheduler::submit_all(std::vector<GenerationRequest> reque
     auto s = std::make_shared<Sequence>(id, std::move(request));
     s->max_new = max_new_within_budget(
         prompt_len, std::min(s->req.max_tokens, options_.max_context - prompt_len));
-    s->kv_bytes = cache_.slot_bytes_at(prompt_len + s->max_new);
+    s->kv_bytes = cache_.slot_bytes_at(prompt_len + 1);
     s->stop_ids = s->req.stop_token_ids;
     if (!s->req.ignore_eos) {
       s->stop_ids.insert(s->stop_ids.end(), info.eos_token_ids.begin(), info.eos_token_ids.end());
@@ -247,23 +251,100 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+int64_t Scheduler::committed_bytes() const {
+  // What the slots hold (pages only the prefix index holds can be evicted),
+  // plus what each running request still needs for the rest of its context
+  // and its next page of growth: room kept so that a new admission is not
+  // preempted at once by the requests already running.
+  int64_t bytes = cache_.bytes() - (prefix_ ? prefix_->idle_bytes() : 0);
+  for (const auto& s : running_) {
+    const int64_t len = cache_.length(s->slot);
+    const int64_t until =
+        std::max<int64_t>(static_cast<int64_t>(s->context.size()) + 1, len) + kKvPage;
+    bytes += std::max<int64_t>(0, cache_.slot_bytes_at(until) - cache_.slot_bytes_at(len));
+  }
+  return bytes;
+}
+
 void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) {
   std::erase_if(waiting_, [&](const std::shared_ptr<Sequence>& s) {
     if (!s->cancelled) return false;
     cancelled.push_back(s);
     return true;
   });
-  // In order: a request waits until its pages fit beside the running ones'.
+  // In order: a request waits until its context's pages fit beside what the
+  // running ones hold and still need. Admitted requests grow page by page;
+  // when the budget runs out the newest is preempted (reserve_step_pages).
+  int64_t committed = committed_bytes();
   while (!waiting_.empty() && !free_slots_.empty() &&
-         reserved_bytes_ + waiting_.front()->kv_bytes <= options_.kv_cache_bytes) {
+         (running_.empty() || committed + waiting_.front()->kv_bytes <= options_.kv_cache_bytes)) {
     auto s = waiting_.front();
     waiting_.pop_front();
+    committed += s->kv_bytes;
     reserved_bytes_ += s->kv_bytes;
     s->slot = free_slots_.back();
     free_slots_.pop_back();
-    s->admitted = Clock::now();
+    if (s->preemptions == 0) s->admitted = Clock::now();
     running_.push_back(s);
   }
+}
+
+void Scheduler::reserve_step_pages() {
+  // The rows step() will add, in its order: a decode row for each request
+  // past its context, then prefill chunks in admission order within
+  // max_batch_tokens. Pages are reserved oldest request first; when the
+  // budget has no room (after the prefix index evicted what it could), the
+  // newest running request is preempted, so the oldest always progress.
+  int64_t budget = options_.max_batch_tokens;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const std::shared_ptr<Sequence> s = running_[i];
+    const int64_t context_len = static_cast<int64_t>(s->context.size());
+    int64_t target = 0;
+    if (s->prefilled >= context_len) {
+      target = cache_.length(s->slot) + 1;
+    } else if (s->prefix_checked && budget > 0) {
+      const int64_t n = std::min(context_len - s->prefilled, budget);
+      budget -= n;
+      target = s->prefilled + n;
+    } else {
+      continue;
+    }
+    while (true) {
+      try {
+        cache_.reserve(s->slot, target);
+        break;
+      } catch (const KvCacheFull&) {
+        const std::shared_ptr<Sequence> victim = running_.back();
+        if (running_.size() == 1) throw;  // alone it always fits (max_new_within_budget)
+        preempt(victim);
+        if (victim == s) break;
+      }
+    }
+  }
+}
+
+void Scheduler::preempt(const std::shared_ptr<Sequence>& s) {
+  // Everything computed so far, for its own resumption (the prefix index
+  // keeps the whole pages until memory is needed) and for anyone sharing it.
+  std::vector<int64_t> tokens = s->req.prompt;
+  tokens.insert(tokens.end(), s->done.tokens.begin(), s->done.tokens.end());
+  if (prefix_) prefix_->insert(s->slot, tokens, cache_.length(s->slot));
+  cache_.clear(s->slot);
+  std::erase(running_, s);
+  // It resumes by prefilling its prompt and every token it generated: the
+  // last one's logits give the next token, as a decode row's would.
+  s->context = std::move(tokens);
+  s->prefilled = 0;
+  s->prefix_checked = false;
+  s->prompt_indexed = false;
+  ++s->preemptions;
+  std::lock_guard lock(mu_);
+  free_slots_.push_back(s->slot);
+  reserved_bytes_ -= s->kv_bytes;
+  s->kv_bytes = cache_.slot_bytes_at(static_cast<int64_t>(s->context.size()) + 1);
+  s->slot = -1;
+  waiting_.push_front(s);  // first in line: admission is in order
+  ++stats_.preempted;
 }
 
 void Scheduler::loop() {
@@ -307,10 +388,11 @@ void Scheduler::step() {
   std::vector<std::shared_ptr<Sequence>> owners;  // of each logits row
   std::vector<std::shared_ptr<Sequence>> in_batch;
   for (const auto& s : running_) adopt_prefix(*s);
-  // A decode row for every sequence past its prompt.
+  reserve_step_pages();
+  // A decode row for every sequence past its context.
   for (const auto& s : running_) {
     const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
-    if (s->prefilled < prompt_len) continue;
+    if (s->prefilled < static_cast<int64_t>(s->context.size())) continue;
     const int64_t pos = prompt_len + static_cast<int64_t>(s->done.tokens.size()) - 1;
     batch.add(static_cast<int32_t>(s->done.tokens.back()), static_cast<int32_t>(s->slot),
               static_cast<int32_t>(pos));
@@ -321,17 +403,17 @@ void Scheduler::step() {
   // Prefill chunks in admission order, within the token budget.
   int64_t budget = options_.max_batch_tokens;
   for (const auto& s : running_) {
-    const int64_t prompt_len = static_cast<int64_t>(s->req.prompt.size());
-    if (s->prefilled >= prompt_len || budget == 0 || !s->prefix_checked) continue;
-    const int64_t n = std::min(prompt_len - s->prefilled, budget);
+    const int64_t context_len = static_cast<int64_t>(s->context.size());
+    if (s->prefilled >= context_len || budget == 0 || !s->prefix_checked) continue;
+    const int64_t n = std::min(context_len - s->prefilled, budget);
     for (int64_t i = s->prefilled; i < s->prefilled + n; ++i) {
-      batch.add(static_cast<int32_t>(s->req.prompt[i]), static_cast<int32_t>(s->slot),
+      batch.add(static_cast<int32_t>(s->context[i]), static_cast<int32_t>(s->slot),
                 static_cast<int32_t>(i));
     }
     s->prefilled += n;
     budget -= n;
     in_batch.push_back(s);
-    if (s->prefilled == prompt_len) {
+    if (s->prefilled == context_len) {
       fwd.logits_rows.push_back(batch.size() - 1);
       owners.push_back(s);
     }
@@ -351,10 +433,10 @@ void Scheduler::step() {
   // Prompts prefilled in full: their whole pages join the prefix cache now,
   // for requests that share them while this one still runs.
   for (const auto& s : in_batch) {
-    if (!prefix_ || s->prompt_indexed || s->prefilled < static_cast<int64_t>(s->req.prompt.size()))
+    if (!prefix_ || s->prompt_indexed || s->prefilled < static_cast<int64_t>(s->context.size()))
       continue;
     s->prompt_indexed = true;
-    prefix_->insert(s->slot, s->req.prompt, cache_.length(s->slot));
+    prefix_->insert(s->slot, s->context, cache_.length(s->slot));
   }
   for (size_t r = 0; r < owners.size(); ++r) {
     const auto& s = owners[r];
@@ -394,9 +476,9 @@ void Scheduler::adopt_prefix(Sequence& s) {
     // Another request still prefilling the same first page (requests that
     // arrive together with one system prompt): wait for its pages, indexed
     // once its prompt is prefilled, rather than compute them again.
-    const auto& p = s.req.prompt;
+    const auto& p = s.context;
     for (const auto& t : running_) {
-      const auto& q = t->req.prompt;
+      const auto& q = t->context;
       if (t.get() == &s || !t->prefix_checked || t->prompt_indexed) continue;
       const auto page = static_cast<size_t>(kKvPage);
       if (p.size() > page && q.size() > page && std::equal(p.begin(), p.begin() + page, q.begin()))
@@ -405,16 +487,18 @@ void Scheduler::adopt_prefix(Sequence& s) {
   }
   s.prefix_checked = true;
   if (!prefix_ || s.prefilled > 0) return;
-  // The last prompt token always runs: its logits give the first new token.
-  const int64_t prompt_len = static_cast<int64_t>(s.req.prompt.size());
-  const int64_t cached = prefix_->adopt(s.slot, s.req.prompt, prompt_len - 1);
+  // The last context token always runs: its logits give the next new token.
+  const int64_t context_len = static_cast<int64_t>(s.context.size());
+  const int64_t cached = prefix_->adopt(s.slot, s.context, context_len - 1);
   if (cached > 0) {
     cache_.set_length(s.slot, cached);
     s.prefilled = cached;
-    s.done.cached_tokens = cached;
   }
+  // What the request reports is its prompt's first lookup; a resumed one's
+  // hits show in the counters only.
+  if (s.preemptions == 0) s.done.cached_tokens = cached;
   std::lock_guard lock(mu_);
-  stats_.prefix_lookup_tokens += static_cast<uint64_t>(prompt_len);
+  stats_.prefix_lookup_tokens += static_cast<uint64_t>(context_len);
   stats_.prefix_hit_tokens += static_cast<uint64_t>(cached);
 }
 
@@ -496,7 +580,7 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
   c.exception = error;
   c.error = error ? what(error) : "";
   c.completion_tokens = static_cast<int64_t>(c.tokens.size());
-  const auto admitted = s->slot >= 0 ? s->admitted : now;
+  const auto admitted = s->slot >= 0 || s->preemptions > 0 ? s->admitted : now;
   c.queue_seconds = seconds_between(s->submitted, admitted);
   if (!c.tokens.empty()) c.first_token_seconds = seconds_between(s->submitted, s->first_token);
   c.total_seconds = seconds_between(s->submitted, now);
@@ -508,7 +592,7 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
       reserved_bytes_ -= s->kv_bytes;
     }
     ++stats_.finished[static_cast<int>(reason)];
-    stats_.prompt_tokens += static_cast<uint64_t>(s->prefilled);
+    stats_.prompt_tokens += static_cast<uint64_t>(std::min(s->prefilled, c.prompt_tokens));
     stats_.generated_tokens += static_cast<uint64_t>(c.completion_tokens);
     record_cache_locked();
   }

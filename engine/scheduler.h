@@ -129,7 +129,7 @@ struct SchedulerStats {
   int64_t kv_cache_bytes = 0;     // held by requests (0 when idle)
   int64_t kv_total_bytes = 0;     // held in all: with the pages only the prefix cache holds
   int64_t kv_budget_bytes = 0;    // the cache's byte budget (kv_cache_bytes)
-  int64_t kv_reserved_bytes = 0;  // what running requests may grow to
+  int64_t kv_reserved_bytes = 0;  // what running requests were admitted for (context + 1 token)
   int64_t kv_pages = 0;           // pages held
   // Prefix cache: prompt tokens looked up and found, pages it holds, pages evicted.
   bool prefix_cache = false;
@@ -137,6 +137,7 @@ struct SchedulerStats {
   int64_t prefix_cached_pages = 0;
   uint64_t prefix_evicted_pages = 0;
   uint64_t submitted = 0, rejected = 0;
+  uint64_t preempted = 0;               // running requests sent back to the queue for want of pages
   uint64_t finished[4] = {0, 0, 0, 0};  // by FinishReason
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, batch_rows = 0;
@@ -186,6 +187,15 @@ class Scheduler {
   // not fit the KV budget.
   int64_t max_new_within_budget(int64_t prompt_len, int64_t max_new) const;
   void step();
+  // KV bytes the running requests hold and still need (admission's measure).
+  int64_t committed_bytes() const;
+  // Reserves the pages of the rows step() is about to run, preempting the
+  // newest running requests while the budget has no room for them.
+  void reserve_step_pages();
+  // Frees a running request's slot and queues it first to resume: it will
+  // prefill its prompt and generated tokens again (adopting what the prefix
+  // index still holds of them) and continue with the same sampler state.
+  void preempt(const std::shared_ptr<Sequence>& s);
   // Samples a token for `s` from its logits; true if it finished.
   bool advance(Sequence& s, float* logits);
   // Masks `logits` with the request's grammar; throws when no token may follow.
@@ -214,7 +224,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::map<uint64_t, std::shared_ptr<Sequence>> live_;  // waiting or running, by id
   std::vector<int64_t> free_slots_;
-  int64_t reserved_bytes_ = 0;  // KV bytes the running requests may grow to
+  int64_t reserved_bytes_ = 0;  // KV bytes the running requests were admitted for
   SchedulerStats stats_;
 
   // Engine thread only.

@@ -220,6 +220,67 @@ Outcome outcome_of(Collector& c) {
   return o;
 }
 
+// Admission counts a request's context, not its whole max_tokens: under a
+// budget of a few pages several requests start, grow past what is free, and
+// the newest are preempted (their pages freed) and resumed by recomputing
+// their prompt and generated tokens. Every request still gets the tokens and
+// logprobs it gets alone (greedy and seeded sampling: the sampler's state
+// survives), the cache never exceeds the budget, and it drains to zero; with
+// the prefix cache a resumed request adopts its own pages back.
+TEST(Scheduler, PreemptionResumesWithTheTokensOfARunAlone) {
+  FakeLM model(97);
+  const int64_t page = 2 * kKvPage * 4 * sizeof(float);  // FakeLM: one layer, rows of 4
+  const int64_t budget = 6 * page;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt_of(4 + 5 * i, 60 + i, 97);
+    r.max_tokens = 30 + 3 * i;  // each grows to 3-5 pages of its own
+    r.ignore_eos = true;
+    r.top_logprobs = 1;
+    if (i % 2) r.sampling = {.temperature = 0.9f, .top_k = 30, .top_p = 0.95f, .seed = 70u + i};
+    requests.push_back(r);
+  }
+  std::vector<Outcome> alone;
+  for (auto r : requests) {
+    Scheduler one(model, nullptr, {.max_slots = 1, .max_queue = 1});
+    Collector c;
+    c.attach(r);
+    one.submit(std::move(r));
+    alone.push_back(outcome_of(c));
+  }
+  for (const bool prefix_cache : {false, true}) {
+    SCOPED_TRACE(prefix_cache ? "prefix cache" : "no prefix cache");
+    model.peak_bytes = 0;
+    Scheduler s(model, nullptr,
+                {.max_slots = 8,
+                 .max_queue = 16,
+                 .max_batch_tokens = 12,
+                 .kv_cache_bytes = budget,
+                 .prefix_cache = prefix_cache});
+    std::vector<Collector> collectors(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      GenerationRequest r = requests[i];
+      collectors[i].attach(r);
+      s.submit(std::move(r));
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Outcome o = outcome_of(collectors[i]);
+      EXPECT_EQ(o.tokens, alone[i].tokens) << "request " << i;
+      EXPECT_EQ(o.logprobs, alone[i].logprobs) << "request " << i;
+      EXPECT_EQ(collectors[i].done->reason, FinishReason::kLength) << "request " << i;
+    }
+    const SchedulerStats st = s.stats();
+    EXPECT_GT(st.preempted, 0u) << "the budget never ran out: nothing was preempted";
+    EXPECT_LE(model.peak_bytes, budget);
+    EXPECT_EQ(st.kv_cache_bytes, 0);
+    EXPECT_EQ(st.kv_reserved_bytes, 0);
+    EXPECT_EQ(st.running, 0);
+    EXPECT_EQ(st.waiting, 0);
+    if (prefix_cache) EXPECT_GT(st.prefix_hit_tokens, 0u);
+  }
+}
+
 // One request at a time, each waiting for the previous one (a conversation's
 // turns); then the turn after the first answer, which continues it.
 std::vector<Outcome> run_in_turns(CausalLM& model, const SchedulerOptions& options) {

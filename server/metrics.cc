@@ -55,7 +55,11 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model) c
   sample("hubzoo_kv_cache_budget_bytes", "gauge", "KV-cache byte budget (--kv-cache-bytes).",
          s.kv_budget_bytes);
   sample("hubzoo_kv_cache_reserved_bytes", "gauge",
-         "KV-cache bytes the running requests may grow to.", s.kv_reserved_bytes);
+         "KV-cache bytes the running requests were admitted for (context and one token).",
+         s.kv_reserved_bytes);
+  sample("hubzoo_requests_preempted_total", "counter",
+         "Running requests sent back to the queue for want of KV pages (resumed by recompute).",
+         s.preempted);
   sample("hubzoo_kv_cache_pages", "gauge", "KV-cache pages held (16 positions of one layer).",
          s.kv_pages);
   sample("hubzoo_kv_cache_total_bytes", "gauge",
