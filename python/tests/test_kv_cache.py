@@ -101,7 +101,7 @@ def servers(hubzoo_bin, tmp_path_factory):
                                *extra)
             procs.append(proc)
             urls.append(url)
-        yield {"on": urls[0], "off": urls[1], "vocab": vocab}
+        yield {"on": urls[0], "off": urls[1], "vocab": vocab, "path": path, "root": root}
     finally:
         for proc in procs:
             proc.terminate()
@@ -194,3 +194,35 @@ def test_multi_turn_chat_reuses_the_answer(servers):
         m = _metrics(servers[name])
         assert m["hubzoo_kv_cache_bytes"] == 0  # held by requests: none when idle
         assert m["hubzoo_kv_cache_total_bytes"] <= m["hubzoo_kv_cache_budget_bytes"]
+
+
+def test_preemption_keeps_every_response_and_the_budget(hz, servers):
+    """A KV budget far below what concurrent requests grow to: they are admitted by their
+    prompts' pages, the newest are preempted as the older ones grow and resume by
+    recompute. Every response (text, logprobs) equals the unconstrained server's, the
+    cache stays within its budget and holds nothing for requests once idle."""
+    path, vocab = servers["path"], servers["vocab"]
+    model = hz.CausalLM.from_pretrained(str(path), dtype="float32")
+    budget = model.kv_slot_bytes_at(192)  # 12 pages a layer; the 6 requests grow to ~44
+    reqs = []
+    for i in range(6):
+        body = {"prompt": random_prompt(vocab, 20 + 10 * i, seed=300 + i).tolist(), "max_tokens": 60,
+                "logprobs": 1, "temperature": 0.0 if i % 2 else 0.7, "seed": 30 + i, "ignore_eos": True}
+        reqs.append(("/v1/completions", body))
+    proc, url = _util.serve(path, servers["root"] / "tight.log", "--quiet", "--max-concurrency", "6",
+                            "--max-batch-tokens", "24", "--kv-cache-bytes", str(budget))
+    try:
+        with ThreadPoolExecutor(len(reqs)) as ex:
+            tight = list(ex.map(lambda r: _ask(url, *r), reqs))
+        m = _metrics(url)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    free = [_ask(servers["off"], *r) for r in reqs]
+    for i, (a, b) in enumerate(zip(tight, free)):
+        assert a["text"] == b["text"], i
+        assert a["logprobs"] == b["logprobs"], i
+    assert m["hubzoo_requests_preempted_total"] > 0, "the budget never ran out: nothing was preempted"
+    assert m["hubzoo_kv_cache_budget_bytes"] == budget
+    assert m["hubzoo_kv_cache_total_bytes"] <= budget
+    assert m["hubzoo_kv_cache_bytes"] == 0
