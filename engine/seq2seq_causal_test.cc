@@ -104,7 +104,9 @@ std::vector<Completion> serve(CausalLM& lm, const SchedulerOptions& so,
     requests[i].prompt = prompts[i];
     requests[i].max_tokens = n;
   }
-  return submit_and_wait(s, std::move(requests));
+  // Queued together: the test of shared decode calls must not depend on
+  // whether the engine thread ran the first request before the next arrived.
+  return submit_all_and_wait(s, std::move(requests));
 }
 
 TEST(Seq2SeqCausal, ChunkedPromptsReachTheEncoderWholeAndOnce) {
