@@ -106,7 +106,18 @@ void PrefixCache::insert(int64_t slot, const std::vector<int64_t>& tokens, int64
   }
 }
 
-bool PrefixCache::evict_one() {
+bool PrefixCache::evict_one() { return evict_lru_leaf() > 0; }
+
+void PrefixCache::trim(int64_t max_idle_bytes) {
+  int64_t idle = idle_bytes();
+  while (idle > max_idle_bytes) {
+    const int64_t freed = evict_lru_leaf();
+    if (freed == 0) return;
+    idle -= freed;
+  }
+}
+
+int64_t PrefixCache::evict_lru_leaf() {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     auto found = entries_.find(it->second);
     Entry& e = found->second;
@@ -114,7 +125,11 @@ bool PrefixCache::evict_one() {
     bool idle = true;
     for (int32_t id : e.ids) idle = idle && cache_.page_refs(id) == 1;
     if (!idle) continue;
-    for (int32_t id : e.ids) cache_.release_page(id);
+    int64_t freed = 0;
+    for (size_t layer = 0; layer < e.ids.size(); ++layer) {
+      freed += cache_.page_bytes(static_cast<int64_t>(layer));
+      cache_.release_page(e.ids[layer]);
+    }
     pages_ -= static_cast<int64_t>(e.ids.size());
     evicted_pages_ += e.ids.size();
     if (e.parent != seed_) {
@@ -123,9 +138,9 @@ bool PrefixCache::evict_one() {
     }
     lru_.erase(it);
     entries_.erase(found);
-    return true;
+    return freed;
   }
-  return false;
+  return 0;
 }
 
 int64_t PrefixCache::idle_bytes() const {

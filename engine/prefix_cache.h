@@ -59,6 +59,9 @@ class PrefixCache {
   void insert(int64_t slot, const std::vector<int64_t>& tokens, int64_t n);
   // Evicts the least recently used leaf no slot holds; false when none.
   bool evict_one();
+  // Evicts least recently used leaves until the pages only the index holds
+  // take at most max_idle_bytes (or none is left to evict).
+  void trim(int64_t max_idle_bytes);
 
   int64_t cached_pages() const { return pages_; }
   uint64_t evicted_pages() const { return evicted_pages_; }
@@ -74,6 +77,8 @@ class PrefixCache {
     int64_t children = 0;  // entries continuing it
   };
   uint64_t block_hash(uint64_t parent, const int64_t* tokens) const;
+  // evict_one(): the bytes it freed, 0 when nothing could be evicted.
+  int64_t evict_lru_leaf();
   void touch(uint64_t hash, Entry& e);
 
   KvCache& cache_;

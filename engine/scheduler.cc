@@ -97,6 +97,9 @@ Scheduler::Scheduler(CausalLM& model, const Tokenizer* tokenizer, const Schedule
   // The cache's own accounting: a sliding-window layer needs only its window.
   const int64_t whole_slots = options_.max_slots * cache_.slot_bytes_at(options_.max_context);
   if (options_.kv_cache_bytes < 0) throw InvalidArgument("kv_cache_bytes must be >= 0");
+  if (options_.max_idle_prefix_bytes < 0) {
+    throw InvalidArgument("max_idle_prefix_bytes must be >= 0");
+  }
   if (options_.kv_cache_bytes == 0) {
     const int64_t half_available = available_memory_bytes() / 2;
     options_.kv_cache_bytes =
@@ -573,6 +576,7 @@ void Scheduler::finish(const std::shared_ptr<Sequence>& s, FinishReason reason,
                     std::min<int64_t>(cache_.length(s->slot), static_cast<int64_t>(tokens.size())));
   }
   if (s->slot >= 0) cache_.clear(s->slot);
+  if (prefix_ && options_.max_idle_prefix_bytes > 0) prefix_->trim(options_.max_idle_prefix_bytes);
   std::erase(running_, s);
   const auto now = Clock::now();
   Completion& c = s->done;
@@ -616,13 +620,11 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
-                                          std::vector<GenerationRequest> requests,
-                                          int64_t kv_cache_bytes) {
+std::vector<Completion> run_requests(Scheduler& scheduler,
+                                     std::vector<GenerationRequest> requests) {
   std::vector<Completion> done(requests.size());
   std::vector<GenerationRequest> to_run;
   std::vector<size_t> index;  // of each request in to_run, in `requests`
-  int64_t prompt_tokens = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerationRequest& r = requests[i];
     done[i].prompt_tokens = static_cast<int64_t>(r.prompt.size());
@@ -630,36 +632,35 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
       done[i].reason = FinishReason::kLength;
       continue;
     }
-    prompt_tokens += static_cast<int64_t>(r.prompt.size());
     index.push_back(i);
     to_run.push_back(std::move(r));
   }
   if (to_run.empty()) return done;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t finished = 0;
+  // Shared with the callbacks, which the engine thread may still be running
+  // when a failed submit_all() returns here.
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Completion> done;
+    size_t finished = 0;
+  };
+  auto wait = std::make_shared<Wait>();
+  wait->done.resize(to_run.size());
   for (size_t k = 0; k < to_run.size(); ++k) {
-    to_run[k].on_finish = [&, i = index[k],
-                           user = std::move(to_run[k].on_finish)](const Completion& c) {
+    to_run[k].on_finish = [wait, k, user = std::move(to_run[k].on_finish)](const Completion& c) {
       if (user) user(c);
-      std::lock_guard lock(mu);
-      done[i] = c;
-      ++finished;
-      cv.notify_all();
+      std::lock_guard lock(wait->mu);
+      wait->done[k] = c;
+      ++wait->finished;
+      wait->cv.notify_all();
     };
   }
-  SchedulerOptions options;
-  options.max_slots = static_cast<int64_t>(to_run.size());
-  options.max_queue = 0;
-  options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
-  options.kv_cache_bytes = kv_cache_bytes;
+  scheduler.submit_all(std::move(to_run));  // all or none: throws before any runs
   {
-    // Destroyed before mu, cv and done: its shutdown() may still finish requests.
-    Scheduler scheduler(model, tokenizer, options);
-    scheduler.submit_all(std::move(to_run));
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return finished == index.size(); });
+    std::unique_lock lock(wait->mu);
+    wait->cv.wait(lock, [&] { return wait->finished == index.size(); });
+    for (size_t k = 0; k < index.size(); ++k) done[index[k]] = std::move(wait->done[k]);
   }
   for (const Completion& c : done) {
     if (c.reason != FinishReason::kError) continue;
@@ -667,6 +668,32 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
     throw Error(c.error);
   }
   return done;
+}
+
+std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
+                                          std::vector<GenerationRequest> requests,
+                                          int64_t kv_cache_bytes) {
+  int64_t prompt_tokens = 0, to_run = 0;
+  for (const GenerationRequest& r : requests) {
+    if (r.max_tokens == 0) continue;
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    ++to_run;
+  }
+  if (to_run == 0) {  // every request asks for no token: nothing to run, nothing validated
+    std::vector<Completion> done(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      done[i].prompt_tokens = static_cast<int64_t>(requests[i].prompt.size());
+      done[i].reason = FinishReason::kLength;
+    }
+    return done;
+  }
+  SchedulerOptions options;
+  options.max_slots = to_run;
+  options.max_queue = 0;
+  options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
+  options.kv_cache_bytes = kv_cache_bytes;
+  Scheduler scheduler(model, tokenizer, options);
+  return run_requests(scheduler, std::move(requests));
 }
 
 Completion run_one_to_completion(CausalLM& model, const Tokenizer* tokenizer,

@@ -64,6 +64,10 @@ struct SchedulerOptions {
   int64_t kv_cache_bytes = 0;
   // Reuse the KV pages of earlier requests' prompts (engine/prefix_cache.h).
   bool prefix_cache = true;
+  // > 0: pages only the prefix cache holds (kept for later requests) are
+  // evicted, least recently used first, beyond this many bytes once a request
+  // finishes, rather than only when the budget needs room. 0: no such limit.
+  int64_t max_idle_prefix_bytes = 0;
 };
 
 // The memory the system reports available (MemAvailable of /proc/meminfo),
@@ -233,7 +237,7 @@ class Scheduler {
   std::thread thread_;
 };
 
-// The synchronous path of the CLI and the Python bindings: runs `requests`
+// The synchronous path of the CLI: runs `requests`
 // to completion on a Scheduler of their own and returns their completions in
 // order. Every request gets a slot and every prompt is prefilled in the first
 // step, as one batch. A request with max_tokens 0 completes at once with no
@@ -242,6 +246,14 @@ class Scheduler {
 std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* tokenizer,
                                           std::vector<GenerationRequest> requests,
                                           int64_t kv_cache_bytes = 0);
+
+// Requests run to completion on an existing Scheduler (its prefix cache
+// serves them and keeps their pages for later calls): queued together with
+// submit_all(), their completions returned in order; a request with
+// max_tokens 0 completes at once with no tokens. Throws what submit_all()
+// throws, or a failed request's exception. Several threads may call it on
+// one Scheduler at once: their requests share its steps.
+std::vector<Completion> run_requests(Scheduler& scheduler, std::vector<GenerationRequest> requests);
 
 // One request run to completion (the CLI's generate and chat).
 Completion run_one_to_completion(CausalLM& model, const Tokenizer* tokenizer,

@@ -277,7 +277,9 @@ TEST(Scheduler, PreemptionResumesWithTheTokensOfARunAlone) {
     EXPECT_EQ(st.kv_reserved_bytes, 0);
     EXPECT_EQ(st.running, 0);
     EXPECT_EQ(st.waiting, 0);
-    if (prefix_cache) EXPECT_GT(st.prefix_hit_tokens, 0u);
+    if (prefix_cache) {
+      EXPECT_GT(st.prefix_hit_tokens, 0u);
+    }
   }
 }
 

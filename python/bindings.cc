@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <tuple>
 
 #include "base/error.h"
@@ -45,6 +47,11 @@ void check_mask_shape(const IdArray& ids, const std::optional<IdArray>& mask) {
 struct Row {
   int64_t b, c;  // batch row and column of a token
 };
+
+// KV pages the Python engine's prefix cache keeps between calls (least
+// recently used evicted beyond it): enough for a few thousand tokens of
+// shared prefixes, not the half of MemAvailable a server's budget may be.
+constexpr int64_t kEngineIdlePrefixBytes = int64_t{256} << 20;
 
 // One row of generate_rows(): the sampling and stop conditions of one request.
 struct RowOptions {
@@ -193,7 +200,8 @@ class PyCausalLM {
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, tokenizer, std::move(requests), kv_cache_bytes);
+      done = run_requests(*engine(requests.size(), kv_cache_bytes, tokenizer != nullptr),
+                          std::move(requests));
     }
     const ModelInfo& info = model_->info();
     const int64_t pad_id = info.pad_token_id >= 0        ? info.pad_token_id
@@ -241,11 +249,10 @@ class PyCausalLM {
       r.ignore_eos = o.ignore_eos;
       r.skip_special_tokens = o.skip_special_tokens;
     }
-    const Tokenizer* tokenizer = need_tokenizer ? &checkpoint_tokenizer() : nullptr;
     std::vector<Completion> done;
     {
       nb::gil_scoped_release release;
-      done = run_to_completion(*model_, tokenizer, std::move(requests));
+      done = run_requests(*engine(requests.size(), 0, need_tokenizer), std::move(requests));
     }
     std::vector<std::tuple<std::vector<int64_t>, std::string, std::string>> out;
     out.reserve(done.size());
@@ -257,8 +264,36 @@ class PyCausalLM {
 
   std::vector<std::string> capture_names() const { return model_->capture_names(); }
 
+  // The engine's counters since it was (re)built: prefix-cache lookups and
+  // hits, pages it indexes, preemptions, KV bytes held.
+  nb::dict engine_stats() {
+    std::shared_ptr<Scheduler> e;
+    {
+      std::lock_guard lock(engine_mu_);
+      e = engine_;
+    }
+    const SchedulerStats st = e ? e->stats() : SchedulerStats{};
+    nb::dict d;
+    d["prefix_cache"] = st.prefix_cache;
+    d["prefix_lookup_tokens"] = st.prefix_lookup_tokens;
+    d["prefix_hit_tokens"] = st.prefix_hit_tokens;
+    d["prefix_cached_pages"] = st.prefix_cached_pages;
+    d["preempted"] = st.preempted;
+    d["kv_total_bytes"] = st.kv_total_bytes;
+    d["kv_budget_bytes"] = st.kv_budget_bytes;
+    d["max_slots"] = st.max_slots;
+    return d;
+  }
+  // Drops the engine and the KV pages its prefix cache keeps between calls.
+  void release_engine() {
+    std::shared_ptr<Scheduler> old;
+    std::lock_guard lock(engine_mu_);
+    old.swap(engine_);  // a call still running keeps it alive until it returns
+  }
+
   // The checkpoint's own tokenizer (its snapshot folder or .gguf), loaded on first use.
   const Tokenizer& checkpoint_tokenizer() {
+    std::lock_guard lock(tokenizer_mu_);
     if (!tokenizer_) {
       const ModelInfo& i = model_->info();
       tokenizer_.emplace(
@@ -282,6 +317,32 @@ class PyCausalLM {
   int64_t kv_slot_bytes_at(int64_t n) const { return model_->new_cache(1).slot_bytes_at(n); }
 
  private:
+  // The Scheduler generate() and generate_rows() run on, kept between calls
+  // so that its prefix cache serves later calls (a shared system prompt, the
+  // next turn of a conversation) as the server's does. Rebuilt (its cache
+  // dropped) only when a call needs more slots, another KV budget, or a
+  // tokenizer it was built without. Calls from several threads share it.
+  std::shared_ptr<Scheduler> engine(size_t rows, int64_t kv_cache_bytes, bool need_tokenizer) {
+    const Tokenizer* tokenizer = need_tokenizer ? &checkpoint_tokenizer() : nullptr;
+    std::lock_guard lock(engine_mu_);
+    const int64_t slots = static_cast<int64_t>(rows);
+    if (engine_ && engine_->options().max_slots >= slots && engine_kv_bytes_ == kv_cache_bytes &&
+        (!need_tokenizer || engine_tokenizer_)) {
+      return engine_;
+    }
+    SchedulerOptions o;
+    o.max_slots = std::max<int64_t>({slots, engine_ ? engine_->options().max_slots : 0, 16});
+    o.max_queue = int64_t{1} << 30;         // concurrent calls queue for slots
+    o.max_batch_tokens = int64_t{1} << 16;  // a batch's prompts prefill in one step
+    o.kv_cache_bytes = kv_cache_bytes;
+    o.max_idle_prefix_bytes = kEngineIdlePrefixBytes;
+    if (!tokenizer && engine_tokenizer_) tokenizer = engine_tokenizer_;
+    engine_ = std::make_shared<Scheduler>(*model_, tokenizer, o);
+    engine_kv_bytes_ = kv_cache_bytes;
+    engine_tokenizer_ = tokenizer;
+    return engine_;
+  }
+
   struct CacheStats {
     std::vector<int64_t> windows, row_sizes, lengths;
     std::vector<std::vector<int64_t>> layer_slot_bytes;
@@ -304,8 +365,14 @@ class PyCausalLM {
   }
 
   std::unique_ptr<CausalLM> model_;
-  std::optional<Tokenizer> tokenizer_;  // for structured generation
+  std::mutex tokenizer_mu_;
+  std::optional<Tokenizer> tokenizer_;  // stop strings, text, structured generation
   CacheStats last_cache_;
+  // Destroyed before model_ and tokenizer_, which it uses.
+  std::mutex engine_mu_;
+  std::shared_ptr<Scheduler> engine_;
+  int64_t engine_kv_bytes_ = 0;
+  const Tokenizer* engine_tokenizer_ = nullptr;
 };
 
 }  // namespace
@@ -378,6 +445,8 @@ NB_MODULE(_hubzoo, m) {
            nb::arg("seed"), nb::arg("stop_at_eos") = true, nb::arg("constraint_kind") = "",
            nb::arg("constraint_text") = "", nb::arg("choices") = std::vector<std::string>{},
            nb::arg("kv_cache_bytes") = 0)
+      .def("engine_stats", &PyCausalLM::engine_stats)
+      .def("release_engine", &PyCausalLM::release_engine)
       .def("generate_rows", &PyCausalLM::generate_rows, nb::arg("prompts"), nb::arg("options"),
            nb::arg("with_text") = false);
 }

@@ -192,6 +192,19 @@ class CausalLM:
             return [(list(tokens), reason, text) for tokens, reason, text in done]
         return [(list(tokens), reason) for tokens, reason, _ in done]
 
+    def engine_stats(self) -> dict:
+        """Counters of the engine generate() and generate_rows() run on, which is kept
+        between calls so that later calls reuse the KV pages of earlier prompts and answers
+        (a shared system prompt, the next turn of a conversation; results are the same bits
+        either way): prefix_lookup_tokens, prefix_hit_tokens, prefix_cached_pages,
+        preempted, kv_total_bytes, kv_budget_bytes, max_slots."""
+        return dict(self._model.engine_stats())
+
+    def release_engine(self) -> None:
+        """Drops that engine and the KV pages it keeps for later calls (at most 256 MiB
+        beyond what running requests hold); the next call builds a new one."""
+        self._model.release_engine()
+
     def kv_cache_stats(self) -> dict:
         """The KV cache's accounting after the last forward()/forward_incremental():
         per layer its window (0: every position) and row size, and bytes held per slot."""

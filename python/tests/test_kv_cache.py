@@ -67,6 +67,34 @@ def test_budget_caps_new_tokens(tiny):
     np.testing.assert_array_equal(out[0], full[0, : 48 - 30])
 
 
+def test_python_engine_reuses_prefixes_across_calls(hz, tmp_path_factory):
+    """generate_rows() and generate() run on one engine kept between calls: a later call
+    whose prompts start with an earlier call's prompt and answer adopts those pages (the
+    hit counters say so) and gets the bits a fresh engine gives."""
+    path = _util.tiny_models.build("llama_tied_llama3", tmp_path_factory.mktemp("engine_reuse") / "m")
+    model = hz.CausalLM.from_pretrained(str(path), dtype="float32")
+    vocab = model.vocab_size
+    system = random_prompt(vocab, 70, seed=12).tolist()
+    (answer, _), = model.generate_rows([system], max_tokens=20, ignore_eos=True)
+    first = model.engine_stats()
+    assert first["prefix_cache"] and first["prefix_hit_tokens"] == 0
+    assert first["prefix_cached_pages"] > 0 and first["max_slots"] >= 16
+    turns = [system + answer + random_prompt(vocab, n, seed=n).tolist() for n in (3, 9)]
+    later = model.generate_rows(turns, max_tokens=12, temperature=0.9, seed=[4, 5], ignore_eos=True)
+    hits = model.engine_stats()["prefix_hit_tokens"]
+    assert hits >= 2 * 80, hits  # both adopt the 5 whole pages of prompt + answer (89 computed)
+    batch, mask = _util.left_pad([np.array(t) for t in turns], 0)
+    again = model.generate(batch, mask, max_new_tokens=12, ignore_eos=True)
+    assert model.engine_stats()["prefix_hit_tokens"] > hits
+
+    model.release_engine()
+    assert model.engine_stats()["prefix_cached_pages"] == 0
+    fresh = hz.CausalLM.from_pretrained(str(path), dtype="float32")
+    assert fresh.generate_rows(turns, max_tokens=12, temperature=0.9, seed=[4, 5], ignore_eos=True) == later
+    np.testing.assert_array_equal(fresh.generate(batch, mask, max_new_tokens=12, ignore_eos=True), again)
+    assert fresh.engine_stats()["prefix_hit_tokens"] > 0
+
+
 # --- the prefix cache through the server ---------------------------------------------------
 
 def _metrics(url) -> dict[str, float]:
