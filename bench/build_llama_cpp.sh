@@ -29,7 +29,7 @@ DIR="$CACHE/llama.cpp-$VERSION-$SHA"
 SRC="$DIR/src"
 BIN="$DIR/bin"
 
-TOOLS=(llama-bench llama-batched-bench llama-quantize llama-perplexity)
+TOOLS=(llama-bench llama-batched-bench llama-quantize llama-perplexity llama-server)
 missing=0
 for t in "${TOOLS[@]}"; do [[ -x "$BIN/$t" ]] || missing=1; done
 if [[ $missing == 1 ]]; then
@@ -39,11 +39,13 @@ if [[ $missing == 1 ]]; then
     mkdir -p "$SRC"
     tar xzf "$SDIST" -C "$SRC" --strip-components=3 \
       "llama_cpp_python-$VERSION/vendor/llama.cpp"
-    cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-      -DBUILD_SHARED_LIBS=OFF >&2
   fi
+  # (Re)configured each time a tool is missing: cheap, and it turns on what a
+  # tree configured for fewer tools lacks (the server).
+  cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+    -DBUILD_SHARED_LIBS=OFF >&2
   nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" --target "${TOOLS[@]}" >&2
   mkdir -p "$BIN"
   for t in "${TOOLS[@]}"; do cp "$DIR/build/bin/$t" "$BIN/"; done

@@ -157,6 +157,9 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "bench/results/serve.json"))
     ap.add_argument("--prefix", action="store_true", help="the prefix-cache scenarios (bench/serve_prefix.py)")
     ap.add_argument("--repeats", type=int, default=3, help="--prefix: runs of each scenario (medians reported)")
+    ap.add_argument("--llama-gguf", help="--prefix: the GGUF llama.cpp's server runs (the same model)")
+    ap.add_argument("--prefix-json", default=str(ROOT / "bench/results/serve_prefix.json"),
+                    help="--prefix: where the JSON goes (the .md beside it)")
     ap.add_argument("--scenarios", nargs="+", default=["turn8", "shared_system", "mixed"],
                     choices=["turn8", "shared_system", "mixed"], help="--prefix: which scenarios")
     args = ap.parse_args()
