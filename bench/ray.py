@@ -4,7 +4,9 @@
 Workloads (the issue's full scale): --texts texts (default 5,000; random words of the tiny
 encoder corpus, 1..24 words) embedded with a model (default models/all-MiniLM-L6-v2 when
 prepared, else a tiny random BERT), and --prompts prompts (default 500, 2..19 random token
-ids) generated greedily for --max-tokens tokens by a tiny random Llama (hubzoo.testing).
+ids) generated greedily for --max-tokens tokens by a language model (default
+models/SmolLM2-135M-Instruct when prepared, so that generation is real work and not
+Ray's fixed costs; else a tiny random Llama from hubzoo.testing).
 
 Runs, each timed as one wall-clock job (actor start and model load included, as a user
 sees it; the best of --rounds):
@@ -59,7 +61,9 @@ def workloads(args, work: Path):
     minilm = ROOT / "models" / "all-MiniLM-L6-v2"
     encoder = Path(args.encoder) if args.encoder else (
         minilm if (minilm / "config.json").exists() else tiny_encoders.build("bert_mean_dense", work / "enc"))
-    lm = tiny_models.build("llama_tied_llama3", work / "lm")
+    smollm2 = ROOT / "models" / "SmolLM2-135M-Instruct"
+    lm = Path(args.lm) if args.lm else (
+        smollm2 if (smollm2 / "config.json").exists() else tiny_models.build("llama_tied_llama3", work / "lm"))
     rng = np.random.default_rng(22)
     words = " ".join(tiny_encoders.CORPUS).split()
     texts = [" ".join(rng.choice(words, size=rng.integers(1, 24))) for _ in range(args.texts)]
@@ -125,6 +129,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--encoder", default=None)
+    ap.add_argument("--lm", default=None, help="the generating model (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,12 +149,12 @@ def main() -> None:
                 check(ref_vectors, ref_tokens, vectors, tokens)
                 keep(f"ray-{nodes}", times)
                 print(f"ray-{nodes}: {times}", flush=True)
-    report(args, encoder, best)
+    report(args, encoder, lm, best)
 
 
-def report(args, encoder, best) -> None:
+def report(args, encoder, lm, best) -> None:
     rows, result = [], {"texts": args.texts, "prompts": args.prompts, "max_tokens": args.max_tokens,
-                        "encoder": Path(encoder).name, "rounds": args.rounds, "runs": best,
+                        "encoder": Path(encoder).name, "lm": Path(lm).name, "rounds": args.rounds, "runs": best,
                         "load_average": os.getloadavg(), "cpus": os.cpu_count()}
     for task, n, unit in (("embed_s", args.texts, "texts/s"), ("generate_s", args.prompts, "prompts/s")):
         ratio = {"scaling_1_to_2_nodes": best["ray-1"][task] / best["ray-2"][task],
@@ -168,7 +173,7 @@ def report(args, encoder, best) -> None:
         "# Ray Data: 1 vs 2 local nodes of 1 CPU each, and against one process",
         "",
         f"`bench/ray.py`: {args.texts} texts embedded ({Path(encoder).name}, fp32) and {args.prompts} "
-        f"prompts generated greedily ({args.max_tokens} tokens, tiny random Llama). Wall time of each "
+        f"prompts generated greedily ({args.max_tokens} tokens, {Path(lm).name}, fp32). Wall time of each "
         f"job, actor start and model load included; best of {args.rounds} alternating rounds. Every "
         f"Ray output was bit-identical to the single process. {os.cpu_count()} cores; load average "
         f"at the end {la} (a shared machine: read ratios, not absolute rates).",
