@@ -278,7 +278,8 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Sequence>>& cancelled) 
   // In order: a request waits until its context's pages fit beside what the
   // running ones hold and still need. Admitted requests grow page by page;
   // when the budget runs out the newest is preempted (reserve_step_pages).
-  int64_t committed = committed_bytes();
+  if (waiting_.empty() || free_slots_.empty()) return;
+  int64_t committed = running_.empty() ? 0 : committed_bytes();  // walks the prefix index
   while (!waiting_.empty() && !free_slots_.empty() &&
          (running_.empty() || committed + waiting_.front()->kv_bytes <= options_.kv_cache_bytes)) {
     auto s = waiting_.front();
