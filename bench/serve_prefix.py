@@ -143,12 +143,11 @@ def mixed(url: str, seed: int, n: int = 32) -> dict:
 
 
 def slot_bytes(model: str, positions: int, dtype: str) -> int:
-    """KV bytes of one sequence of `positions` (whole 16-position pages) for a Llama-like config."""
-    c = json.loads((Path(model) / "config.json").read_text())
-    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    row = c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim
-    pages = -(-positions // 16)
-    return c["num_hidden_layers"] * pages * 16 * 2 * row * (2 if dtype == "bfloat16" else 4)
+    """KV bytes of one sequence of `positions`, as hubzoo's own cache accounts them (a
+    snapshot folder or a GGUF file)."""
+    import hubzoo
+
+    return hubzoo.CausalLM.from_pretrained(model, dtype=dtype, num_threads=1).kv_slot_bytes_at(positions)
 
 
 def start_llama(args, free_port, slots: int) -> tuple[subprocess.Popen, str]:
