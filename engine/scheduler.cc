@@ -680,16 +680,8 @@ std::vector<Completion> run_to_completion(CausalLM& model, const Tokenizer* toke
     prompt_tokens += static_cast<int64_t>(r.prompt.size());
     ++to_run;
   }
-  if (to_run == 0) {  // every request asks for no token: nothing to run, nothing validated
-    std::vector<Completion> done(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      done[i].prompt_tokens = static_cast<int64_t>(requests[i].prompt.size());
-      done[i].reason = FinishReason::kLength;
-    }
-    return done;
-  }
   SchedulerOptions options;
-  options.max_slots = to_run;
+  options.max_slots = std::max<int64_t>(to_run, 1);  // run_requests submits no 0-token request
   options.max_queue = 0;
   options.max_batch_tokens = std::max<int64_t>(prompt_tokens, 1);  // one prefill step
   options.kv_cache_bytes = kv_cache_bytes;

@@ -106,7 +106,7 @@ std::vector<Completion> serve(CausalLM& lm, const SchedulerOptions& so,
   }
   // Queued together: the test of shared decode calls must not depend on
   // whether the engine thread ran the first request before the next arrived.
-  return submit_all_and_wait(s, std::move(requests));
+  return submit_and_wait(s, std::move(requests), /*together=*/true);
 }
 
 TEST(Seq2SeqCausal, ChunkedPromptsReachTheEncoderWholeAndOnce) {

@@ -37,28 +37,18 @@ struct Collector {
   }
 };
 
-// Submits `requests` one at a time and waits for them all; their
-// completions in order.
+// Submits `requests` and waits for them all; their completions in order.
+// One at a time (Scheduler::submit), or together (submit_all: admitted
+// together, so they share steps whatever the engine thread's timing).
 inline std::vector<Completion> submit_and_wait(Scheduler& s,
-                                               std::vector<GenerationRequest> requests) {
+                                               std::vector<GenerationRequest> requests,
+                                               bool together = false) {
   std::vector<Collector> collectors(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     collectors[i].attach(requests[i]);
-    s.submit(std::move(requests[i]));
+    if (!together) s.submit(std::move(requests[i]));
   }
-  std::vector<Completion> out;
-  for (auto& c : collectors) out.push_back(c.wait());
-  return out;
-}
-
-// Queues `requests` at once (Scheduler::submit_all: admitted together, so
-// they share steps whatever the engine thread's timing) and waits for them
-// all; their completions in order.
-inline std::vector<Completion> submit_all_and_wait(Scheduler& s,
-                                                   std::vector<GenerationRequest> requests) {
-  std::vector<Collector> collectors(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) collectors[i].attach(requests[i]);
-  s.submit_all(std::move(requests));
+  if (together) s.submit_all(std::move(requests));
   std::vector<Completion> out;
   for (auto& c : collectors) out.push_back(c.wait());
   return out;
