@@ -500,7 +500,11 @@ def test_server_down_is_shown_and_recovery(served, browser):
                      " document.getElementById('banner-text').textContent.includes('cannot be reached');")
     assert browser.script("return document.querySelectorAll('.msg.assistant').length;") == 0
     served["server"] = served["restart"]()
-    browser.wait_for("return document.getElementById('banner-text').textContent.includes('back');", timeout=30)
+    # "is back", not "back": the first banner says "Waiting for it to come back".
+    browser.wait_for("return document.getElementById('banner-text').textContent.includes('is back');",
+                     timeout=30)
     browser.click("#retry")
     assert last_answer(browser).strip()
+    assert browser.script("return document.getElementById('banner').hidden;")
+    time.sleep(1.5)  # a health poll (every second) must not bring the banner back after the answer
     assert browser.script("return document.getElementById('banner').hidden;")

@@ -387,6 +387,12 @@ function showBanner(text, retry) {
 
 function hideBanner() {
   $("banner").hidden = true;
+  stopHealthWatch();  // nothing left to report: a retry or a later answer went through
+}
+
+function stopHealthWatch() {
+  clearInterval(state.healthTimer);
+  state.healthTimer = null;
 }
 
 function failed(e, retry) {
@@ -412,18 +418,20 @@ function failed(e, retry) {
 // Polls /health until the server answers again, then says so (the retry stays offered).
 function watchHealth(retry) {
   if (state.healthTimer) return;
-  state.healthTimer = setInterval(async () => {
+  const timer = setInterval(async () => {
     try {
       const r = await fetch("/health", { cache: "no-store" });
       if (!r.ok) return;
     } catch (e) {
       return;
     }
-    clearInterval(state.healthTimer);
-    state.healthTimer = null;
+    // A poll still in flight when the banner was dismissed (a retry went through) says nothing.
+    if (state.healthTimer !== timer) return;
+    stopHealthWatch();
     showBanner("The server is back.", retry);
     loadModels();
   }, 1000);
+  state.healthTimer = timer;
 }
 
 let keyWaiters = null;
