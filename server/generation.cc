@@ -109,23 +109,22 @@ Json token_ids(const std::vector<TokenEvent>& events) {
   return ids;
 }
 
-// Submits every prompt; on a refusal cancels the ones already queued.
+// Queues every prompt or none (Scheduler::submit_all), so a request's prompts
+// are admitted together rather than as their submissions race the engine.
 std::vector<std::shared_ptr<Job>> submit_all(Scheduler& scheduler, const GenerationParams& g,
                                              const std::vector<std::vector<int64_t>>& prompts) {
   std::vector<std::shared_ptr<Job>> jobs;
-  try {
-    for (const auto& p : prompts) {
-      auto job = std::make_shared<Job>();
-      GenerationRequest r = g.request;
-      r.prompt = p;
-      Channel::attach(job->channel, r);
-      job->id = scheduler.submit(std::move(r));
-      jobs.push_back(job);
-    }
-  } catch (...) {
-    for (const auto& j : jobs) scheduler.cancel(j->id);
-    throw;
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) {
+    auto job = std::make_shared<Job>();
+    GenerationRequest r = g.request;
+    r.prompt = p;
+    Channel::attach(job->channel, r);
+    requests.push_back(std::move(r));
+    jobs.push_back(std::move(job));
   }
+  const std::vector<uint64_t> ids = scheduler.submit_all(std::move(requests));
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i]->id = ids[i];
   return jobs;
 }
 

@@ -170,6 +170,15 @@ def _ask(url, endpoint, body):
             "prompt_tokens": j["usage"]["prompt_tokens"]}
 
 
+def _ask_all(url, endpoint, body):
+    """Every choice of a request with several prompts, in prompt order."""
+    r = httpx.post(url + endpoint, json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == list(range(len(body["prompt"])))
+    return [{"text": c["text"], "logprobs": c["logprobs"]} for c in choices]
+
+
 @pytest.mark.parametrize("concurrent", [False, True])
 def test_prefix_cache_responses_identical(servers, concurrent):
     """Every response (text, tokens, logprobs) is the same with the prefix cache and
@@ -225,32 +234,35 @@ def test_multi_turn_chat_reuses_the_answer(servers):
 
 
 def test_preemption_keeps_every_response_and_the_budget(hz, servers):
-    """A KV budget far below what concurrent requests grow to: they are admitted by their
+    """A KV budget far below what a request's prompts grow to: they are admitted by their
     prompts' pages, the newest are preempted as the older ones grow and resume by
     recompute. Every response (text, logprobs) equals the unconstrained server's, the
     cache stays within its budget and holds nothing for requests once idle."""
     path, vocab = servers["path"], servers["vocab"]
     model = hz.CausalLM.from_pretrained(str(path), dtype="float32")
-    budget = model.kv_slot_bytes_at(192)  # 12 pages a layer; the 6 requests grow to ~44
-    reqs = []
-    for i in range(6):
-        body = {"prompt": random_prompt(vocab, 20 + 10 * i, seed=300 + i).tolist(), "max_tokens": 60,
-                "logprobs": 1, "temperature": 0.0 if i % 2 else 0.7, "seed": 30 + i, "ignore_eos": True}
-        reqs.append(("/v1/completions", body))
+    budget = model.kv_slot_bytes_at(192)  # 12 pages a layer; the 6 prompts grow to ~44
+    # One request's prompts are queued together: the first three are admitted by their
+    # prompts' pages (20, 30, 40 tokens: 2 + 2 + 3 pages and one of growth each), and they
+    # grow to 5 + 6 + 7 pages, so preemption does not depend on when threads send requests.
+    prompts = [random_prompt(vocab, 20 + 10 * i, seed=300 + i).tolist() for i in range(6)]
+    reqs = [("/v1/completions", {"prompt": prompts, "max_tokens": 60, "logprobs": 1, "temperature": t,
+                                 "seed": 30, "ignore_eos": True}) for t in (0.0, 0.7)]
     proc, url = _util.serve(path, servers["root"] / "tight.log", "--quiet", "--max-concurrency", "6",
                             "--max-batch-tokens", "24", "--kv-cache-bytes", str(budget))
     try:
-        with ThreadPoolExecutor(len(reqs)) as ex:
-            tight = list(ex.map(lambda r: _ask(url, *r), reqs))
+        tight, preempted = [], []
+        for r in reqs:  # greedy, then sampled: each must preempt on its own
+            tight.append(_ask_all(url, *r))
+            preempted.append(_metrics(url)["hubzoo_requests_preempted_total"])
         m = _metrics(url)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    free = [_ask(servers["off"], *r) for r in reqs]
+    free = [_ask_all(servers["off"], *r) for r in reqs]
     for i, (a, b) in enumerate(zip(tight, free)):
-        assert a["text"] == b["text"], i
-        assert a["logprobs"] == b["logprobs"], i
-    assert m["hubzoo_requests_preempted_total"] > 0, "the budget never ran out: nothing was preempted"
+        assert [c["text"] for c in a] == [c["text"] for c in b], i
+        assert [c["logprobs"] for c in a] == [c["logprobs"] for c in b], i
+    assert 0 < preempted[0] < preempted[1], f"the budget never ran out: preemptions {preempted}"
     assert m["hubzoo_kv_cache_budget_bytes"] == budget
     assert m["hubzoo_kv_cache_total_bytes"] <= budget
     assert m["hubzoo_kv_cache_bytes"] == 0
