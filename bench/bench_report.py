@@ -77,7 +77,9 @@ def write_markdown(r: dict, path: Path) -> None:
     ref = "llama.cpp BF16" if "llama.cpp BF16" in e else None
     if ref:
         lines += ["", f"Ratios of best rounds over {ref} (decode) and llama.cpp F32 (prefill):", ""]
-        for name in ("hubzoo float32", "hubzoo bfloat16"):
+        for name in ("hubzoo float32", "hubzoo bfloat16", "hubzoo bfloat16 bf16dot"):
+            if name not in e:
+                continue
             v = e[name]
             parts = []
             for p in pre:

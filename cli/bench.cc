@@ -93,7 +93,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("-m,--model", a.model, "snapshot directory or repo id in the HF cache")
       ->required();
   cmd->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   cmd->add_option("--threads", a.threads, "worker threads (0: all cores)");
   add_load_options(cmd, a.gguf_file, a.quantize);
   cmd->add_option("--prefill", a.prefill, "prompt lengths, comma-separated (empty: none)");

@@ -19,7 +19,7 @@ CLI::App* add_embed_command(CLI::App& app, EmbedArgs& a) {
   cmd->add_option("--format", a.format, "text: one line of numbers per text; json: one object")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   auto* norm = cmd->add_flag_callback(
       "--normalize", [&a] { a.normalize = true; }, "L2-normalise the vectors");
   auto* no_norm = cmd->add_flag_callback(

@@ -186,7 +186,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
   ids_opt->excludes(prompt_opt);
   gen->add_option("--max-new-tokens", g.max_new_tokens)->check(CLI::NonNegativeNumber);
   gen->add_option("--dtype", g.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  gen->add_option("--mode", g.mode)->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   gen->add_option("--temperature", g.temperature)->check(CLI::NonNegativeNumber);
   gen->add_option("--top-k", g.top_k)->check(CLI::NonNegativeNumber);
   gen->add_option("--top-p", g.top_p)->check(CLI::Range(0.0, 1.0));
@@ -212,7 +212,7 @@ CLI::App* add_chat_command(CLI::App& app, cli::ChatArgs& c) {
   chat->add_option("--system", c.system, "a system message opening the conversation");
   chat->add_option("--max-new-tokens", c.max_new_tokens)->check(CLI::NonNegativeNumber);
   chat->add_option("--dtype", c.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  chat->add_option("--mode", c.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  chat->add_option("--mode", c.mode)->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   chat->add_option("--temperature", c.temperature)->check(CLI::NonNegativeNumber);
   chat->add_option("--top-k", c.top_k)->check(CLI::NonNegativeNumber);
   chat->add_option("--top-p", c.top_p)->check(CLI::Range(0.0, 1.0));
@@ -235,7 +235,8 @@ CLI::App* add_inspect_command(CLI::App& app, InspectArgs& a) {
   inspect->add_option("-m,--model", a.model)->required();
   inspect->add_option("--threads", a.threads);
   inspect->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  inspect->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  inspect->add_option("--mode", a.mode)
+      ->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   cli::add_load_options(inspect, a.gguf_file, a.quantize);
   return inspect;
 }

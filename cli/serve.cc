@@ -53,7 +53,7 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
   cmd->add_flag("--no-prefix-cache{false}", o.prefix_cache,
                 "do not reuse the KV pages of earlier prompts' common prefixes");
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused", "int8"}));
+  cmd->add_option("--mode", o.mode)->check(CLI::IsMember({"eager", "fused", "bf16dot", "int8"}));
   cmd->add_option("--generation-config", o.generation_config,
                   "defaults for omitted sampling fields: auto (the model's "
                   "generation_config.json) or none (OpenAI's)")

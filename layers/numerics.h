@@ -31,8 +31,13 @@ namespace hubzoo {
 // (layers/quant_mix.h) over the base type Q4_K / Q5_K.
 enum class QuantMix : uint8_t { kNone, kQ4_K_M, kQ5_K_M };
 
+// bf16dot: fused, but every matmul input is rounded to bf16, so bf16 weights
+//   multiply on the CPU's bf16 dot products (AVX512-BF16; ops/matmul.h,
+//   bf16_activations), as llama.cpp's BF16 files and oneDNN compute. Eager's
+//   matmul inputs are bf16 already and run on them too.
+//
 // Quantized weights (GGUF blocks, the Hub's int4/int8, or --quantize) add a
-// third mode, "int8": activations are quantized per block to int8 for integer
+// mode "int8": activations are quantized per block to int8 for integer
 // dot products, as llama.cpp computes (ops/quant.h); under "fused" (the
 // default) quantized weights multiply fp32 activations exactly dequantized.
 struct Numerics {
@@ -40,27 +45,34 @@ struct Numerics {
   constexpr Numerics(bool bf16_, bool eager_) : bf16(bf16_), eager(eager_) {}
   bool bf16 = false;
   bool eager = false;
-  bool int8 = false;  // mode "int8": int8 activations against quantized weights
+  bool int8 = false;      // mode "int8": int8 activations against quantized weights
+  bool bf16_dot = false;  // mode "bf16dot": fused with bf16 matmul inputs
   // --quantize: fp32/bf16/f16 matrices are quantized to this block type at load.
   std::optional<QuantType> quantize;
   QuantMix quant_mix = QuantMix::kNone;  // with quantize = its base type
 
-  // dtype "float32" | "bfloat16", mode "eager" | "fused" | "int8" (eager is
-  // ignored for float32; int8 needs float32 and quantized weights).
+  // dtype "float32" | "bfloat16", mode "eager" | "fused" | "bf16dot" | "int8"
+  // (eager is ignored for float32; bf16dot needs bfloat16; int8 needs float32
+  // and quantized weights).
   static Numerics parse(const std::string& dtype, const std::string& mode) {
     if (dtype != "float32" && dtype != "bfloat16") {
       throw InvalidArgument("dtype must be 'float32' or 'bfloat16', got '" + dtype + "'");
     }
-    if (mode != "eager" && mode != "fused" && mode != "int8") {
-      throw InvalidArgument("mode must be 'eager', 'fused' or 'int8', got '" + mode + "'");
+    if (mode != "eager" && mode != "fused" && mode != "bf16dot" && mode != "int8") {
+      throw InvalidArgument("mode must be 'eager', 'fused', 'bf16dot' or 'int8', got '" + mode +
+                            "'");
     }
     if (mode == "int8" && dtype != "float32") {
       throw InvalidArgument("mode 'int8' (int8 activations) runs with dtype float32");
+    }
+    if (mode == "bf16dot" && dtype != "bfloat16") {
+      throw InvalidArgument("mode 'bf16dot' (bf16 dot products) runs with dtype bfloat16");
     }
     Numerics n;
     n.bf16 = dtype == "bfloat16";
     n.eager = n.bf16 && mode == "eager";
     n.int8 = mode == "int8";
+    n.bf16_dot = mode == "bf16dot";
     return n;
   }
   // `name` ("q8_0", "q4_0", "q4_k", ..., or the mixes "q4_k_m", "q5_k_m";
@@ -93,7 +105,11 @@ struct Numerics {
     return std::string(quant_name(*quantize));
   }
   const char* dtype_name() const { return bf16 ? "bfloat16" : "float32"; }
-  const char* mode_name() const { return int8 ? "int8" : eager ? "eager" : "fused"; }
+  const char* mode_name() const {
+    return int8 ? "int8" : eager ? "eager" : bf16_dot ? "bf16dot" : "fused";
+  }
+  // Whether bf16 matmul weights multiply bf16 activations (ops/matmul.h).
+  bool bf16_matmul_inputs() const { return eager_bf16() || bf16_dot; }
 
   // A value transformers' eager bf16 code rounds here.
   float round_eager(float x) const { return eager_bf16() ? round_bf16(x) : x; }

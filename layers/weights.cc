@@ -149,6 +149,11 @@ PackedMatrix WeightLoader::quantize_f32(const std::string& name, const std::vect
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
   PackedMatrix p = take_packed_as(name, n, k, numerics_.bf16);
   bytes_ += p.bytes();
+  return mark_activations(std::move(p));
+}
+
+PackedMatrix WeightLoader::mark_activations(PackedMatrix p) const {
+  p.bf16_activations = numerics_.bf16_matmul_inputs() && p.is_bf16();
   return p;
 }
 
@@ -232,7 +237,7 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   PackedMatrix packed = pack_weights_concat(parts, k, numerics_.bf16);
   for (const auto& name : names) ckpt_->release(name);  // the packed copy is the only one kept
   bytes_ += packed.bytes();
-  return packed;
+  return mark_activations(std::move(packed));
 }
 
 std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& name, int64_t count,
@@ -262,8 +267,8 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   for (int64_t b = 0; b < count * parts; ++b) {
     const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
     convert_to_f32(info.dtype, src, tmp.data(), block);
-    out.push_back(numerics_.quantize ? quantize_f32(name, tmp, rows, k)
-                                     : pack(tmp.data(), rows, k));
+    out.push_back(mark_activations(numerics_.quantize ? quantize_f32(name, tmp, rows, k)
+                                                      : pack(tmp.data(), rows, k)));
     bytes_ += out.back().bytes();
   }
   ckpt_->release(name);

@@ -26,8 +26,8 @@ Linear load_qkv(WeightLoader& w, const Checkpoint& ckpt, const std::string& pref
     ckpt.release(name + ".weight");  // the packed copy is the only one kept resident
   }
   Linear qkv;
-  qkv.weight = w.numerics().bf16 ? pack_weights_bf16(weight.data(), 3 * h, h)
-                                 : pack_weights(weight.data(), 3 * h, h);
+  qkv.weight = w.mark_activations(w.numerics().bf16 ? pack_weights_bf16(weight.data(), 3 * h, h)
+                                                    : pack_weights(weight.data(), 3 * h, h));
   qkv.bias = FloatWeights(std::move(bias));
   return qkv;
 }

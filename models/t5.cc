@@ -152,8 +152,9 @@ void T5Model::load_decoder(WeightLoader& w) {
   if (w.contains("lm_head.weight")) {
     lm_head_.weight = w.take_packed("lm_head.weight", cfg_.vocab_size, d);
   } else {  // tied: the embedding table is the head
-    lm_head_.weight = numerics_.bf16 ? pack_weights_bf16(shared_.data(), cfg_.vocab_size, d)
-                                     : pack_weights(shared_.data(), cfg_.vocab_size, d);
+    lm_head_.weight =
+        w.mark_activations(numerics_.bf16 ? pack_weights_bf16(shared_.data(), cfg_.vocab_size, d)
+                                          : pack_weights(shared_.data(), cfg_.vocab_size, d));
   }
 }
 

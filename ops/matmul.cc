@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,9 @@
 
 #include "base/error.h"
 #include "ops/bf16.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
+#endif
 
 #ifndef HUBZOO_OPS_BLOCKED_DOT
 #define HUBZOO_OPS_BLOCKED_DOT
@@ -42,6 +46,61 @@ float blocked_dot(const float* x, const WT* w, int64_t K) {
   }
   return total;
 }
+
+// Denormals flushed to a zero of their sign (DAZ on operands, FTZ on results).
+inline float flush_denormal(float v) {
+  return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v;
+}
+
+// blocked_dot for bf16_activations (matmul.h): x rounded to bf16, every
+// operand and result flushed.
+inline float blocked_dot_flushed(const float* x, const uint16_t* w, int64_t K) {
+  float total = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+    const int64_t k1 = std::min(K, k0 + kKBlock);
+    float acc = 0.0f;
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      const float xv = flush_denormal(round_bf16(x[kk]));
+      const float wv = flush_denormal(bf16_to_float(w[kk * kPanel]));
+      acc = flush_denormal(std::fma(xv, wv, acc));
+    }
+    total = flush_denormal(total + acc);
+  }
+  return total;
+}
+inline float add_bias_flushed(float acc, const float* bias, int64_t n) {
+  return bias ? flush_denormal(acc + flush_denormal(bias[n])) : acc;
+}
+
+std::atomic<bool> g_bf16_dot_allowed{true};
+
+// MXCSR flush-to-zero and denormals-are-zero on this thread while alive
+// (bf16_activations), restored after.
+class FlushDenormals {
+ public:
+  explicit FlushDenormals(bool on) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (on) {
+      saved_ = _mm_getcsr();
+      _mm_setcsr(saved_ | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+      active_ = true;
+    }
+#else
+    (void)on;
+#endif
+  }
+  ~FlushDenormals() {
+#if defined(__x86_64__) || defined(__i386__)
+    if (active_) _mm_setcsr(saved_);
+#endif
+  }
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+ private:
+  unsigned saved_ = 0;
+  bool active_ = false;
+};
 }  // namespace hubzoo
 #endif
 
@@ -218,6 +277,191 @@ constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequ
 // kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
 constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// bf16 dot products for bf16_activations (matmul.h). vdpbf16ps adds to each
+// fp32 lane the product of the high bf16 halves of its two 32-bit operands,
+// then that of the low halves: exact products, DAZ/FTZ, round to nearest even
+// (measured against two std::fma on this code's CPUs; ops/matmul_test.cc). A
+// lane whose high halves hold w[k], x[k] and low halves w[k+1], x[k+1] is thus
+// two steps of the chain in k order. Inline assembly: Highway 1.0 has no
+// bf16 dot product and the AVX3 target does not enable the instruction set.
+// x pairs come from memory, broadcast to every lane ({1to16}), which keeps the
+// register file for accumulators as the FMA kernel's folded broadcast does.
+HWY_INLINE __m512 DotBf16(__m512 acc, __m512i w, const uint32_t* x_pair) {
+  asm("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x_pair));
+  return acc;
+}
+
+// A panel's k and k + 1 rows (32 columns each) as the two vectors of lane
+// pairs: vpunpck{l,h}wd interleave within 128-bit lanes, so `lo` holds
+// columns 8L + 0..3 and `hi` columns 8L + 4..7 of 128-bit lane L. Totals stay
+// in that order and are permuted to columns only when they meet y.
+alignas(64) constexpr int32_t kToLo[16] = {0,  1,  2,  3,  8,  9,  10, 11,
+                                           16, 17, 18, 19, 24, 25, 26, 27};
+alignas(64) constexpr int32_t kToHi[16] = {4,  5,  6,  7,  12, 13, 14, 15,
+                                           20, 21, 22, 23, 28, 29, 30, 31};
+alignas(64) constexpr int32_t kToCols0[16] = {0, 1, 2, 3, 16, 17, 18, 19,
+                                              4, 5, 6, 7, 20, 21, 22, 23};
+alignas(64) constexpr int32_t kToCols1[16] = {8,  9,  10, 11, 24, 25, 26, 27,
+                                              12, 13, 14, 15, 28, 29, 30, 31};
+HWY_INLINE __m512i Index(const int32_t (&i)[16]) { return _mm512_load_si512(i); }
+
+// Tile's arithmetic (same totals, same k blocks, same stores) on x as bf16
+// pairs: xp row 0 at the tile's first pair, rows ldxp pairs apart.
+template <int MR, int NP>
+HWY_INLINE void TileDot(const uint32_t* HWY_RESTRICT xp, int64_t ldxp,
+                        const uint16_t* HWY_RESTRICT w, int64_t k_len, int64_t panel_stride,
+                        bool first, bool last, const float* HWY_RESTRICT bias,
+                        float* HWY_RESTRICT y, int64_t ldy, int64_t n_valid) {
+  const DF d;
+  __m512 total[MR][NP][2];
+  __m512 acc[MR][NP][2];
+  // y's columns -> (lo, hi) order, or back; partial panels through a buffer.
+  const auto load_cols = [&](const float* row, int64_t col) {
+    if (first || col >= n_valid) return _mm512_setzero_ps();
+    if (col + 16 <= n_valid) return _mm512_loadu_ps(row + col);
+    alignas(64) float tmp[16] = {};
+    for (int64_t i = 0; i < n_valid - col; ++i) tmp[i] = row[col + i];
+    return _mm512_load_ps(tmp);
+  };
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+      const __m512 c0 = load_cols(y + r * ldy, p * kPanel),
+                   c1 = load_cols(y + r * ldy, p * kPanel + 16);
+      total[r][p][0] = _mm512_permutex2var_ps(c0, Index(kToLo), c1);
+      total[r][p][1] = _mm512_permutex2var_ps(c0, Index(kToHi), c1);
+    }
+  }
+  for (int64_t k0 = 0; k0 < k_len; k0 += kKBlock) {
+    const int64_t k1 = std::min(k_len, k0 + kKBlock);
+#pragma GCC unroll 64
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int p = 0; p < NP; ++p) acc[r][p][0] = acc[r][p][1] = _mm512_setzero_ps();
+    }
+    // k1 - k0 is odd only at the end of an odd K: the last pair's k + 1 is zero.
+    for (int64_t kk = k0; kk < k1; kk += 2) {
+      __m512i lo[NP], hi[NP];
+#pragma GCC unroll 4
+      for (int p = 0; p < NP; ++p) {
+        const uint16_t* wk = w + p * panel_stride + kk * kPanel;
+        const __m512i a = _mm512_load_si512(wk);
+        const __m512i b = kk + 1 < k1 ? _mm512_load_si512(wk + kPanel) : _mm512_setzero_si512();
+        lo[p] = _mm512_unpacklo_epi16(b, a);
+        hi[p] = _mm512_unpackhi_epi16(b, a);
+      }
+#pragma GCC unroll 64
+      for (int r = 0; r < MR; ++r) {
+        const uint32_t* x = xp + r * ldxp + kk / 2;
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) {
+          acc[r][p][0] = DotBf16(acc[r][p][0], lo[p], x);
+          acc[r][p][1] = DotBf16(acc[r][p][1], hi[p], x);
+        }
+      }
+    }
+#pragma GCC unroll 64
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int p = 0; p < NP; ++p) {
+        total[r][p][0] = _mm512_add_ps(total[r][p][0], acc[r][p][0]);
+        total[r][p][1] = _mm512_add_ps(total[r][p][1], acc[r][p][1]);
+      }
+    }
+  }
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+    float* out_row = y + r * ldy;
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+      const __m512 cols[2] = {
+          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols0), total[r][p][1]),
+          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols1), total[r][p][1])};
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; ++v) {
+        const int64_t col = p * kPanel + v * 16;
+        const float* b = last ? bias : nullptr;
+        if (col + 16 <= n_valid) {
+          V t{cols[v]};
+          if (b) t = hn::Add(t, hn::LoadU(d, b + col));
+          hn::StoreU(t, d, out_row + col);
+        } else if (col < n_valid) {  // last, partial panel
+          alignas(64) float tmp[16];
+          _mm512_store_ps(tmp, cols[v]);
+          for (int64_t i = 0; i < n_valid - col; ++i) {
+            out_row[col + i] = b ? tmp[i] + b[col + i] : tmp[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// RowBlock on x as bf16 pairs (xp row 0 at k = 0).
+template <int MR>
+HWY_NOINLINE void RowBlockDot(const uint32_t* xp, int64_t ldxp, const PackedMatrix& w, int64_t p0,
+                              int64_t p1, int64_t k0, int64_t k1, const float* bias, float* y,
+                              int64_t ldy) {
+  constexpr int NP = PanelsPerTile(MR);
+  const int64_t K = w.k;
+  const bool first = k0 == 0, last = k1 == K;
+  const uint32_t* xk = xp + k0 / 2;
+  const auto tile_args = [&](int64_t p) {
+    return std::make_tuple(w.bf16.get() + p * K * kPanel + k0 * kPanel,
+                           bias ? bias + p * kPanel : nullptr, y + p * kPanel, w.n - p * kPanel);
+  };
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) {
+    const auto [wp, bp, yp, n_valid] = tile_args(p);
+    TileDot<MR, NP>(xk, ldxp, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
+  }
+  for (; p < p1; ++p) {
+    const auto [wp, bp, yp, n_valid] = tile_args(p);
+    TileDot<MR, 1>(xk, ldxp, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
+  }
+}
+
+using RowBlockDotFn = void (*)(const uint32_t*, int64_t, const PackedMatrix&, int64_t, int64_t,
+                               int64_t, int64_t, const float*, float*, int64_t);
+template <size_t... I>
+constexpr std::array<RowBlockDotFn, sizeof...(I)> MakeRowBlockDotTable(std::index_sequence<I...>) {
+  return {&RowBlockDot<static_cast<int>(I) + 1>...};
+}
+constexpr auto kRowBlocksDot = MakeRowBlockDotTable(std::make_index_sequence<kMR>());
+
+// Rows [b, e) of x as bf16 pairs, (x[2q] << 16) | x[2q + 1] (the high half is
+// the first step of vdpbf16ps), rounded as vcvtne2ps2bf16 rounds (DAZ, then
+// nearest even: flush_denormal then bf16_bits), rows ldp pairs apart.
+void ToBf16Pairs(const float* x, int64_t ldx, int64_t rows, int64_t K, uint32_t* out, int64_t ldp) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    uint32_t* o = out + r * ldp;
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m512 lo = _mm512_loadu_ps(xr + k), hi = _mm512_loadu_ps(xr + k + 16);
+      __m512i bf;  // words 0-15 from lo, 16-31 from hi: element j's word is word j
+      asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(bf) : "v"(hi), "v"(lo));
+      // Halves swapped (Highway's rotate: GCC 12's _mm512_rol_epi32 warns of an
+      // uninitialised source for its mask form).
+      const hn::RebindToUnsigned<DF> du;
+      hn::StoreU(hn::RotateRight<16>(hn::Vec<decltype(du)>{bf}), du, o + k / 2);
+    }
+    for (; k < K; k += 2) {
+      const uint32_t a = bf16_bits(flush_denormal(xr[k]));
+      const uint32_t b = k + 1 < K ? bf16_bits(flush_denormal(xr[k + 1])) : 0u;
+      o[k / 2] = (a << 16) | b;
+    }
+  }
+}
+
+bool UseBf16Dot() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has && g_bf16_dot_allowed.load(std::memory_order_relaxed);
+}
+#endif  // AVX-512
+
 // x is read in place: a tile broadcasts x[r * ldx + k] straight from the rows
 // of x, and nothing is packed. Packing x into [K][kMR] blocks (scalar
 // transposition) was ~9% of the time of a 512-row prefill matmul on one
@@ -270,8 +514,76 @@ int64_t KRangeLength(int64_t K) {
   return CeilDiv(CeilDiv(K, kKBlock), ranges) * kKBlock;
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
+// MatmulTile on bf16 dot products: x converted to bf16 pairs per row chunk
+// (per thread: threads split columns, so each converts its rows), the same
+// blocking as the FMA kernel.
+void MatmulTileDot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t K = a.w->k;
+  const int64_t rows = r1 - r0;
+  // Pairs per row, padded to an odd number of cache lines (see RowsShareL1Sets).
+  const int64_t ldp = (CeilDiv(CeilDiv(K, 2), 16) | 1) * 16;
+  thread_local std::vector<uint32_t> pairs;
+  const auto x_pairs = [&](int64_t b, int64_t e) {
+    pairs.resize((e - b) * ldp);
+    ToBf16Pairs(a.x + (r0 + b) * a.ldx, a.ldx, e - b, K, pairs.data(), ldp);
+    return static_cast<const uint32_t*>(pairs.data());
+  };
+  if (rows <= kMR) {
+    kRowBlocksDot[rows - 1](x_pairs(0, rows), ldp, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy,
+                            a.ldy);
+    return;
+  }
+  const int64_t k_range = KRangeLength(K);
+  const int64_t max_chunk = std::max<int64_t>(1, kRowChunkBytes / (k_range * 2) / kMR) * kMR;
+  const int64_t chunk = CeilDiv(CeilDiv(rows, CeilDiv(rows, max_chunk)), kMR) * kMR;
+  for (int64_t rc = 0; rc < rows; rc += chunk) {
+    const int64_t rc_end = std::min(rows, rc + chunk);
+    const uint32_t* xc = x_pairs(rc, rc_end);
+    for (int64_t k0 = 0; k0 < K; k0 += k_range) {
+      const int64_t k1 = std::min(K, k0 + k_range);
+      for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
+        const int64_t pe = std::min(p1, pg + kPanelGroup);
+        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
+          const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
+          kRowBlocksDot[mr - 1](xc + (rb - rc) * ldp, ldp, *a.w, pg, pe, k0, k1, a.bias,
+                                a.y + (r0 + rb) * a.ldy, a.ldy);
+        }
+      }
+    }
+  }
+}
+#endif
+
+// dst = round_bf16(flush_denormal(src)) over k floats (the copy of x the FMA
+// kernel multiplies under bf16_activations), vectorised: a scalar loop cost
+// as much as the matmul itself at K = 576.
+void RoundBf16Flushed(const float* HWY_RESTRICT src, int64_t k, float* HWY_RESTRICT dst) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const auto sign = hn::Set(du, 0x80000000u), high = hn::Set(du, 0xFFFF0000u);
+  int64_t c = 0;
+  for (; c + kLanes <= k; c += kLanes) {
+    const V v = hn::LoadU(d, src + c);
+    auto u = hn::BitCast(du, v);
+    u = hn::IfThenElse(hn::RebindMask(du, hn::Lt(hn::Abs(v), hn::Set(d, 0x1p-126f))),
+                       hn::And(u, sign), u);
+    const auto nan = hn::Gt(hn::AndNot(sign, u), hn::Set(du, 0x7F800000u));
+    const auto rounded =
+        hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+    u = hn::IfThenElse(nan, hn::Or(u, hn::Set(du, 0x00400000u)), rounded);
+    hn::StoreU(hn::BitCast(d, hn::And(u, high)), d, dst + c);
+  }
+  for (; c < k; ++c) dst[c] = round_bf16(flush_denormal(src[c]));
+}
+
 // Rows [r0, r1) x panels [p0, p1) of the output.
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const bool flushed = a.w->bf16_activations;
+  FlushDenormals guard(flushed);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
+  if (flushed && UseBf16Dot()) return MatmulTileDot(a, r0, r1, p0, p1);
+#endif
   const int64_t K = a.w->k;
   const int64_t rows = r1 - r0;
   // Rows [b, e) of this tile's x and their stride: x itself, or (rows that
@@ -279,7 +591,8 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
   // number of cache lines. The copy is bounded by the tiling, not the batch:
   // one row chunk (kRowChunkBytes per K range, so about ceil(K / kKChunk)
   // MiB) or one row block of kMR rows, so keeping it per thread is cheap.
-  const bool copy = rows > 1 && RowsShareL1Sets(a.ldx);
+  // bf16_activations: x rounded to bf16 in the copy (DAZ first, as the dot product kernel).
+  const bool copy = flushed || (rows > 1 && RowsShareL1Sets(a.ldx));
   const int64_t ld = copy ? (CeilDiv(K, kLineFloats) | 1) * kLineFloats : a.ldx;
   thread_local std::vector<float> copied;
   const auto x_rows = [&](int64_t b, int64_t e) {
@@ -288,7 +601,13 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     // K == 0: nothing to copy, and a.x may be null (memcpy from null is undefined even
     // for 0 bytes; UBSan reported it for Matmul.EmptyAndDegenerateShapes).
     for (int64_t r = b; r < e && K > 0; ++r) {
-      std::memcpy(copied.data() + (r - b) * ld, a.x + (r0 + r) * a.ldx, K * sizeof(float));
+      float* dst = copied.data() + (r - b) * ld;
+      const float* src = a.x + (r0 + r) * a.ldx;
+      if (flushed) {
+        RoundBf16Flushed(src, K, dst);
+      } else {
+        std::memcpy(dst, src, K * sizeof(float));
+      }
     }
     return static_cast<const float*>(copied.data());
   };
@@ -328,6 +647,11 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     const float* x = a.x + r * a.ldx;
     for (int64_t n = p0 * kPanel; n < n_end; ++n) {
       const int64_t at = (n / kPanel) * K * kPanel + n % kPanel;
+      if (a.w->bf16_activations) {
+        a.y[r * a.ldy + n] =
+            add_bias_flushed(blocked_dot_flushed(x, a.w->bf16.get() + at, K), a.bias, n);
+        continue;
+      }
       const float acc = a.w->is_bf16() ? blocked_dot(x, a.w->bf16.get() + at, K)
                                        : blocked_dot(x, a.w->data.get() + at, K);
       a.y[r * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
@@ -370,6 +694,14 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
   });
 }
 
+bool UsesBf16Dot() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
+  return UseBf16Dot();
+#else
+  return false;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace hubzoo
 HWY_AFTER_NAMESPACE();
@@ -380,6 +712,7 @@ namespace hubzoo {
 HWY_EXPORT(Matmul);
 HWY_EXPORT(DispatchedTarget);
 HWY_EXPORT(HasVectorKernel);
+HWY_EXPORT(UsesBf16Dot);
 
 namespace {
 
@@ -629,8 +962,12 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
     if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
       throw InvalidArgument("concat_packed: parts differ in k or dtype");
     }
+    if (parts[i]->bf16_activations != parts[0]->bf16_activations) {
+      throw InvalidArgument("concat_packed: parts differ in bf16_activations");
+    }
     if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
   }
+  const bool bf16_activations = parts[0]->bf16_activations;
   if (!aligned) {  // unpack and pack again (exact: bf16 widens and rounds back to itself)
     std::vector<std::vector<float>> rows(parts.size());
     std::vector<WeightRows> src;
@@ -639,12 +976,15 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
       for (int64_t r = 0; r < parts[i]->n; ++r) parts[i]->copy_row(r, &rows[i][r * k]);
       src.push_back({rows[i].data(), parts[i]->n});
     }
-    return pack_weights_concat(src, k, bf16);
+    PackedMatrix packed = pack_weights_concat(src, k, bf16);
+    packed.bf16_activations = bf16_activations;
+    return packed;
   }
   // Panels are independent [k][kPanel] blocks: the concatenation's panels are
   // the parts' panels one after the other (the last part's padding included).
   PackedMatrix p;
   p.k = k;
+  p.bf16_activations = bf16_activations;
   for (const PackedMatrix* part : parts) p.n += part->n;
   if (bf16) {
     p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
@@ -669,6 +1009,11 @@ void matmul_reference(const MatmulArgs& a) {
     for (int64_t n = 0; n < w.n; ++n) {
       const int64_t at = (n / kPanel) * w.k * kPanel + n % kPanel;
       const float* x = a.x + m * a.ldx;
+      if (w.bf16_activations) {
+        a.y[m * a.ldy + n] =
+            add_bias_flushed(blocked_dot_flushed(x, w.bf16.get() + at, w.k), a.bias, n);
+        continue;
+      }
       const float acc = w.is_bf16() ? blocked_dot(x, w.bf16.get() + at, w.k)
                                     : blocked_dot(x, w.data.get() + at, w.k);
       a.y[m * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
@@ -688,6 +1033,9 @@ const char* matmul_target_name() {
 }
 
 bool matmul_has_vector_kernel() { return HWY_DYNAMIC_DISPATCH(HasVectorKernel)(); }
+
+bool matmul_bf16_dot() { return HWY_DYNAMIC_DISPATCH(UsesBf16Dot)(); }
+void set_matmul_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
 
 }  // namespace hubzoo
 #endif  // HWY_ONCE

@@ -42,6 +42,17 @@ struct PackedMatrix {
   std::unique_ptr<uint16_t[], void (*)(uint16_t*)> bf16{nullptr, nullptr};
   std::vector<std::shared_ptr<const QuantMatrix>> quant;
   QuantMode quant_mode = QuantMode::kExact;
+  // bf16 weights that multiply bf16 activations (eager bf16, whose matmul
+  // inputs transformers holds in bf16): x is rounded to bf16 (a no-op on such
+  // inputs) and the chain of matmul.h runs with denormals flushed to zero (DAZ
+  // and FTZ on every operation, bias included), on every target. That is what
+  // the CPU's bf16 dot product (vdpbf16ps: two FMAs per lane, the higher
+  // element first, on exact products) computes, so where the CPU has one the
+  // kernel uses it with the pairs of k swapped: the same chain, twice the
+  // products per instruction, half the activation bytes. Elsewhere the FMA
+  // kernel runs under MXCSR FTZ/DAZ. Only values below 2^-126 in magnitude
+  // can differ from the unflushed chain.
+  bool bf16_activations = false;
   bool is_bf16() const { return bf16 != nullptr; }
   bool is_quantized() const { return !quant.empty(); }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
@@ -94,6 +105,12 @@ void matmul_reference(const MatmulArgs& a);
 
 // Name of the SIMD target the dispatcher picked, e.g. "AVX3" (for reports).
 const char* matmul_target_name();
+
+// Whether matrices with bf16_activations run on the CPU's bf16 dot products
+// (AVX512-BF16 and an AVX-512 target), and a switch for tests and benchmarks
+// to run them on the FMA kernel instead (the same values, bit for bit).
+bool matmul_bf16_dot();
+void set_matmul_bf16_dot_allowed(bool allowed);
 
 // Whether that target runs the register-tiled SIMD kernel. Targets without a
 // native FMA (SSE2, SSSE3, SSE4, EMU128) and scalable vectors run the scalar

@@ -284,6 +284,100 @@ TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
   }
 }
 
+// bf16_activations (matmul.h), written out from the contract: x flushed then
+// rounded to bf16, every operand and every result of the chain, of the block
+// sums and of the bias add flushed to a zero of its sign below 2^-126.
+float flushed(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
+
+std::vector<float> contract_bf16_activations(const Problem& p, const float* x,
+                                             const std::vector<float>& w_bf16, const float* bias) {
+  std::vector<float> y(p.m * p.ldy(), sentinel());
+  for (int64_t r = 0; r < p.m; ++r) {
+    for (int64_t n = 0; n < p.n; ++n) {
+      float total = 0.0f;
+      for (int64_t k0 = 0; k0 < p.k; k0 += kKBlock) {
+        float acc = 0.0f;
+        for (int64_t k = k0; k < std::min(p.k, k0 + kKBlock); ++k) {
+          const float xv = flushed(round_bf16(flushed(x[r * p.ldx() + k])));
+          acc = flushed(std::fma(xv, flushed(w_bf16[n * p.k + k]), acc));
+        }
+        total = flushed(total + acc);
+      }
+      y[r * p.ldy() + n] = p.bias ? flushed(total + flushed(bias[n])) : total;
+    }
+  }
+  return y;
+}
+
+// Values around 2^-126 where `tiny`: products and sums fall on both sides of
+// the smallest normal, so every flush of the contract is exercised.
+Data make_bf16_activations_data(const Problem& p, uint32_t seed, bool tiny) {
+  Data d = make_data(p, seed);
+  if (tiny) {
+    for (float& v : d.w) v = std::ldexp(v, -60);
+    for (float& v : d.x) v = std::ldexp(v, -66);
+    for (size_t i = 0; i < d.bias.size(); i += 2) d.bias[i] = std::ldexp(d.bias[i], -126);
+  }
+  d.packed = pack_weights_bf16(d.w.data(), p.n, p.k);
+  d.packed.bf16_activations = true;
+  return d;
+}
+
+// bf16_activations on every target, with the CPU's bf16 dot products and
+// without: bit for bit the contract above, whatever the batch, tiling and
+// threads, for x that is not bf16 already (rounded by the kernel), odd K
+// (the last pair half empty), several K ranges and row chunks, and values
+// whose chains flush.
+TEST(Matmul, Bf16ActivationsBitIdenticalToFlushedContract) {
+  std::vector<Problem> problems;
+  for (int64_t m : {1, 2, 14, 15, 40}) {
+    for (int64_t n : {1, 17, 32, 70}) {
+      for (int64_t k : {1, 7, 63, 64, 65, 577}) problems.push_back({m, n, k, m != 2, m == 15});
+    }
+  }
+  problems.push_back({530, 45, 1600, true, true});
+  problems.push_back({29, 70, 2048, true, false, 2048});
+  problems.push_back({3, 200, 1537, false, false});
+  ThreadPool one(1), two(2);
+  int64_t flushed_outputs = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    for (bool tiny : {false, true}) {
+      SCOPED_TRACE("problem " + std::to_string(i) + (tiny ? " tiny" : ""));
+      const Data d = make_bf16_activations_data(p, static_cast<uint32_t>(3000 + i), tiny);
+      const auto want = contract_bf16_activations(p, d.x.data(), bf16_widened(d.w), d.bias.data());
+      if (tiny) {
+        const auto plain = contract_matmul(p, d.x.data(), bf16_widened(d.w), d.bias.data());
+        for (size_t e = 0; e < want.size(); ++e) flushed_outputs += bits(want[e]) != bits(plain[e]);
+      }
+      expect_same_bits(p, want, run(p, d, nullptr));
+      EveryTarget::run([&] {
+        for (bool dot : {true, false}) {
+          set_matmul_bf16_dot_allowed(dot);
+          SCOPED_TRACE(std::string("bf16 dot ") + (matmul_bf16_dot() ? "used" : "not used"));
+          for (ThreadPool* pool : {&one, &two}) expect_same_bits(p, want, run(p, d, pool));
+        }
+        set_matmul_bf16_dot_allowed(true);
+      });
+    }
+  }
+  // The tiny problems reach the flushes (else they would test nothing more).
+  EXPECT_GT(flushed_outputs, 1000);
+}
+
+// The bf16 dot product kernel runs wherever the CPU has one (an AVX-512 target
+// and AVX512-BF16), so the test above covers it on such machines.
+TEST(Matmul, Bf16DotUsedWhereTheCpuHasIt) {
+#if defined(__x86_64__)
+  const bool avx512 = hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL);
+  EXPECT_EQ(matmul_bf16_dot(), avx512 && __builtin_cpu_supports("avx512bf16") &&
+                                   (HWY_TARGETS & (HWY_AVX3 | HWY_AVX3_DL)) != 0);
+  set_matmul_bf16_dot_allowed(false);
+  EXPECT_FALSE(matmul_bf16_dot());
+  set_matmul_bf16_dot_allowed(true);
+#endif
+}
+
 TEST(Bf16, RoundsToNearestEvenLikeTorch) {
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
   EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);

@@ -34,7 +34,7 @@ __version__ = _hubzoo.__version__
 git_commit = _hubzoo.git_commit
 
 _DTYPES = ("float32", "bfloat16")
-_MODES = ("eager", "fused", "int8")
+_MODES = ("eager", "fused", "bf16dot", "int8")
 
 
 def _as_ids(input_ids, name="input_ids") -> np.ndarray:
@@ -70,7 +70,8 @@ class CausalLM:
         gguf_file picks one .gguf of a folder (as transformers' gguf_file=); quantize
         ("q8_0", "q4_0", "q4_k", "q6_k", ..., or the mixes "q4_k_m", "q5_k_m") quantizes
         fp32/bf16/f16 weights on load; mode "int8"
-        runs quantized weights with int8 activations (as llama.cpp)."""
+        runs quantized weights with int8 activations (as llama.cpp); mode "bf16dot" (dtype
+        bfloat16) rounds matmul inputs to bf16 for the CPU's bf16 dot products."""
         if dtype not in _DTYPES:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
         if mode not in _MODES:

@@ -19,7 +19,7 @@ from ._hubzoo import InvalidArgument
 from .hub import ensure
 
 _DTYPES = ("float32", "bfloat16")
-_MODES = ("eager", "fused")
+_MODES = ("eager", "fused", "bf16dot")
 
 
 def _check(dtype: str, mode: str) -> None:

@@ -18,7 +18,7 @@ from . import _hubzoo
 from ._hubzoo import InvalidArgument
 
 _DTYPES = ("float32", "bfloat16")
-_MODES = ("eager", "fused")
+_MODES = ("eager", "fused", "bf16dot")
 
 
 class Reranker:

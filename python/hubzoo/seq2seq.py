@@ -12,7 +12,7 @@ from .hub import ensure as _ensure_downloaded
 from ._hubzoo import InvalidArgument
 
 _DTYPES = ("float32", "bfloat16")
-_MODES = ("eager", "fused")
+_MODES = ("eager", "fused", "bf16dot")
 
 
 class Seq2SeqLM:

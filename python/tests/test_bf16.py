@@ -1,7 +1,8 @@
 """The bf16 rungs of the ladder (docs/design.md) on every tiny model and SmolLM2, in
-both modes, against transformers' eager fp32 and bf16 on the same inputs:
+every bf16 mode, against transformers' eager fp32 and bf16 on the same inputs:
 
-- error ratio RMS(ours_bf16 - HF_fp32) / RMS(HF_bf16 - HF_fp32) <= 1.15 eager, <= 1.0 fused,
+- error ratio RMS(ours_bf16 - HF_fp32) / RMS(HF_bf16 - HF_fp32) <= 1.15 eager, <= 1.0 fused
+  and bf16dot (fused with matmul inputs rounded to bf16 for the CPU's bf16 dot products),
   on the short and the long (512-token) input;
 - HF fp32's top-1 inside our bf16 top-5 at every position (sparse MoE models: at every
   position whose routing is confident in every sparse layer, see below; the excluded
@@ -36,10 +37,11 @@ import _util
 from hubzoo.verify import inputs as verify_inputs
 from hubzoo.verify import metrics, reference, routing
 
-MODES = ("eager", "fused")
-RATIO_BOUND = {"eager": 1.15, "fused": 1.0}
+MODES = ("eager", "fused", "bf16dot")
+RATIO_BOUND = {"eager": 1.15, "fused": 1.0, "bf16dot": 1.0}
 KL_BOUND = {mode: bound**2 for mode, bound in RATIO_BOUND.items()}  # KL ~ (logit error)^2
 MARGIN_SIGMAS = 8.0
+MINILM = _util.REPO / "models" / "all-MiniLM-L6-v2"
 MODELS = list(_util.tiny_models.VARIANTS) + ["smollm2"]
 
 
@@ -137,3 +139,31 @@ def test_bf16_batch_invariance(hz, tiny_paths, model, mode):
     alone_gen = ours.generate(prompts[1][None], max_new_tokens=8)
     batched_gen = ours.generate(ids, attention_mask=mask, max_new_tokens=8)
     assert np.array_equal(batched_gen[1], alone_gen[0])
+
+
+def test_bf16dot_rounds_matmul_inputs_and_needs_bf16(hz, tiny_paths):
+    """bf16dot is fused with bf16 matmul inputs: its logits differ from fused's (the loader
+    marks the matrices; were it not to, the ladder above would pass on fused's values), it
+    reports its mode, and float32 weights are refused by name."""
+    path = str(tiny_paths["qwen2_untied_bias"])
+    ids = _util.random_prompt(100, 40, seed=5)[None]
+    fused = hz.CausalLM.from_pretrained(path, dtype="bfloat16", mode="fused")
+    dot = hz.CausalLM.from_pretrained(path, dtype="bfloat16", mode="bf16dot")
+    assert dot.info["mode"] == "bf16dot" and fused.info["mode"] == "fused"
+    a, b = fused.forward(ids)[0], dot.forward(ids)[0]
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() < 0.05 * np.abs(a).max()
+    with pytest.raises(hz.Error, match="bf16dot"):
+        hz.CausalLM.from_pretrained(path, dtype="float32", mode="bf16dot")
+
+
+def test_bf16dot_embeddings_match_float32(hz):
+    """Encoders take the mode too: MiniLM's bf16dot embeddings stay within bf16 rounding of
+    the float32 ones and are not fused's."""
+    texts = ["A man is eating food.", "The quick brown fox jumps over the lazy dog. " * 6]
+    ref = hz.Embedder.from_pretrained(str(MINILM)).encode(texts)
+    fused = hz.Embedder.from_pretrained(str(MINILM), dtype="bfloat16", mode="fused").encode(texts)
+    dot = hz.Embedder.from_pretrained(str(MINILM), dtype="bfloat16", mode="bf16dot").encode(texts)
+    assert not np.array_equal(fused, dot)
+    cos = (dot * ref).sum(1) / np.linalg.norm(dot, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() > 0.999, cos

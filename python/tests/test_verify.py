@@ -240,7 +240,7 @@ def test_encoder_decoder_runs_the_ladder(hz, variant, tmp_path):
     path = tiny_t5.build(variant, tmp_path / variant)
     report = verify.run(str(path), long_tokens=LONG_TOKENS, new_tokens=8, threads=2, progress=False)
     assert report["summary"] == {"passed": True, "failed": []}, report["summary"]
-    assert len(report["columns"]) == 8
+    assert len(report["columns"]) == 10  # float32 x 2 modes + bfloat16 x 3 (bf16dot), x 2 inputs
     names = report["references"]["long"]["layers"]["names"]
     assert names[0] == "encoder.embed" and "decoder.layers.0" in names and names[-1] == "logits"
     for col in report["columns"]:

@@ -16,13 +16,13 @@ from . import metadata, metrics, reference, routing, seq2seq
 
 FORMAT = "hubzoo.verify/2"
 DTYPES = ("float32", "bfloat16")
-MODES = ("eager", "fused")
+MODES = ("eager", "fused", "bf16dot")  # bf16dot: bfloat16 only
 INPUTS = ("short", "long")
 
 # The ladder's bars (docs/design.md, "The verification ladder").
 FP32_LOGITS_ATOL = 1e-3
 CACHED_ATOL_FP32 = 1e-4
-BF16_RATIO_MAX = {"eager": 1.15, "fused": 1.0}
+BF16_RATIO_MAX = {"eager": 1.15, "fused": 1.0, "bf16dot": 1.0}
 MARGIN_SIGMAS = 8.0
 TOP_K = 5
 NEW_TOKENS = 32
@@ -362,6 +362,10 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
     for md in modes:
         if md not in MODES:
             raise VerifyError(f"unknown mode {md!r} (known: {', '.join(MODES)})")
+    if "bf16dot" in modes and "bfloat16" not in dtypes:
+        if modes == ["bf16dot"]:
+            raise VerifyError("mode bf16dot runs with dtype bfloat16")
+        modes.remove("bf16dot")  # "all" modes of float32 only
     if long_tokens < 1:
         raise VerifyError(f"--long-tokens must be positive, got {long_tokens}")
     display_name = name or str(model)
@@ -400,6 +404,8 @@ def run(model, dtypes=DTYPES, modes=MODES, threads: int | None = None, long_toke
         bf16_greedy_done = False
         for dtype in dtypes:
             for mode in modes:
+                if mode == "bf16dot" and dtype != "bfloat16":
+                    continue  # bf16 dot products multiply bf16 weights
                 prog(f"hubzoo load {dtype}/{mode}")
                 try:
                     if pairs is None:
