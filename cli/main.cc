@@ -168,6 +168,7 @@ int run_inspect(const std::string& model_ref, const LoadOptions& options) {
       {"mode", i.numerics.mode_name()},
       {"matmul_target", matmul_target_name()},
       {"quant_target", quant_target_name()},
+      {"bf16_dot_products", matmul_bf16_dot()},
       {"load_seconds", load_s},
       {"hubzoo_version", HUBZOO_VERSION},
       {"git_commit", HUBZOO_GIT_COMMIT},

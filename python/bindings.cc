@@ -92,6 +92,7 @@ class PyCausalLM {
     d["ignored_tensors"] = i.ignored_tensors;
     d["ignored_modules"] = i.ignored_modules;
     d["matmul_target"] = std::string(matmul_target_name());
+    d["bf16_dot_products"] = matmul_bf16_dot();
     d["dtype"] = std::string(i.numerics.dtype_name());
     d["mode"] = std::string(i.numerics.mode_name());
     return d;
