@@ -514,13 +514,44 @@ int64_t KRangeLength(int64_t K) {
   return CeilDiv(CeilDiv(K, kKBlock), ranges) * kKBlock;
 }
 
+// The cache blocking of MatmulTile over rows [r0, r1) x panels [p0, p1):
+// x_chunk(b, e) gives rows [b, e) of x (relative to r0) as the kernel reads
+// them, rows `ld` elements of x_bytes bytes per k apart; block(mr, x, pg, pe,
+// k0, k1, r) runs an mr-row block at row r0 + r over panels [pg, pe), k in [k0, k1).
+template <typename XChunk, typename Block>
+void ForEachRowBlock(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1,
+                     int64_t x_bytes, int64_t ld, XChunk x_chunk, Block block) {
+  const int64_t K = a.w->k;
+  const int64_t rows = r1 - r0;
+  if (rows <= kMR) {  // one row block (decode): stream the panels once, all of K
+    block(rows, x_chunk(0, rows), p0, p1, 0, K, 0);
+    return;
+  }
+  const int64_t k_range = KRangeLength(K);
+  // Rows per chunk: whole row blocks, the chunks of equal size.
+  const int64_t max_chunk = std::max<int64_t>(1, kRowChunkBytes / (k_range * x_bytes) / kMR) * kMR;
+  const int64_t chunk = CeilDiv(CeilDiv(rows, CeilDiv(rows, max_chunk)), kMR) * kMR;
+  for (int64_t rc = 0; rc < rows; rc += chunk) {
+    const int64_t rc_end = std::min(rows, rc + chunk);
+    const auto* xc = x_chunk(rc, rc_end);
+    for (int64_t k0 = 0; k0 < K; k0 += k_range) {
+      const int64_t k1 = std::min(K, k0 + k_range);
+      for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
+        const int64_t pe = std::min(p1, pg + kPanelGroup);
+        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
+          block(std::min<int64_t>(kMR, rc_end - rb), xc + (rb - rc) * ld, pg, pe, k0, k1, rb);
+        }
+      }
+    }
+  }
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
 // MatmulTile on bf16 dot products: x converted to bf16 pairs per row chunk
 // (per thread: threads split columns, so each converts its rows), the same
 // blocking as the FMA kernel.
 void MatmulTileDot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t K = a.w->k;
-  const int64_t rows = r1 - r0;
   // Pairs per row, padded to an odd number of cache lines (see RowsShareL1Sets).
   const int64_t ldp = (CeilDiv(CeilDiv(K, 2), 16) | 1) * 16;
   thread_local std::vector<uint32_t> pairs;
@@ -529,29 +560,12 @@ void MatmulTileDot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
     ToBf16Pairs(a.x + (r0 + b) * a.ldx, a.ldx, e - b, K, pairs.data(), ldp);
     return static_cast<const uint32_t*>(pairs.data());
   };
-  if (rows <= kMR) {
-    kRowBlocksDot[rows - 1](x_pairs(0, rows), ldp, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy,
-                            a.ldy);
-    return;
-  }
-  const int64_t k_range = KRangeLength(K);
-  const int64_t max_chunk = std::max<int64_t>(1, kRowChunkBytes / (k_range * 2) / kMR) * kMR;
-  const int64_t chunk = CeilDiv(CeilDiv(rows, CeilDiv(rows, max_chunk)), kMR) * kMR;
-  for (int64_t rc = 0; rc < rows; rc += chunk) {
-    const int64_t rc_end = std::min(rows, rc + chunk);
-    const uint32_t* xc = x_pairs(rc, rc_end);
-    for (int64_t k0 = 0; k0 < K; k0 += k_range) {
-      const int64_t k1 = std::min(K, k0 + k_range);
-      for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
-        const int64_t pe = std::min(p1, pg + kPanelGroup);
-        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
-          const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
-          kRowBlocksDot[mr - 1](xc + (rb - rc) * ldp, ldp, *a.w, pg, pe, k0, k1, a.bias,
-                                a.y + (r0 + rb) * a.ldy, a.ldy);
-        }
-      }
-    }
-  }
+  ForEachRowBlock(a, r0, r1, p0, p1, 2, ldp, x_pairs,
+                  [&](int64_t mr, const uint32_t* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
+                      int64_t r) {
+                    kRowBlocksDot[mr - 1](x, ldp, *a.w, pg, pe, k0, k1, a.bias,
+                                          a.y + (r0 + r) * a.ldy, a.ldy);
+                  });
 }
 #endif
 
@@ -611,29 +625,11 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     }
     return static_cast<const float*>(copied.data());
   };
-  if (rows <= kMR) {  // one row block (decode): stream the panels once, all of K
-    kRowBlocks[rows - 1](x_rows(0, rows), ld, *a.w, p0, p1, 0, K, a.bias, a.y + r0 * a.ldy, a.ldy);
-    return;
-  }
-  const int64_t k_range = KRangeLength(K);
-  // Rows per chunk: whole row blocks, the chunks of equal size.
-  const int64_t max_chunk = std::max<int64_t>(1, kRowChunkBytes / (k_range * 4) / kMR) * kMR;
-  const int64_t chunk = CeilDiv(CeilDiv(rows, CeilDiv(rows, max_chunk)), kMR) * kMR;
-  for (int64_t rc = 0; rc < rows; rc += chunk) {
-    const int64_t rc_end = std::min(rows, rc + chunk);
-    const float* xc = x_rows(rc, rc_end);
-    for (int64_t k0 = 0; k0 < K; k0 += k_range) {
-      const int64_t k1 = std::min(K, k0 + k_range);
-      for (int64_t pg = p0; pg < p1; pg += kPanelGroup) {
-        const int64_t pe = std::min(p1, pg + kPanelGroup);
-        for (int64_t rb = rc; rb < rc_end; rb += kMR) {
-          const int64_t mr = std::min<int64_t>(kMR, rc_end - rb);
-          kRowBlocks[mr - 1](xc + (rb - rc) * ld, ld, *a.w, pg, pe, k0, k1, a.bias,
-                             a.y + (r0 + rb) * a.ldy, a.ldy);
-        }
-      }
-    }
-  }
+  ForEachRowBlock(
+      a, r0, r1, p0, p1, 4, ld, x_rows,
+      [&](int64_t mr, const float* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1, int64_t r) {
+        kRowBlocks[mr - 1](x, ld, *a.w, pg, pe, k0, k1, a.bias, a.y + (r0 + r) * a.ldy, a.ldy);
+      });
 }
 
 #else  // no native FMA: the scalar chain, correctly rounded by std::fma
@@ -803,6 +799,8 @@ void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert 
 void check_args(const MatmulArgs& a) {
   if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16 && a.w->quant.empty()))
     throw InvalidArgument("matmul: weights are not packed");
+  if (a.w && a.w->bf16_activations && (a.w->k > 0 && a.w->n > 0) && !a.w->is_bf16())
+    throw InvalidArgument("matmul: bf16_activations on weights that are not bf16");
   if (a.m < 0) throw InvalidArgument("matmul: negative row count");
   if (a.m > 0 && a.w->n > 0 && (!a.y || (a.w->k > 0 && !a.x)))
     throw InvalidArgument("matmul: null input or output");

@@ -94,11 +94,17 @@ std::vector<float> run(const Problem& p, const Data& d, ThreadPool* pool) {
   return run(p, d.x.data(), d.packed, d.bias.data(), pool);
 }
 
+float flushed(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
+
 // The contract of matmul.h, computed from row-major W [n, k] without packing:
 // per output element, one std::fma chain from 0 over each block of kKBlock
-// k's, the block sums added in k order from 0, then the bias.
+// k's, the block sums added in k order from 0, then the bias. With
+// `bf16_activations` (matmul.h) x is flushed then rounded to bf16, and every
+// operand and every result of the chain, of the block sums and of the bias add
+// is flushed to a zero of its sign below 2^-126.
 std::vector<float> contract_matmul(const Problem& p, const float* x, const std::vector<float>& w,
-                                   const float* bias) {
+                                   const float* bias, bool bf16_activations = false) {
+  const auto f = [&](float v) { return bf16_activations ? flushed(v) : v; };
   std::vector<float> y(p.m * p.ldy(), sentinel());
   for (int64_t r = 0; r < p.m; ++r) {
     for (int64_t n = 0; n < p.n; ++n) {
@@ -106,11 +112,13 @@ std::vector<float> contract_matmul(const Problem& p, const float* x, const std::
       for (int64_t k0 = 0; k0 < p.k; k0 += kKBlock) {
         float acc = 0.0f;
         for (int64_t k = k0; k < std::min(p.k, k0 + kKBlock); ++k) {
-          acc = std::fma(x[r * p.ldx() + k], w[n * p.k + k], acc);
+          float xv = x[r * p.ldx() + k];
+          if (bf16_activations) xv = flushed(round_bf16(flushed(xv)));
+          acc = f(std::fma(xv, f(w[n * p.k + k]), acc));
         }
-        total += acc;
+        total = f(total + acc);
       }
-      y[r * p.ldy() + n] = p.bias ? total + bias[n] : total;
+      y[r * p.ldy() + n] = p.bias ? f(total + f(bias[n])) : total;
     }
   }
   return y;
@@ -284,31 +292,6 @@ TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
   }
 }
 
-// bf16_activations (matmul.h), written out from the contract: x flushed then
-// rounded to bf16, every operand and every result of the chain, of the block
-// sums and of the bias add flushed to a zero of its sign below 2^-126.
-float flushed(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
-
-std::vector<float> contract_bf16_activations(const Problem& p, const float* x,
-                                             const std::vector<float>& w_bf16, const float* bias) {
-  std::vector<float> y(p.m * p.ldy(), sentinel());
-  for (int64_t r = 0; r < p.m; ++r) {
-    for (int64_t n = 0; n < p.n; ++n) {
-      float total = 0.0f;
-      for (int64_t k0 = 0; k0 < p.k; k0 += kKBlock) {
-        float acc = 0.0f;
-        for (int64_t k = k0; k < std::min(p.k, k0 + kKBlock); ++k) {
-          const float xv = flushed(round_bf16(flushed(x[r * p.ldx() + k])));
-          acc = flushed(std::fma(xv, flushed(w_bf16[n * p.k + k]), acc));
-        }
-        total = flushed(total + acc);
-      }
-      y[r * p.ldy() + n] = p.bias ? flushed(total + flushed(bias[n])) : total;
-    }
-  }
-  return y;
-}
-
 // Values around 2^-126 where `tiny`: products and sums fall on both sides of
 // the smallest normal, so every flush of the contract is exercised.
 Data make_bf16_activations_data(const Problem& p, uint32_t seed, bool tiny) {
@@ -345,7 +328,7 @@ TEST(Matmul, Bf16ActivationsBitIdenticalToFlushedContract) {
     for (bool tiny : {false, true}) {
       SCOPED_TRACE("problem " + std::to_string(i) + (tiny ? " tiny" : ""));
       const Data d = make_bf16_activations_data(p, static_cast<uint32_t>(3000 + i), tiny);
-      const auto want = contract_bf16_activations(p, d.x.data(), bf16_widened(d.w), d.bias.data());
+      const auto want = contract_matmul(p, d.x.data(), bf16_widened(d.w), d.bias.data(), true);
       if (tiny) {
         const auto plain = contract_matmul(p, d.x.data(), bf16_widened(d.w), d.bias.data());
         for (size_t e = 0; e < want.size(); ++e) flushed_outputs += bits(want[e]) != bits(plain[e]);
@@ -363,6 +346,16 @@ TEST(Matmul, Bf16ActivationsBitIdenticalToFlushedContract) {
   }
   // The tiny problems reach the flushes (else they would test nothing more).
   EXPECT_GT(flushed_outputs, 1000);
+}
+
+TEST(Matmul, Bf16ActivationsNeedBf16Weights) {
+  const std::vector<float> w(4 * 8, 0.5f), x(8, 1.0f);
+  std::vector<float> y(4);
+  PackedMatrix fp32 = pack_weights(w.data(), 4, 8);
+  fp32.bf16_activations = true;
+  ThreadPool pool(1);
+  EXPECT_THROW(matmul({x.data(), 1, 8, &fp32, nullptr, y.data(), 4}, pool), InvalidArgument);
+  EXPECT_THROW(matmul_reference({x.data(), 1, 8, &fp32, nullptr, y.data(), 4}), InvalidArgument);
 }
 
 // The bf16 dot product kernel runs wherever the CPU has one (an AVX-512 target
