@@ -19,6 +19,10 @@ inline uint16_t bf16_bits(float x) {
 
 inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
 
+// A stored weight as a float: itself, or a bf16 bit pattern widened exactly.
+inline float widen(float w) { return w; }
+inline float widen(uint16_t w) { return bf16_to_float(w); }
+
 // x rounded to the nearest bf16 value, as a float.
 inline float round_bf16(float x) { return bf16_to_float(bf16_bits(x)); }
 

@@ -1,5 +1,6 @@
-// Packed-panel fp32 matmul: packing, the scalar reference, and a register-tiled
-// Highway kernel compiled once per SIMD target and dispatched at run time.
+// Packed-panel fp32 matmul: the scalar reference and a register-tiled Highway
+// kernel compiled once per SIMD target and dispatched at run time (packing:
+// ops/matmul_pack.cc; bf16 dot products: ops/matmul_bf16_dot-inl.h).
 //
 // Every output element is reduced in the fixed order of matmul.h (one FMA chain
 // per block of kKBlock k's, block sums added in k order, then + bias), so all
@@ -14,12 +15,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
-#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "base/error.h"
 #include "ops/bf16.h"
@@ -30,8 +28,6 @@
 #ifndef HUBZOO_OPS_BLOCKED_DOT
 #define HUBZOO_OPS_BLOCKED_DOT
 namespace hubzoo {
-inline float widen(float w) { return w; }
-inline float widen(uint16_t w) { return bf16_to_float(w); }
 
 // The reduction order of one output element (matmul.h), written out in scalar
 // code: x[0..K) against a packed weight column (stride kPanel).
@@ -233,29 +229,27 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT x, int64_t ldx, const WT* HWY_RES
   }
 }
 
+// Panels [p0, p1) of a row block, NP at a time, then one at a time:
+// tile(p, np) with np an std::integral_constant (the tile's panel count).
+template <int NP, typename TileAt>
+HWY_INLINE void ForEachPanelTile(int64_t p0, int64_t p1, TileAt tile) {
+  int64_t p = p0;
+  for (; p + NP <= p1; p += NP) tile(p, std::integral_constant<int, NP>());
+  for (; p < p1; ++p) tile(p, std::integral_constant<int, 1>());
+}
+
 // MR rows of y over panels [p0, p1) of weights `panels` (float or bf16), k in [k0, k1).
 // x: row 0 of the block at k = 0.
 template <int MR, typename WT>
 HWY_NOINLINE void RowBlock(const float* x, int64_t ldx, const WT* panels, const PackedMatrix& w,
                            int64_t p0, int64_t p1, int64_t k0, int64_t k1, const float* bias,
                            float* y, int64_t ldy) {
-  constexpr int NP = PanelsPerTile(MR);
   const int64_t K = w.k;
-  const bool first = k0 == 0, last = k1 == K;
-  const float* xk = x + k0;
-  const auto tile_args = [&](int64_t p) {
-    return std::make_tuple(panels + p * K * kPanel + k0 * kPanel,
-                           bias ? bias + p * kPanel : nullptr, y + p * kPanel, w.n - p * kPanel);
-  };
-  int64_t p = p0;
-  for (; p + NP <= p1; p += NP) {
-    const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, NP>(xk, ldx, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
-  }
-  for (; p < p1; ++p) {
-    const auto [wp, bp, yp, n_valid] = tile_args(p);
-    Tile<MR, 1>(xk, ldx, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
-  }
+  ForEachPanelTile<PanelsPerTile(MR)>(p0, p1, [&](int64_t p, auto np) {
+    Tile<MR, decltype(np)::value>(x + k0, ldx, panels + p * K * kPanel + k0 * kPanel, k1 - k0,
+                                  K * kPanel, k0 == 0, k1 == K, bias ? bias + p * kPanel : nullptr,
+                                  y + p * kPanel, ldy, w.n - p * kPanel);
+  });
 }
 
 template <int MR>
@@ -276,191 +270,6 @@ constexpr std::array<RowBlockFn, sizeof...(I)> MakeRowBlockTable(std::index_sequ
 }
 // kRowBlocks[mr - 1] handles an mr-row block, mr = 1..kMR.
 constexpr auto kRowBlocks = MakeRowBlockTable(std::make_index_sequence<kMR>());
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// bf16 dot products for bf16_activations (matmul.h). vdpbf16ps adds to each
-// fp32 lane the product of the high bf16 halves of its two 32-bit operands,
-// then that of the low halves: exact products, DAZ/FTZ, round to nearest even
-// (measured against two std::fma on this code's CPUs; ops/matmul_test.cc). A
-// lane whose high halves hold w[k], x[k] and low halves w[k+1], x[k+1] is thus
-// two steps of the chain in k order. Inline assembly: Highway 1.0 has no
-// bf16 dot product and the AVX3 target does not enable the instruction set.
-// x pairs come from memory, broadcast to every lane ({1to16}), which keeps the
-// register file for accumulators as the FMA kernel's folded broadcast does.
-HWY_INLINE __m512 DotBf16(__m512 acc, __m512i w, const uint32_t* x_pair) {
-  asm("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x_pair));
-  return acc;
-}
-
-// A panel's k and k + 1 rows (32 columns each) as the two vectors of lane
-// pairs: vpunpck{l,h}wd interleave within 128-bit lanes, so `lo` holds
-// columns 8L + 0..3 and `hi` columns 8L + 4..7 of 128-bit lane L. Totals stay
-// in that order and are permuted to columns only when they meet y.
-alignas(64) constexpr int32_t kToLo[16] = {0,  1,  2,  3,  8,  9,  10, 11,
-                                           16, 17, 18, 19, 24, 25, 26, 27};
-alignas(64) constexpr int32_t kToHi[16] = {4,  5,  6,  7,  12, 13, 14, 15,
-                                           20, 21, 22, 23, 28, 29, 30, 31};
-alignas(64) constexpr int32_t kToCols0[16] = {0, 1, 2, 3, 16, 17, 18, 19,
-                                              4, 5, 6, 7, 20, 21, 22, 23};
-alignas(64) constexpr int32_t kToCols1[16] = {8,  9,  10, 11, 24, 25, 26, 27,
-                                              12, 13, 14, 15, 28, 29, 30, 31};
-HWY_INLINE __m512i Index(const int32_t (&i)[16]) { return _mm512_load_si512(i); }
-
-// Tile's arithmetic (same totals, same k blocks, same stores) on x as bf16
-// pairs: xp row 0 at the tile's first pair, rows ldxp pairs apart.
-template <int MR, int NP>
-HWY_INLINE void TileDot(const uint32_t* HWY_RESTRICT xp, int64_t ldxp,
-                        const uint16_t* HWY_RESTRICT w, int64_t k_len, int64_t panel_stride,
-                        bool first, bool last, const float* HWY_RESTRICT bias,
-                        float* HWY_RESTRICT y, int64_t ldy, int64_t n_valid) {
-  const DF d;
-  __m512 total[MR][NP][2];
-  __m512 acc[MR][NP][2];
-  // y's columns -> (lo, hi) order, or back; partial panels through a buffer.
-  const auto load_cols = [&](const float* row, int64_t col) {
-    if (first || col >= n_valid) return _mm512_setzero_ps();
-    if (col + 16 <= n_valid) return _mm512_loadu_ps(row + col);
-    alignas(64) float tmp[16] = {};
-    for (int64_t i = 0; i < n_valid - col; ++i) tmp[i] = row[col + i];
-    return _mm512_load_ps(tmp);
-  };
-#pragma GCC unroll 64
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p) {
-      const __m512 c0 = load_cols(y + r * ldy, p * kPanel),
-                   c1 = load_cols(y + r * ldy, p * kPanel + 16);
-      total[r][p][0] = _mm512_permutex2var_ps(c0, Index(kToLo), c1);
-      total[r][p][1] = _mm512_permutex2var_ps(c0, Index(kToHi), c1);
-    }
-  }
-  for (int64_t k0 = 0; k0 < k_len; k0 += kKBlock) {
-    const int64_t k1 = std::min(k_len, k0 + kKBlock);
-#pragma GCC unroll 64
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-      for (int p = 0; p < NP; ++p) acc[r][p][0] = acc[r][p][1] = _mm512_setzero_ps();
-    }
-    // k1 - k0 is odd only at the end of an odd K: the last pair's k + 1 is zero.
-    for (int64_t kk = k0; kk < k1; kk += 2) {
-      __m512i lo[NP], hi[NP];
-#pragma GCC unroll 4
-      for (int p = 0; p < NP; ++p) {
-        const uint16_t* wk = w + p * panel_stride + kk * kPanel;
-        const __m512i a = _mm512_load_si512(wk);
-        const __m512i b = kk + 1 < k1 ? _mm512_load_si512(wk + kPanel) : _mm512_setzero_si512();
-        lo[p] = _mm512_unpacklo_epi16(b, a);
-        hi[p] = _mm512_unpackhi_epi16(b, a);
-      }
-#pragma GCC unroll 64
-      for (int r = 0; r < MR; ++r) {
-        const uint32_t* x = xp + r * ldxp + kk / 2;
-#pragma GCC unroll 4
-        for (int p = 0; p < NP; ++p) {
-          acc[r][p][0] = DotBf16(acc[r][p][0], lo[p], x);
-          acc[r][p][1] = DotBf16(acc[r][p][1], hi[p], x);
-        }
-      }
-    }
-#pragma GCC unroll 64
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-      for (int p = 0; p < NP; ++p) {
-        total[r][p][0] = _mm512_add_ps(total[r][p][0], acc[r][p][0]);
-        total[r][p][1] = _mm512_add_ps(total[r][p][1], acc[r][p][1]);
-      }
-    }
-  }
-#pragma GCC unroll 64
-  for (int r = 0; r < MR; ++r) {
-    float* out_row = y + r * ldy;
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p) {
-      const __m512 cols[2] = {
-          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols0), total[r][p][1]),
-          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols1), total[r][p][1])};
-#pragma GCC unroll 2
-      for (int v = 0; v < 2; ++v) {
-        const int64_t col = p * kPanel + v * 16;
-        const float* b = last ? bias : nullptr;
-        if (col + 16 <= n_valid) {
-          V t{cols[v]};
-          if (b) t = hn::Add(t, hn::LoadU(d, b + col));
-          hn::StoreU(t, d, out_row + col);
-        } else if (col < n_valid) {  // last, partial panel
-          alignas(64) float tmp[16];
-          _mm512_store_ps(tmp, cols[v]);
-          for (int64_t i = 0; i < n_valid - col; ++i) {
-            out_row[col + i] = b ? tmp[i] + b[col + i] : tmp[i];
-          }
-        }
-      }
-    }
-  }
-}
-
-// RowBlock on x as bf16 pairs (xp row 0 at k = 0).
-template <int MR>
-HWY_NOINLINE void RowBlockDot(const uint32_t* xp, int64_t ldxp, const PackedMatrix& w, int64_t p0,
-                              int64_t p1, int64_t k0, int64_t k1, const float* bias, float* y,
-                              int64_t ldy) {
-  constexpr int NP = PanelsPerTile(MR);
-  const int64_t K = w.k;
-  const bool first = k0 == 0, last = k1 == K;
-  const uint32_t* xk = xp + k0 / 2;
-  const auto tile_args = [&](int64_t p) {
-    return std::make_tuple(w.bf16.get() + p * K * kPanel + k0 * kPanel,
-                           bias ? bias + p * kPanel : nullptr, y + p * kPanel, w.n - p * kPanel);
-  };
-  int64_t p = p0;
-  for (; p + NP <= p1; p += NP) {
-    const auto [wp, bp, yp, n_valid] = tile_args(p);
-    TileDot<MR, NP>(xk, ldxp, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
-  }
-  for (; p < p1; ++p) {
-    const auto [wp, bp, yp, n_valid] = tile_args(p);
-    TileDot<MR, 1>(xk, ldxp, wp, k1 - k0, K * kPanel, first, last, bp, yp, ldy, n_valid);
-  }
-}
-
-using RowBlockDotFn = void (*)(const uint32_t*, int64_t, const PackedMatrix&, int64_t, int64_t,
-                               int64_t, int64_t, const float*, float*, int64_t);
-template <size_t... I>
-constexpr std::array<RowBlockDotFn, sizeof...(I)> MakeRowBlockDotTable(std::index_sequence<I...>) {
-  return {&RowBlockDot<static_cast<int>(I) + 1>...};
-}
-constexpr auto kRowBlocksDot = MakeRowBlockDotTable(std::make_index_sequence<kMR>());
-
-// Rows [b, e) of x as bf16 pairs, (x[2q] << 16) | x[2q + 1] (the high half is
-// the first step of vdpbf16ps), rounded as vcvtne2ps2bf16 rounds (DAZ, then
-// nearest even: flush_denormal then bf16_bits), rows ldp pairs apart.
-void ToBf16Pairs(const float* x, int64_t ldx, int64_t rows, int64_t K, uint32_t* out, int64_t ldp) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ldx;
-    uint32_t* o = out + r * ldp;
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      const __m512 lo = _mm512_loadu_ps(xr + k), hi = _mm512_loadu_ps(xr + k + 16);
-      __m512i bf;  // words 0-15 from lo, 16-31 from hi: element j's word is word j
-      asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(bf) : "v"(hi), "v"(lo));
-      // Halves swapped (Highway's rotate: GCC 12's _mm512_rol_epi32 warns of an
-      // uninitialised source for its mask form).
-      const hn::RebindToUnsigned<DF> du;
-      hn::StoreU(hn::RotateRight<16>(hn::Vec<decltype(du)>{bf}), du, o + k / 2);
-    }
-    for (; k < K; k += 2) {
-      const uint32_t a = bf16_bits(flush_denormal(xr[k]));
-      const uint32_t b = k + 1 < K ? bf16_bits(flush_denormal(xr[k + 1])) : 0u;
-      o[k / 2] = (a << 16) | b;
-    }
-  }
-}
-
-bool UseBf16Dot() {
-  static const bool has = __builtin_cpu_supports("avx512bf16");
-  return has && g_bf16_dot_allowed.load(std::memory_order_relaxed);
-}
-#endif  // AVX-512
 
 // x is read in place: a tile broadcasts x[r * ldx + k] straight from the rows
 // of x, and nothing is packed. Packing x into [K][kMR] blocks (scalar
@@ -546,27 +355,8 @@ void ForEachRowBlock(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, in
   }
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
-// MatmulTile on bf16 dot products: x converted to bf16 pairs per row chunk
-// (per thread: threads split columns, so each converts its rows), the same
-// blocking as the FMA kernel.
-void MatmulTileDot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  const int64_t K = a.w->k;
-  // Pairs per row, padded to an odd number of cache lines (see RowsShareL1Sets).
-  const int64_t ldp = (CeilDiv(CeilDiv(K, 2), 16) | 1) * 16;
-  thread_local std::vector<uint32_t> pairs;
-  const auto x_pairs = [&](int64_t b, int64_t e) {
-    pairs.resize((e - b) * ldp);
-    ToBf16Pairs(a.x + (r0 + b) * a.ldx, a.ldx, e - b, K, pairs.data(), ldp);
-    return static_cast<const uint32_t*>(pairs.data());
-  };
-  ForEachRowBlock(a, r0, r1, p0, p1, 2, ldp, x_pairs,
-                  [&](int64_t mr, const uint32_t* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
-                      int64_t r) {
-                    kRowBlocksDot[mr - 1](x, ldp, *a.w, pg, pe, k0, k1, a.bias,
-                                          a.y + (r0 + r) * a.ldy, a.ldy);
-                  });
-}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // MatmulTileDot: bf16 dot products
+#include "ops/matmul_bf16_dot-inl.h"
 #endif
 
 // dst = round_bf16(flush_denormal(src)) over k floats (the copy of x the FMA
@@ -595,7 +385,7 @@ void RoundBf16Flushed(const float* HWY_RESTRICT src, int64_t k, float* HWY_RESTR
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const bool flushed = a.w->bf16_activations;
   FlushDenormals guard(flushed);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
   if (flushed && UseBf16Dot()) return MatmulTileDot(a, r0, r1, p0, p1);
 #endif
   const int64_t K = a.w->k;
@@ -691,7 +481,7 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
 }
 
 bool UsesBf16Dot() {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA  // the bf16 dot product kernel
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
   return UseBf16Dot();
 #else
   return false;
@@ -712,90 +502,6 @@ HWY_EXPORT(UsesBf16Dot);
 
 namespace {
 
-void free_aligned(float* p) { std::free(p); }
-void free_aligned16(uint16_t* p) { std::free(p); }
-
-// Panels of `panels` x k x kPanel elements, 64-byte aligned; only the last
-// panel (whose rows past n are padding) is zeroed, the packing writes the
-// rest. Large matrices are 2 MiB aligned and asked for transparent huge pages:
-// loading then faults a page per 2 MiB instead of per 4 KiB (a fifth of the
-// fp32 load time of SmolLM2-135M went to page faults). Only the whole 2 MiB
-// pages of the buffer are advised: rounding the size up to 2 MiB cost up to
-// ~1 MiB per matrix (fp32 SmolLM2's fused gate/up, 7.1 MiB each: +28 MiB RSS).
-template <typename T>
-T* alloc_panels(int64_t panels, int64_t k) {
-  const int64_t elements = panels * k * kPanel;
-  const size_t bytes = (std::max<int64_t>(elements, 32) * sizeof(T) + 63) / 64 * 64;
-  constexpr size_t kHuge = 2 << 20;
-  // Huge pages only for the largest matrices (the embedding/lm_head): asking
-  // for them on every 4+ MiB matrix (fp32 fused gate/up) made loads slower and
-  // erratic (0.47-0.80 s vs 0.46-0.50 s, SmolLM2 fp32), the kernel compacting
-  // memory to find them.
-  const bool huge = bytes >= 8 * kHuge;
-  void* mem = nullptr;
-  if (posix_memalign(&mem, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
-  T* data = static_cast<T*>(mem);
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(data, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice: failure is harmless
-#endif
-  const int64_t last = panels > 0 ? (panels - 1) * k * kPanel : 0;
-  std::memset(data + last, 0, bytes - last * sizeof(T));
-  return data;
-}
-
-// Row-major W [n, k] into rows [row0, row0 + n) of the panels, a 32-row x
-// 64-k block at a time (both sides in L1) instead of one row at a time with
-// 128-byte strided writes.
-template <typename S, typename T, typename Convert>
-void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
-  constexpr int64_t kKStep = 64;
-  for (int64_t r0 = 0; r0 < n;) {
-    const int64_t global = row0 + r0;  // first row in the destination
-    const int64_t rows = std::min(kPanel - global % kPanel, n - r0);
-    T* panel = data + (global / kPanel) * k * kPanel + global % kPanel;
-    for (int64_t c0 = 0; c0 < k; c0 += kKStep) {
-      const int64_t c1 = std::min(k, c0 + kKStep);
-      for (int64_t r = 0; r < rows; ++r) {
-        const S* src = w + (r0 + r) * k;
-        T* dst = panel + r;
-        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(widen(src[c]));
-      }
-    }
-    r0 += rows;
-  }
-}
-
-// pack_rows on up to 4 threads for matrices of 1+ MiB, split at panel
-// boundaries: the kernel zeroes the fresh pages a thread first writes, so the
-// page clearing (most of a cold load) runs in parallel with the copying.
-// SmolLM2-135M fp32 load: 0.41-0.53 s on one thread -> see bench/README.md.
-template <typename S, typename T, typename Convert>
-void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
-  const int64_t bytes = n * k * static_cast<int64_t>(sizeof(T));
-  const int64_t threads = bytes < (4 << 20)
-                              ? 1
-                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
-                                                    std::min<int64_t>(4, n / kPanel));
-  if (threads <= 1) {
-    pack_rows(w, n, k, data, row0, convert);
-    return;
-  }
-  // Split points: rows whose global index starts a panel.
-  std::vector<int64_t> cut = {0};
-  for (int64_t t = 1; t < threads; ++t) {
-    const int64_t global = (row0 + n * t / threads + kPanel - 1) / kPanel * kPanel;
-    cut.push_back(std::clamp<int64_t>(global - row0, cut.back(), n));
-  }
-  cut.push_back(n);
-  std::vector<std::thread> helpers;
-  for (int64_t t = 1; t < threads; ++t) {
-    helpers.emplace_back(
-        [=] { pack_rows(w + cut[t] * k, cut[t + 1] - cut[t], k, data, row0 + cut[t], convert); });
-  }
-  pack_rows(w, cut[1], k, data, row0, convert);
-  for (auto& h : helpers) h.join();
-}
-
 void check_args(const MatmulArgs& a) {
   if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16 && a.w->quant.empty()))
     throw InvalidArgument("matmul: weights are not packed");
@@ -808,15 +514,6 @@ void check_args(const MatmulArgs& a) {
     throw InvalidArgument("matmul: row stride smaller than the row (ldx " + std::to_string(a.ldx) +
                           " < k " + std::to_string(a.w->k) + " or ldy " + std::to_string(a.ldy) +
                           " < n " + std::to_string(a.w->n) + ")");
-}
-
-// The quantized part holding `row`, and the row's index inside it.
-std::pair<const QuantMatrix*, int64_t> quant_part(const PackedMatrix& p, int64_t row) {
-  for (const auto& part : p.quant) {
-    if (row < part->n) return {part.get(), row};
-    row -= part->n;
-  }
-  throw InvalidArgument("PackedMatrix: row " + std::to_string(row) + " out of range");
 }
 
 // Runs quant_matmul part by part, each writing its own columns of y.
@@ -842,162 +539,6 @@ void matmul_quantized(const MatmulArgs& a, ThreadPool* pool) {
 }
 
 }  // namespace
-
-int64_t PackedMatrix::bytes() const {
-  if (is_quantized()) {
-    int64_t total = 0;
-    for (const auto& part : quant) total += part->bytes();
-    return total;
-  }
-  return num_panels() * k * kPanel * (is_bf16() ? 2 : 4);
-}
-
-float PackedMatrix::at(int64_t row, int64_t col) const {
-  if (is_quantized()) {
-    std::vector<float> values(static_cast<size_t>(k));
-    copy_row(row, values.data());
-    return values[col];
-  }
-  const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
-  return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
-}
-
-void PackedMatrix::copy_row(int64_t row, float* out) const {
-  if (is_quantized()) {
-    const auto [part, r] = quant_part(*this, row);
-    part->dequantize_row(r, out);
-    return;
-  }
-  const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
-  if (is_bf16()) {
-    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bf16[first + c * kPanel]);
-  } else {
-    for (int64_t c = 0; c < k; ++c) out[c] = data[first + c * kPanel];
-  }
-}
-
-PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
-  if (n < 0 || k < 0) throw InvalidArgument("pack_weights: negative shape");
-  PackedMatrix p;
-  p.n = n;
-  p.k = k;
-  p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
-  pack_into(w, n, k, p.data.get(), 0, [](float v) { return v; });
-  return p;
-}
-
-PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
-  if (n < 0 || k < 0) throw InvalidArgument("pack_weights_bf16: negative shape");
-  PackedMatrix p;
-  p.n = n;
-  p.k = k;
-  p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
-  pack_into(w, n, k, p.bf16.get(), 0, [](float v) { return bf16_bits(v); });
-  return p;
-}
-
-PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> parts, QuantMode mode) {
-  if (parts.empty()) throw InvalidArgument("pack_quantized: no parts");
-  PackedMatrix p;
-  p.k = parts[0]->k;
-  for (const auto& part : parts) {
-    if (!part || part->k != p.k) throw InvalidArgument("pack_quantized: parts differ in k");
-    if (!part->k_perm.empty() && part->k_perm != parts[0]->k_perm)
-      throw InvalidArgument("pack_quantized: parts differ in their input permutation");
-    p.n += part->n;
-  }
-  p.quant = std::move(parts);
-  p.quant_mode = mode;
-  return p;
-}
-
-PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16) {
-  if (k < 0) throw InvalidArgument("pack_weights_concat: negative shape");
-  PackedMatrix p;
-  p.k = k;
-  for (const WeightRows& part : parts) {
-    if (part.rows < 0) throw InvalidArgument("pack_weights_concat: negative shape");
-    p.n += part.rows;
-  }
-  if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
-  } else {
-    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
-  }
-  int64_t row0 = 0;
-  const auto to_bf16 = [](float v) { return bf16_bits(v); };
-  const auto to_f32 = [](float v) { return v; };
-  for (const WeightRows& part : parts) {
-    if (part.bf16_bits && bf16) {
-      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), row0, to_bf16);
-    } else if (part.bf16_bits) {
-      pack_into(part.bf16_bits, part.rows, k, p.data.get(), row0, to_f32);
-    } else if (bf16) {
-      pack_into(part.w, part.rows, k, p.bf16.get(), row0, to_bf16);
-    } else {
-      pack_into(part.w, part.rows, k, p.data.get(), row0, to_f32);
-    }
-    row0 += part.rows;
-  }
-  return p;
-}
-
-PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
-  if (parts.empty()) throw InvalidArgument("concat_packed: no parts");
-  if (parts[0]->is_quantized()) {
-    std::vector<std::shared_ptr<const QuantMatrix>> all;
-    for (const PackedMatrix* part : parts) {
-      if (!part->is_quantized() || part->quant_mode != parts[0]->quant_mode)
-        throw InvalidArgument("concat_packed: quantized and unquantized parts, or two modes");
-      all.insert(all.end(), part->quant.begin(), part->quant.end());
-    }
-    return pack_quantized(std::move(all), parts[0]->quant_mode);
-  }
-  const int64_t k = parts[0]->k;
-  const bool bf16 = parts[0]->is_bf16();
-  bool aligned = true;  // every part but the last fills whole panels
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
-      throw InvalidArgument("concat_packed: parts differ in k or dtype");
-    }
-    if (parts[i]->bf16_activations != parts[0]->bf16_activations) {
-      throw InvalidArgument("concat_packed: parts differ in bf16_activations");
-    }
-    if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
-  }
-  const bool bf16_activations = parts[0]->bf16_activations;
-  if (!aligned) {  // unpack and pack again (exact: bf16 widens and rounds back to itself)
-    std::vector<std::vector<float>> rows(parts.size());
-    std::vector<WeightRows> src;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      rows[i].resize(static_cast<size_t>(parts[i]->n * k));
-      for (int64_t r = 0; r < parts[i]->n; ++r) parts[i]->copy_row(r, &rows[i][r * k]);
-      src.push_back({rows[i].data(), parts[i]->n});
-    }
-    PackedMatrix packed = pack_weights_concat(src, k, bf16);
-    packed.bf16_activations = bf16_activations;
-    return packed;
-  }
-  // Panels are independent [k][kPanel] blocks: the concatenation's panels are
-  // the parts' panels one after the other (the last part's padding included).
-  PackedMatrix p;
-  p.k = k;
-  p.bf16_activations = bf16_activations;
-  for (const PackedMatrix* part : parts) p.n += part->n;
-  if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
-  } else {
-    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
-  }
-  char* dst = bf16 ? reinterpret_cast<char*>(p.bf16.get()) : reinterpret_cast<char*>(p.data.get());
-  for (const PackedMatrix* part : parts) {
-    const char* src = bf16 ? reinterpret_cast<const char*>(part->bf16.get())
-                           : reinterpret_cast<const char*>(part->data.get());
-    std::memcpy(dst, src, part->bytes());
-    dst += part->bytes();
-  }
-  return p;
-}
 
 void matmul_reference(const MatmulArgs& a) {
   check_args(a);

@@ -1,0 +1,272 @@
+// Packing weights into matmul.h's column panels (float32, bf16 or quantized
+// parts), reading them back, and stacking packed matrices.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "base/error.h"
+#include "ops/bf16.h"
+#include "ops/matmul.h"
+
+namespace hubzoo {
+namespace {
+
+void free_aligned(float* p) { std::free(p); }
+void free_aligned16(uint16_t* p) { std::free(p); }
+
+// Panels of `panels` x k x kPanel elements, 64-byte aligned; only the last
+// panel (whose rows past n are padding) is zeroed, the packing writes the
+// rest. Large matrices are 2 MiB aligned and asked for transparent huge pages:
+// loading then faults a page per 2 MiB instead of per 4 KiB (a fifth of the
+// fp32 load time of SmolLM2-135M went to page faults). Only the whole 2 MiB
+// pages of the buffer are advised: rounding the size up to 2 MiB cost up to
+// ~1 MiB per matrix (fp32 SmolLM2's fused gate/up, 7.1 MiB each: +28 MiB RSS).
+template <typename T>
+T* alloc_panels(int64_t panels, int64_t k) {
+  const int64_t elements = panels * k * kPanel;
+  const size_t bytes = (std::max<int64_t>(elements, 32) * sizeof(T) + 63) / 64 * 64;
+  constexpr size_t kHuge = 2 << 20;
+  // Huge pages only for the largest matrices (the embedding/lm_head): asking
+  // for them on every 4+ MiB matrix (fp32 fused gate/up) made loads slower and
+  // erratic (0.47-0.80 s vs 0.46-0.50 s, SmolLM2 fp32), the kernel compacting
+  // memory to find them.
+  const bool huge = bytes >= 8 * kHuge;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
+  T* data = static_cast<T*>(mem);
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(data, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice: failure is harmless
+#endif
+  const int64_t last = panels > 0 ? (panels - 1) * k * kPanel : 0;
+  std::memset(data + last, 0, bytes - last * sizeof(T));
+  return data;
+}
+
+// Row-major W [n, k] into rows [row0, row0 + n) of the panels, a 32-row x
+// 64-k block at a time (both sides in L1) instead of one row at a time with
+// 128-byte strided writes.
+template <typename S, typename T, typename Convert>
+void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+  constexpr int64_t kKStep = 64;
+  for (int64_t r0 = 0; r0 < n;) {
+    const int64_t global = row0 + r0;  // first row in the destination
+    const int64_t rows = std::min(kPanel - global % kPanel, n - r0);
+    T* panel = data + (global / kPanel) * k * kPanel + global % kPanel;
+    for (int64_t c0 = 0; c0 < k; c0 += kKStep) {
+      const int64_t c1 = std::min(k, c0 + kKStep);
+      for (int64_t r = 0; r < rows; ++r) {
+        const S* src = w + (r0 + r) * k;
+        T* dst = panel + r;
+        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(widen(src[c]));
+      }
+    }
+    r0 += rows;
+  }
+}
+
+// pack_rows on up to 4 threads for matrices of 1+ MiB, split at panel
+// boundaries: the kernel zeroes the fresh pages a thread first writes, so the
+// page clearing (most of a cold load) runs in parallel with the copying.
+// SmolLM2-135M fp32 load: 0.41-0.53 s on one thread -> see bench/README.md.
+template <typename S, typename T, typename Convert>
+void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+  const int64_t bytes = n * k * static_cast<int64_t>(sizeof(T));
+  const int64_t threads = bytes < (4 << 20)
+                              ? 1
+                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
+                                                    std::min<int64_t>(4, n / kPanel));
+  if (threads <= 1) {
+    pack_rows(w, n, k, data, row0, convert);
+    return;
+  }
+  // Split points: rows whose global index starts a panel.
+  std::vector<int64_t> cut = {0};
+  for (int64_t t = 1; t < threads; ++t) {
+    const int64_t global = (row0 + n * t / threads + kPanel - 1) / kPanel * kPanel;
+    cut.push_back(std::clamp<int64_t>(global - row0, cut.back(), n));
+  }
+  cut.push_back(n);
+  std::vector<std::thread> helpers;
+  for (int64_t t = 1; t < threads; ++t) {
+    helpers.emplace_back(
+        [=] { pack_rows(w + cut[t] * k, cut[t + 1] - cut[t], k, data, row0 + cut[t], convert); });
+  }
+  pack_rows(w, cut[1], k, data, row0, convert);
+  for (auto& h : helpers) h.join();
+}
+
+// The quantized part holding `row`, and the row's index inside it.
+std::pair<const QuantMatrix*, int64_t> quant_part(const PackedMatrix& p, int64_t row) {
+  for (const auto& part : p.quant) {
+    if (row < part->n) return {part.get(), row};
+    row -= part->n;
+  }
+  throw InvalidArgument("PackedMatrix: row " + std::to_string(row) + " out of range");
+}
+
+}  // namespace
+
+int64_t PackedMatrix::bytes() const {
+  if (is_quantized()) {
+    int64_t total = 0;
+    for (const auto& part : quant) total += part->bytes();
+    return total;
+  }
+  return num_panels() * k * kPanel * (is_bf16() ? 2 : 4);
+}
+
+float PackedMatrix::at(int64_t row, int64_t col) const {
+  if (is_quantized()) {
+    std::vector<float> values(static_cast<size_t>(k));
+    copy_row(row, values.data());
+    return values[col];
+  }
+  const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
+  return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
+}
+
+void PackedMatrix::copy_row(int64_t row, float* out) const {
+  if (is_quantized()) {
+    const auto [part, r] = quant_part(*this, row);
+    part->dequantize_row(r, out);
+    return;
+  }
+  const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
+  if (is_bf16()) {
+    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bf16[first + c * kPanel]);
+  } else {
+    for (int64_t c = 0; c < k; ++c) out[c] = data[first + c * kPanel];
+  }
+}
+
+PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
+  if (n < 0 || k < 0) throw InvalidArgument("pack_weights: negative shape");
+  PackedMatrix p;
+  p.n = n;
+  p.k = k;
+  p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
+  pack_into(w, n, k, p.data.get(), 0, [](float v) { return v; });
+  return p;
+}
+
+PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
+  if (n < 0 || k < 0) throw InvalidArgument("pack_weights_bf16: negative shape");
+  PackedMatrix p;
+  p.n = n;
+  p.k = k;
+  p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+  pack_into(w, n, k, p.bf16.get(), 0, [](float v) { return bf16_bits(v); });
+  return p;
+}
+
+PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> parts, QuantMode mode) {
+  if (parts.empty()) throw InvalidArgument("pack_quantized: no parts");
+  PackedMatrix p;
+  p.k = parts[0]->k;
+  for (const auto& part : parts) {
+    if (!part || part->k != p.k) throw InvalidArgument("pack_quantized: parts differ in k");
+    if (!part->k_perm.empty() && part->k_perm != parts[0]->k_perm)
+      throw InvalidArgument("pack_quantized: parts differ in their input permutation");
+    p.n += part->n;
+  }
+  p.quant = std::move(parts);
+  p.quant_mode = mode;
+  return p;
+}
+
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16) {
+  if (k < 0) throw InvalidArgument("pack_weights_concat: negative shape");
+  PackedMatrix p;
+  p.k = k;
+  for (const WeightRows& part : parts) {
+    if (part.rows < 0) throw InvalidArgument("pack_weights_concat: negative shape");
+    p.n += part.rows;
+  }
+  if (bf16) {
+    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+  } else {
+    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
+  }
+  int64_t row0 = 0;
+  const auto to_bf16 = [](float v) { return bf16_bits(v); };
+  const auto to_f32 = [](float v) { return v; };
+  for (const WeightRows& part : parts) {
+    if (part.bf16_bits && bf16) {
+      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), row0, to_bf16);
+    } else if (part.bf16_bits) {
+      pack_into(part.bf16_bits, part.rows, k, p.data.get(), row0, to_f32);
+    } else if (bf16) {
+      pack_into(part.w, part.rows, k, p.bf16.get(), row0, to_bf16);
+    } else {
+      pack_into(part.w, part.rows, k, p.data.get(), row0, to_f32);
+    }
+    row0 += part.rows;
+  }
+  return p;
+}
+
+PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
+  if (parts.empty()) throw InvalidArgument("concat_packed: no parts");
+  if (parts[0]->is_quantized()) {
+    std::vector<std::shared_ptr<const QuantMatrix>> all;
+    for (const PackedMatrix* part : parts) {
+      if (!part->is_quantized() || part->quant_mode != parts[0]->quant_mode)
+        throw InvalidArgument("concat_packed: quantized and unquantized parts, or two modes");
+      all.insert(all.end(), part->quant.begin(), part->quant.end());
+    }
+    return pack_quantized(std::move(all), parts[0]->quant_mode);
+  }
+  const int64_t k = parts[0]->k;
+  const bool bf16 = parts[0]->is_bf16();
+  bool aligned = true;  // every part but the last fills whole panels
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
+      throw InvalidArgument("concat_packed: parts differ in k or dtype");
+    }
+    if (parts[i]->bf16_activations != parts[0]->bf16_activations) {
+      throw InvalidArgument("concat_packed: parts differ in bf16_activations");
+    }
+    if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
+  }
+  const bool bf16_activations = parts[0]->bf16_activations;
+  if (!aligned) {  // unpack and pack again (exact: bf16 widens and rounds back to itself)
+    std::vector<std::vector<float>> rows(parts.size());
+    std::vector<WeightRows> src;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      rows[i].resize(static_cast<size_t>(parts[i]->n * k));
+      for (int64_t r = 0; r < parts[i]->n; ++r) parts[i]->copy_row(r, &rows[i][r * k]);
+      src.push_back({rows[i].data(), parts[i]->n});
+    }
+    PackedMatrix packed = pack_weights_concat(src, k, bf16);
+    packed.bf16_activations = bf16_activations;
+    return packed;
+  }
+  // Panels are independent [k][kPanel] blocks: the concatenation's panels are
+  // the parts' panels one after the other (the last part's padding included).
+  PackedMatrix p;
+  p.k = k;
+  p.bf16_activations = bf16_activations;
+  for (const PackedMatrix* part : parts) p.n += part->n;
+  if (bf16) {
+    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+  } else {
+    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
+  }
+  char* dst = bf16 ? reinterpret_cast<char*>(p.bf16.get()) : reinterpret_cast<char*>(p.data.get());
+  for (const PackedMatrix* part : parts) {
+    const char* src = bf16 ? reinterpret_cast<const char*>(part->bf16.get())
+                           : reinterpret_cast<const char*>(part->data.get());
+    std::memcpy(dst, src, part->bytes());
+    dst += part->bytes();
+  }
+  return p;
+}
+
+}  // namespace hubzoo
