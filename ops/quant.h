@@ -6,7 +6,7 @@
 // full matrix: kernels decode 4 rows x 512 columns at a time into an L1
 // buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc);
 // the int8 mode with at most 16 rows of x (decode) reads Q8_0/Q4_0/Q4_1/
-// Q5_0/Q4_K/Q6_K blocks straight into registers on AVX-512
+// Q5_0/Q4_K/Q6_K blocks straight into byte registers on AVX-512
 // (ops/quant_int8_fused-inl.h), in the same order.
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
 // and element j + 16 (high nibble).
@@ -32,12 +32,15 @@
 //   AVX2 holds them in two vectors.
 // - int8: weights read as integers w16 with per-block float scales a (and c
 //   with per-group integers mn16 for the types with a min, see
-//   ops/quant_internal.h). The same 16 lanes, lane L owning the column pairs
-//   (2L, 2L+1) of every 32-column span. Per block b (in k order) and lane L:
-//   exact int32 sums I = sum w16 * qx and J = sum mn16 * qx over the lane's
-//   pairs in the block, then acc = fma(a * dx, float(I), acc) and, with a
-//   min, acc = fma(c * dx, float(J), acc). Same tree, then bias. The pair
-//   sums are what vpmaddwd computes lane by lane.
+//   ops/quant_internal.h). The same 16 lanes, lane L owning the column quads
+//   (4L .. 4L+3) of every 64-column span; a 32-weight block is half a span,
+//   so lanes 0-7 see the even blocks and lanes 8-15 the odd ones. Per block
+//   b (in k order) and each lane L with columns in b: exact int32 sums
+//   I = sum w16 * qx and J = sum mn16 * qx over the lane's columns in the
+//   block, then acc = fma(a * dx, float(I), acc) and, with a min,
+//   acc = fma(c * dx, float(J), acc). Same tree, then bias. The quad sums
+//   are what vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd compute lane by
+//   lane on bytes.
 #pragma once
 
 #include <cstdint>

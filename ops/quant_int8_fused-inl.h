@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -48,11 +49,20 @@ HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32
   return hn::ReorderWidenMulAccumulate(DI32(), w, x, acc, unused);
 }
 
-// ---- int8 mode, few rows of x (decode), AVX-512: the 32-weight block types
-// decoded straight into registers, no buffer. One block is one 32-column span
-// and one vector of 32 int16 lanes, so its pair sums (vpmaddwd / vpdpwssd)
-// are the 16 lanes of quant.h's int8 order for that block as they are.
+// ---- int8 mode, few rows of x (decode), AVX-512: the weight blocks read
+// straight into byte registers, no buffer. One 64-byte vector is one
+// 64-column span: its weights as unsigned codes u (0..255) against the
+// activations' int8, so the quad sums of quant.h's int8 order are one
+// vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd (AVX512BW; no pair of
+// products here exceeds int16) lane by lane. Integer sums are exact, so the
+// results equal the reference bit for bit; offsets (w = u - z) come in as
+// -z * (the quad sums of x), computed once per span and row of x.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through as the
+// unmasked lanes and then warn that it may be uninitialized (GCC bug
+// 105593, fixed in 13); Highway's x86 headers turn the warning off the same way.
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 constexpr int64_t kFusedRows = 16;  // rows of x up to which the fused path runs
 
 // An fp16 scale by F16C (vcvtph2ps): the same float as quant::load_fp16 for
@@ -60,174 +70,290 @@ constexpr int64_t kFusedRows = 16;  // rows of x up to which the fused path runs
 // meets a multiplication, which quiets it in both, so the products agree.
 HWY_INLINE float Fp16(const uint8_t* p) { return _cvtsh_ss(quant::load_u16(p)); }
 
-// Block b's w16 (quant_internal.h) as 32 int16 lanes: nibbles by and/shift.
-template <QuantType t>
-HWY_INLINE hn::Vec<DI16> BlockW16(const uint8_t* b) {
-  const DI16 d16;
-  if constexpr (t == QuantType::Q8_0) {
-    return hn::PromoteTo(
-        d16, hn::LoadU(hn::Rebind<int8_t, DI16>(), reinterpret_cast<const int8_t*>(b + 2)));
+// How far ahead (bytes) of weight rows n.. to prefetch: whole groups of kNR
+// rows, at least ~8 KiB (short rows are done before one group's lines
+// arrive); 0 where that passes the end of the matrix.
+HWY_INLINE int64_t PrefetchAhead(const QuantMatrix& w, int64_t n) {
+  const int64_t group = kNR * w.row_bytes;
+  const int64_t groups = std::max<int64_t>(1, (8192 + group - 1) / group);
+  return n + (groups + 1) * kNR <= w.n ? groups * group : 0;
+}
+
+// acc + the quad sums of u (unsigned bytes) times x (signed bytes).
+template <bool kVnni>
+HWY_INLINE __m512i Dot4(__m512i acc, __m512i u, __m512i x) {
+  if constexpr (kVnni) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(x));
+    return acc;
   } else {
-    const hn::Half<DI16> dh;
-    const uint8_t* qs = b + (t == QuantType::Q4_1 ? 4 : t == QuantType::Q5_0 ? 6 : 2);
-    const auto v =
-        hn::BitCast(dh, hn::PromoteTo(hn::Rebind<uint16_t, decltype(dh)>(),
-                                      hn::LoadU(hn::Rebind<uint8_t, decltype(dh)>(), qs)));
-    // Elements 0-15: low nibbles of qs[0..15]; 16-31: their high nibbles.
-    const auto q = hn::Combine(d16, hn::ShiftRight<4>(v), hn::And(v, hn::Set(dh, 0xF)));
+    const __m512i pairs = _mm512_maddubs_epi16(u, x);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
+  }
+}
+
+// Lanes 0-7 = v[0], lanes 8-15 = v[1] (the two blocks of a span).
+HWY_INLINE __m512 Halves(__m128 v) {
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+// Two fp16 scales at p0 and p1 (p1 null: 0) as Halves.
+HWY_INLINE __m512 HalfScales(const uint8_t* p0, const uint8_t* p1) {
+  const uint32_t h = quant::load_u16(p0) | (p1 ? uint32_t{quant::load_u16(p1)} << 16 : 0u);
+  return Halves(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h))));
+}
+// 32 bytes at p and 32 at q (q null: zeros) as one vector.
+HWY_INLINE __m512i Load2x32(const uint8_t* p, const uint8_t* q) {
+  const __m512i lo =
+      _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return q ? _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 1)
+           : lo;
+}
+// Low nibbles of the bytes in 128-bit parts 0 and 2, high nibbles in 1 and 3.
+HWY_INLINE __m512i NibblesByPart(__m512i v) {
+  const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                         0x0004000400040004, 0x0004000400040004, 0, 0);
+  return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+}
+// Low nibbles of the bytes in the lower 256 bits, high nibbles in the upper.
+HWY_INLINE __m512i NibblesByHalf(__m256i v) {
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
+  const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0x0004000400040004,
+                                         0x0004000400040004, 0, 0, 0, 0);
+  return _mm512_and_si512(_mm512_srlv_epi16(both, shift), _mm512_set1_epi8(0x0F));
+}
+
+// The codes u of a span of two 32-weight blocks (b1 null: the upper half 0);
+// Q4_0 / Q5_0 / Q4_1 nibbles (Q5_0 with bit 4 from qh); Q8_0 q + 128 with
+// VNNI, else |q| (x then takes q's sign: vpmaddubsw's pairs of 255 * 127
+// would saturate, 128 * 127 do not).
+template <QuantType t, bool kVnni>
+HWY_INLINE __m512i SpanCodes(const uint8_t* b0, const uint8_t* b1) {
+  if constexpr (t == QuantType::Q8_0) {
+    const __m512i q = Load2x32(b0 + 2, b1 ? b1 + 2 : nullptr);
+    return kVnni ? _mm512_xor_si512(q, _mm512_set1_epi8(-128)) : _mm512_abs_epi8(q);
+  } else {
+    constexpr int kQs = t == QuantType::Q4_1 ? 4 : t == QuantType::Q5_0 ? 6 : 2;
+    const auto load16 = [](const uint8_t* p) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    };
+    const __m256i qs = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(b0 + kQs)),
+                                               b1 ? load16(b1 + kQs) : _mm_setzero_si128(), 1);
+    // 128-bit parts [qs0, qs0, qs1, qs1]: elements 0-15 / 16-31 of each block.
+    const __m512i z = _mm512_castsi256_si512(qs);
+    __m512i u = NibblesByPart(_mm512_shuffle_i64x2(z, z, 0x50));
     if constexpr (t == QuantType::Q5_0) {  // bit l of qh (b + 2) is element l's bit 4
-      const auto h = hn::IfThenElseZero(hn::LoadMaskBits(d16, b + 2), hn::Set(d16, 16));
-      return hn::Sub(hn::Or(q, h), hn::Set(d16, 16));
-    } else if constexpr (t == QuantType::Q4_0) {
-      return hn::Sub(q, hn::Set(d16, 8));
-    } else {
-      return q;
+      uint32_t h0, h1 = 0;
+      std::memcpy(&h0, b0 + 2, 4);
+      if (b1) std::memcpy(&h1, b1 + 2, 4);
+      const __mmask64 high = _cvtu64_mask64(h0 | (uint64_t{h1} << 32));
+      u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(16));
+    }
+    return u;
+  }
+}
+
+// The quad sums of x's 64 bytes.
+template <bool kVnni>
+HWY_INLINE __m512i QuadSums(__m512i x) {
+  return Dot4<kVnni>(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
+}
+
+// One span (blocks b and b + 1, or b alone where !kTwo) of kNR weight rows
+// against one row of x, into the lane accumulators acc.
+template <QuantType t, bool kVnni, bool kTwo, bool kPrefetch>
+HWY_INLINE void Int8Span(const uint8_t* const* rows, int64_t b, int64_t ahead,
+                         const quant::Int8Row& x, __m512 (&acc)[kNR]) {
+  constexpr bool kMin = t == QuantType::Q4_1;
+  constexpr bool kSigned = t == QuantType::Q8_0 && !kVnni;  // |q| against x with q's sign
+  // log2 z of w = u - z (Q4_1: none; Q8_0 without VNNI: none, the sign trick).
+  constexpr int kZShift = t == QuantType::Q4_0   ? 3
+                          : t == QuantType::Q5_0 ? 4
+                          : t == QuantType::Q8_0 ? (kVnni ? 7 : 0)
+                                                 : 0;
+  constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
+  const __m512i xv = kTwo ? _mm512_loadu_si512(x.qx + b * 32)
+                          : _mm512_zextsi256_si512(_mm256_loadu_si256(
+                                reinterpret_cast<const __m256i*>(x.qx + b * 32)));
+  const __m128 dx2 = kTwo ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.dx + b)))
+                          : _mm_load_ss(x.dx + b);
+  const __m512 dxv = Halves(dx2);
+  const __m512i sums = kZShift || kMin ? QuadSums<kVnni>(xv) : _mm512_setzero_si512();
+  // -z * sums (Q8_0's codes are q + 128); Q4_1: J = sums (mn16 = 1).
+  const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, kZShift));
+  [[maybe_unused]] const __m512 jf = _mm512_cvtepi32_ps(sums);
+#pragma GCC unroll 16
+  for (int j = 0; j < kNR; ++j) {
+    const uint8_t* blk = rows[j] + b * kBytes;
+    const uint8_t* blk1 = kTwo ? blk + kBytes : nullptr;
+    // The rows a group or more ahead: kNR short interleaved streams are more
+    // than the hardware prefetcher follows. A span is up to 68 bytes.
+    if constexpr (kPrefetch) {
+      hwy::Prefetch(blk + ahead);
+      hwy::Prefetch(blk + ahead + 64);
+    }
+    __m512i xs = xv;
+    if constexpr (kSigned) {
+      const __m512i q = Load2x32(blk + 2, blk1 ? blk1 + 2 : nullptr);
+      xs = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(q), _mm512_setzero_si512(), xv);
+    }
+    const __m512i i =
+        Dot4<kVnni>(kZShift ? corr : _mm512_setzero_si512(), SpanCodes<t, kVnni>(blk, blk1), xs);
+    const __m512 ad = _mm512_mul_ps(HalfScales(blk, blk1), dxv);
+    acc[j] = _mm512_fmadd_ps(ad, _mm512_cvtepi32_ps(i), acc[j]);
+    if constexpr (kMin) {
+      const __m512 cd = _mm512_mul_ps(HalfScales(blk + 2, blk1 ? blk1 + 2 : nullptr), dxv);
+      acc[j] = _mm512_fmadd_ps(cd, jf, acc[j]);
     }
   }
 }
 
-// One block's pair sums start from zero: vpmaddwd alone (PairSums<false>),
-// where vpdpwssd would need a zeroed register.
-// Rows [r0, r1) x weight rows [n0, n1): kNR weight rows per pass over k share
-// each block of x; per row the lanes are reduced by the tree (+ bias).
+// The lanes of acc reduced by the tree (+ bias) into y[n .. n + nr).
+HWY_INLINE void StoreRows(const __m512 (&acc)[kNR], const QuantMatmulArgs& a, int64_t r, int64_t n,
+                          int64_t nr) {
+  for (int64_t j = 0; j < nr; ++j) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[j]);
+    const float s = quant::lane_tree(lanes);
+    a.y[r * a.ldy + n + j] = a.bias ? s + a.bias[n + j] : s;
+  }
+}
+
+// Rows [r0, r1) x weight rows [n0, n1), the 32-weight block types: kNR
+// weight rows per pass over k share each span of x.
 template <QuantType t, bool kVnni>
 HWY_NOINLINE void Int8Fused(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
                             int64_t n0, int64_t n1) {
-  const DF df;
-  const DI16 d16;
-  const DI32 d32;
-  const hn::Rebind<int8_t, DI16> d8;
-  constexpr bool kMin = t == QuantType::Q4_1;
-  constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
   for (int64_t n = n0; n < n1; n += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, n1 - n);
     const uint8_t* rows[kNR];
     for (int64_t j = 0; j < kNR; ++j) rows[j] = w.row(n + std::min(j, nr - 1));
-    const int64_t ahead = n + 2 * kNR <= w.n ? kNR * w.row_bytes : 0;
+    const int64_t ahead = PrefetchAhead(w, n);
     for (int64_t r = r0; r < r1; ++r) {
       const quant::Int8Row x = acts.row(r);
-      V acc[kNR];
-      for (int j = 0; j < kNR; ++j) acc[j] = hn::Zero(df);
-      for (int64_t b = 0; b < nb; ++b) {
-        const auto xv = hn::PromoteTo(d16, hn::LoadU(d8, x.qx + b * 32));
-        const V dxv = hn::Set(df, x.dx[b]);
-        V jf = hn::Zero(df);  // Q4_1: mn16 = 1, J = the lane's pair sum of qx
-        if constexpr (kMin)
-          jf = hn::ConvertTo(df, PairSums<false>(hn::Set(d16, 1), xv, hn::Zero(d32)));
-#pragma GCC unroll 16
-        for (int j = 0; j < kNR; ++j) {
-          const uint8_t* blk = rows[j] + b * kBytes;
-          // The next kNR rows, a group ahead: kNR short interleaved streams
-          // are more than the hardware prefetcher follows.
-          if (r == r0) hwy::Prefetch(blk + ahead);
-          const auto i = PairSums<false>(BlockW16<t>(blk), xv, hn::Zero(d32));
-          const V ad = hn::Mul(hn::Set(df, Fp16(blk)), dxv);
-          acc[j] = hn::MulAdd(ad, hn::ConvertTo(df, i), acc[j]);
-          if constexpr (kMin) {
-            const V cd = hn::Mul(hn::Set(df, Fp16(blk + 2)), dxv);
-            acc[j] = hn::MulAdd(cd, jf, acc[j]);
-          }
-        }
+      __m512 acc[kNR];
+      for (int j = 0; j < kNR; ++j) acc[j] = _mm512_setzero_ps();
+      int64_t b = 0;
+      if (r == r0 && ahead) {
+        for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, true>(rows, b, ahead, x, acc);
+      } else {
+        for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, false>(rows, b, ahead, x, acc);
       }
-      for (int64_t j = 0; j < nr; ++j) {
-        alignas(64) float lanes[16];
-        hn::Store(acc[j], df, lanes);
-        const float s = quant::lane_tree(lanes);
-        a.y[r * a.ldy + n + j] = a.bias ? s + a.bias[n + j] : s;
-      }
+      if (b < nb) Int8Span<t, kVnni, false, false>(rows, b, ahead, x, acc);
+      StoreRows(acc, a, r, n, nr);
     }
   }
 }
 
-// Span sp (32 columns) of a Q4_K / Q6_K block's w16 as 32 int16 lanes.
+// The codes u of span c (64 columns) of a Q4_K / Q6_K block.
 template <QuantType t>
-HWY_INLINE hn::Vec<DI16> SpanW16(const uint8_t* b, int sp, const uint8_t* sc4) {
-  const DI16 d16;
-  const auto bytes = [&](const uint8_t* p) {
-    return hn::BitCast(d16, hn::PromoteTo(hn::Rebind<uint16_t, DI16>(),
-                                          hn::LoadU(hn::Rebind<uint8_t, DI16>(), p)));
+HWY_INLINE __m512i KSpanCodes(const uint8_t* b, int c) {
+  const auto load32 = [](const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   };
-  const auto low4 = hn::Set(d16, 0xF);
-  if constexpr (t == QuantType::Q4_K) {  // sub-block sp: nibbles of qs[(sp / 2) * 32 ..]
-    const auto v = bytes(b + 16 + (sp / 2) * 32);
-    const auto q = (sp % 2) ? hn::ShiftRight<4>(v) : hn::And(v, low4);
-    return hn::Mul(q, hn::Set(d16, static_cast<int16_t>(sc4[sp])));
-  } else {  // Q6_K: ql bits 0-3, qh bits 4-5, minus 32; groups 2 sp and 2 sp + 1
-    const int e = sp * 32, half = e / 128, r = e % 128;
-    const auto low = hn::And(hn::ShiftRightSame(bytes(b + half * 64 + r % 64), 4 * (r / 64)), low4);
-    const auto high =
-        hn::And(hn::ShiftRightSame(bytes(b + 128 + half * 32), 2 * (r / 32)), hn::Set(d16, 3));
-    const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(d16, 32));
-    const hn::Half<DI16> dh;
-    const auto g = [&](int i) { return static_cast<int16_t>(static_cast<int8_t>(b[192 + i])); };
-    return hn::Mul(q, hn::Combine(d16, hn::Set(dh, g(2 * sp + 1)), hn::Set(dh, g(2 * sp))));
+  if constexpr (t == QuantType::Q4_K) {  // qs[32c ..]: low nibbles 64c + 0..31, high 64c + 32..63
+    return NibblesByHalf(load32(b + 16 + 32 * c));
+  } else {  // Q6_K: ql bits 0-3 (64 bytes, high nibbles for odd c), qh bits 4-5
+    const int h = c / 2, odd = c % 2;
+    const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+    const __m512i low =
+        _mm512_and_si512(odd ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0F));
+    const __m256i qh = load32(b + 128 + 32 * h);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+    const __m512i shift =
+        _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * odd)),
+                           _mm256_set1_epi16(static_cast<int16_t>(4 * odd + 2)), 1);
+    const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(both, shift), _mm512_set1_epi8(3));
+    return _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
   }
 }
 
-// The K types (256-weight blocks): per block and weight row, I and J summed
-// over the 8 spans in registers, then the two fmas of the order.
+// UnpackK4 in registers: bytes 0-7 the 6-bit scales, 8-15 the mins (bytes
+// stored one by one and read back as a vector would stall store forwarding).
+HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, s, 4);
+  std::memcpy(&u1, s + 4, 4);
+  std::memcpy(&u2, s + 8, 4);
+  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+  const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
+  const uint32_t m_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
+  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(u1 & k6), static_cast<int>(sc_hi),
+                       static_cast<int>(u0 & k6));
+}
+
+// The K types (256-weight blocks): per block and weight row, I (and J)
+// summed over the 4 spans in registers, then the two fmas of the order.
 template <QuantType t, bool kVnni>
 HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
                              int64_t r1, int64_t n0, int64_t n1) {
-  const DF df;
-  const DI16 d16;
-  const DI32 d32;
-  const hn::Rebind<int8_t, DI16> d8;
   constexpr bool kMin = t == QuantType::Q4_K;
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
+  // Per-lane group of span c: Q4_K 32-column groups (2c + L / 8), Q6_K
+  // 16-column groups (4c + L / 4).
+  __m512i group[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(64) int32_t g[16];
+    for (int l = 0; l < 16; ++l) g[l] = kMin ? 2 * c + l / 8 : 4 * c + l / 4;
+    group[c] = _mm512_load_si512(g);
+  }
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 256;
   for (int64_t n = n0; n < n1; n += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, n1 - n);
     const uint8_t* rows[kNR];
     for (int64_t j = 0; j < kNR; ++j) rows[j] = w.row(n + std::min(j, nr - 1));
-    const int64_t ahead = n + 2 * kNR <= w.n ? kNR * w.row_bytes : 0;
+    const int64_t ahead = PrefetchAhead(w, n);
     for (int64_t r = r0; r < r1; ++r) {
       const quant::Int8Row x = acts.row(r);
-      V acc[kNR];
-      for (int j = 0; j < kNR; ++j) acc[j] = hn::Zero(df);
+      __m512 acc[kNR];
+      for (int j = 0; j < kNR; ++j) acc[j] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk[kNR];
-        K4Scales k4[kNR];
-        hn::Vec<DI32> I[kNR], J[kNR];
-        for (int j = 0; j < kNR; ++j) {
-          blk[j] = rows[j] + b * kBytes;
-          if (r == r0) {
-            for (int64_t p = 0; p < kBytes; p += 64) hwy::Prefetch(blk[j] + ahead + p);
-          }
-          if constexpr (kMin) k4[j] = UnpackK4(blk[j] + 4);
-          I[j] = J[j] = hn::Zero(d32);
+        __m512i xv[4], sums[4];
+        for (int c = 0; c < 4; ++c) {
+          xv[c] = _mm512_loadu_si512(x.qx + b * 256 + 64 * c);
+          sums[c] = QuadSums<kVnni>(xv[c]);
+          // Q6_K: w = u - 32, so -32 * sums starts each span's quad sums.
+          if (!kMin)
+            sums[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[c], 5));
         }
-#pragma GCC unroll 8
-        for (int sp = 0; sp < 8; ++sp) {
-          const auto xv = hn::PromoteTo(d16, hn::LoadU(d8, x.qx + b * 256 + sp * 32));
+        const __m512 dxv = _mm512_set1_ps(x.dx[b]);
 #pragma GCC unroll 16
-          for (int j = 0; j < kNR; ++j) {
-            I[j] = PairSums<kVnni>(SpanW16<t>(blk[j], sp, k4[j].sc), xv, I[j]);
+        for (int j = 0; j < kNR; ++j) {
+          const uint8_t* blk = rows[j] + b * kBytes;
+          if (r == r0 && ahead) {
+            for (int64_t p = 0; p < kBytes; p += 64) hwy::Prefetch(blk + ahead + p);
+          }
+          __m512i sc, mn = _mm512_setzero_si512();
+          if constexpr (kMin) {
+            const __m128i k4 = K4ScaleBytes(blk + 4);
+            sc = _mm512_cvtepu8_epi32(k4);
+            mn = _mm512_cvtepu8_epi32(_mm_srli_si128(k4, 8));
+          } else {
+            sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+          }
+          __m512i i = _mm512_setzero_si512(), jj = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c) {
+            const __m512i p =
+                Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[c], KSpanCodes<t>(blk, c), xv[c]);
+            i = _mm512_add_epi32(i, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(group[c], sc)));
             if constexpr (kMin) {
-              J[j] = PairSums<kVnni>(hn::Set(d16, static_cast<int16_t>(k4[j].m[sp])), xv, J[j]);
+              jj = _mm512_add_epi32(
+                  jj, _mm512_mullo_epi32(sums[c], _mm512_permutexvar_epi32(group[c], mn)));
             }
           }
-        }
-        const V dxv = hn::Set(df, x.dx[b]);
-#pragma GCC unroll 16
-        for (int j = 0; j < kNR; ++j) {
-          const float av = Fp16(blk[j] + (kMin ? 0 : 208));
-          acc[j] = hn::MulAdd(hn::Mul(hn::Set(df, av), dxv), hn::ConvertTo(df, I[j]), acc[j]);
+          const float av = Fp16(blk + (kMin ? 0 : 208));
+          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(av), dxv), _mm512_cvtepi32_ps(i),
+                                   acc[j]);
           if constexpr (kMin) {
-            const V cd = hn::Mul(hn::Set(df, -Fp16(blk[j] + 2)), dxv);
-            acc[j] = hn::MulAdd(cd, hn::ConvertTo(df, J[j]), acc[j]);
+            const __m512 cd = _mm512_mul_ps(_mm512_set1_ps(-Fp16(blk + 2)), dxv);
+            acc[j] = _mm512_fmadd_ps(cd, _mm512_cvtepi32_ps(jj), acc[j]);
           }
         }
       }
-      for (int64_t j = 0; j < nr; ++j) {
-        alignas(64) float lanes[16];
-        hn::Store(acc[j], df, lanes);
-        const float s = quant::lane_tree(lanes);
-        a.y[r * a.ldy + n + j] = a.bias ? s + a.bias[n + j] : s;
-      }
+      StoreRows(acc, a, r, n, nr);
     }
   }
 }
@@ -254,6 +380,7 @@ bool Int8FusedRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
       return false;
   }
 }
+HWY_DIAGNOSTICS(pop)
 #endif
 
 #endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE

@@ -100,9 +100,10 @@ bool int8_fused_allowed();
 void set_int8_fused_allowed(bool allowed);
 
 // The int8-mode order of one output element (quant.h), in scalar code: 16
-// float lanes; lane L owns the element pairs (2L, 2L + 1) of every 32-column
-// span. Per block b and lane L, exact integers
-//   I = sum over the block's spans of w16 . qx over the lane's pair,
+// float lanes; lane L owns the column quads (4L .. 4L + 3) of every
+// 64-column span. Per block b and each lane L with columns in b, exact
+// integers
+//   I = sum over the lane's columns in the block of w16 * qx,
 //   J = the same with mn16,
 // then acc[L] = fma(a * dx, float(I), acc[L]) and, with a min,
 // acc[L] = fma(c * dx, float(J), acc[L]); blocks in k order. The lanes are

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -257,14 +258,63 @@ constexpr int kMR8 = 1;
 constexpr int kMR8 = 2;
 #endif
 
+// The tiled int8 path gets quant.h's quads from vpmaddwd's pairs by a
+// layout: columns are taken in groups of kG (two int16 vectors), and each
+// group is stored as [its even column pairs, its odd column pairs] (pairs
+// (4L, 4L+1) then (4L+2, 4L+3)). Pair sums of the two halves, added lane by
+// lane, are then the quad sums of lane L of that group: kV groups make one
+// 64-column span. Weights (decoded per tile) and rows of x (once per range)
+// are laid out alike, zero-padded to whole groups.
+constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // int16 lanes per vector
+constexpr int64_t kG = 2 * kH;                                      // columns per group
+
+int64_t GroupsUp(int64_t k) { return (k + kG - 1) / kG * kG; }
+
+// Rows [r0, r1) of the quantized activations in the group layout, row stride GroupsUp(k).
+void PairLayoutActs(const quant::Int8Acts& acts, int64_t r0, int64_t r1, std::vector<int8_t>& out) {
+  const hn::Repartition<uint8_t, DF> du8;
+  const hn::Repartition<uint16_t, DF> du16;
+  const int64_t k = acts.k, ld = GroupsUp(k);
+  out.resize((r1 - r0) * ld);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* src = acts.qx.data() + r * k;
+    int8_t* dst = out.data() + (r - r0) * ld;
+    for (int64_t g = 0; g < ld; g += kG) {
+      alignas(64) uint8_t tail[kG] = {};
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(src + g);
+      if (g + kG > k) p = static_cast<const uint8_t*>(std::memcpy(tail, p, k - g));
+      const auto v = hn::BitCast(du16, hn::LoadU(du8, p));
+      const auto pairs =
+          hn::ConcatLowerLower(du16, hn::ConcatOdd(du16, v, v), hn::ConcatEven(du16, v, v));
+      hn::StoreU(hn::BitCast(du8, pairs), du8, reinterpret_cast<uint8_t*>(dst + g));
+    }
+  }
+}
+
+// kNR rows of kc int16 (stride kc) into the group layout (stride GroupsUp(kc)).
+void PairLayoutWeights(const int16_t* src, int64_t kc, int16_t* dst) {
+  const DI16 d16;
+  const DI32 d32;
+  const int64_t ld = GroupsUp(kc);
+  for (int64_t j = 0; j < kNR; ++j) {
+    for (int64_t g = 0; g < ld; g += kG) {
+      const int16_t* p = src + j * kc + g;
+      const auto lo = hn::BitCast(d32, hn::LoadU(d16, p));
+      const auto hi = g + kH < kc ? hn::BitCast(d32, hn::LoadU(d16, p + kH)) : hn::Zero(d32);
+      hn::StoreU(hn::BitCast(d16, hn::ConcatEven(d32, hi, lo)), d16, dst + j * ld + g);
+      hn::StoreU(hn::BitCast(d16, hn::ConcatOdd(d32, hi, lo)), d16, dst + j * ld + g + kH);
+    }
+  }
+}
+
 struct Int8TileIn {
-  const int8_t* const* qx;  // MR activation rows at k0
+  const int8_t* const* qx;  // MR activation rows at k0, group layout
   const float* const* dx;   // their block scales at k0 / block
-  const int16_t* w16;       // kNR rows, stride kc
-  const int16_t* mn16;      // kNR rows, stride kc (kMin only)
+  const int16_t* w16;       // kNR rows, stride ldw, group layout
+  const int16_t* mn16;      // kNR rows, stride ldw (kMin only)
   const float* a;           // kNR rows, stride kc / block
   const float* c;
-  int64_t kc, block;
+  int64_t kc, ldw, block;
 };
 
 bool UseVnni() {
@@ -283,7 +333,6 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
   const DI16 d16;
   const DI32 d32;
   const hn::Rebind<int8_t, DI16> d8;
-  constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // columns per vector
   V acc[MR][kNR][kV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -295,56 +344,84 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
       }
     }
   }
-  const int64_t nb = in.kc / in.block;
-  for (int64_t b = 0; b < nb; ++b) {
+  // A unit is one K-type block (four 64-column spans) or two 32-weight
+  // blocks (one span; one block for an odd last one). Group q of each span
+  // sums into the quads of lanes q * kN ...
+  const int64_t nb = in.kc / in.block, unit = std::max<int64_t>(in.block, 64);
+  for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
+    const int64_t ucols = std::min(unit, in.kc - u0);
     hn::Vec<DI32> I[MR][kNR][kV], J[MR][kNR][kV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) {
 #pragma GCC unroll 16
-        for (int v = 0; v < kV; ++v) I[r][j][v] = J[r][j][v] = hn::Zero(d32);
+        for (int q = 0; q < kV; ++q) I[r][j][q] = J[r][j][q] = hn::Zero(d32);
       }
     }
-    for (int64_t s = b * in.block; s < (b + 1) * in.block; s += 32) {
+    for (int64_t s = u0; s < u0 + ucols; s += 64) {
 #pragma GCC unroll 16
-      for (int v = 0; v < kV; ++v) {
-        hn::Vec<DI16> xv[MR];
+      for (int q = 0; q < kV; ++q) {
+        if (s + q * kG >= u0 + ucols) break;  // an odd last block on AVX2: group 1 is empty
+#pragma GCC unroll 2
+        for (int64_t off = s + q * kG; off < s + (q + 1) * kG; off += kH) {
+          hn::Vec<DI16> xv[MR];
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r)
-          xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + s + v * kH));
+          for (int r = 0; r < MR; ++r) xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + off));
 #pragma GCC unroll 16
-        for (int j = 0; j < kNR; ++j) {
-          const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + s + v * kH);
+          for (int j = 0; j < kNR; ++j) {
+            const auto wv = hn::LoadU(d16, in.w16 + j * in.ldw + off);
 #pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) I[r][j][v] = PairSums<kVnni>(wv, xv[r], I[r][j][v]);
-          if (kMin) {
-            const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + s + v * kH);
+            for (int r = 0; r < MR; ++r) I[r][j][q] = PairSums<kVnni>(wv, xv[r], I[r][j][q]);
+            if (kMin) {
+              const auto mv = hn::LoadU(d16, in.mn16 + j * in.ldw + off);
 #pragma GCC unroll 16
-            for (int r = 0; r < MR; ++r) J[r][j][v] = PairSums<kVnni>(mv, xv[r], J[r][j][v]);
+              for (int r = 0; r < MR; ++r) J[r][j][q] = PairSums<kVnni>(mv, xv[r], J[r][j][q]);
+            }
           }
         }
       }
     }
-    // a * dx and c * dx as vector products (the same single rounding as the
-    // reference's scalar ones): MR + kNR broadcasts instead of MR * kNR.
-    V av[kNR], cv[kNR];
+    // Per lane the block's scale: one block for the whole unit, or lanes
+    // 0-7 block b0 and 8-15 block b0 + 1 (scale 0 where the unit has one
+    // block: fma(0, 0, acc) is acc). a * dx and c * dx are vector products
+    // (the same single rounding as the reference's scalar ones).
+    const int64_t b0 = u0 / in.block;
+    const bool two = in.block == 32 && ucols == 64;
+    const auto lanes = [&](float s0, float s1, int q) -> V {
+      if (in.block != 32) return hn::Set(df, s0);
+      if constexpr (kN > 8)
+        return hn::IfThenElse(hn::FirstN(df, 8), hn::Set(df, s0), hn::Set(df, s1));
+      return hn::Set(df, q * kN >= 8 ? s1 : s0);
+    };
+    V av[kNR][kV], cv[kNR][kV], dxv[MR][kV];
 #pragma GCC unroll 16
-    for (int j = 0; j < kNR; ++j) {
-      av[j] = hn::Set(df, in.a[j * nb + b]);
-      cv[j] = hn::Set(df, kMin ? in.c[j * nb + b] : 0.0f);
+    for (int q = 0; q < kV; ++q) {
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+        dxv[r][q] = lanes(in.dx[r][b0], two ? in.dx[r][b0 + 1] : 0.0f, q);
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) {
+        const float* aj = in.a + j * nb + b0;
+        av[j][q] = lanes(aj[0], two ? aj[1] : 0.0f, q);
+        if (kMin) {
+          const float* cj = in.c + j * nb + b0;
+          cv[j][q] = lanes(cj[0], two ? cj[1] : 0.0f, q);
+        }
+      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const V dxr = hn::Set(df, in.dx[r][b]);
 #pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) {
-        const V ad = hn::Mul(av[j], dxr);
-        const V cd = hn::Mul(cv[j], dxr);
 #pragma GCC unroll 16
-        for (int v = 0; v < kV; ++v) {
-          acc[r][j][v] = hn::MulAdd(ad, hn::ConvertTo(df, I[r][j][v]), acc[r][j][v]);
-          if (kMin) acc[r][j][v] = hn::MulAdd(cd, hn::ConvertTo(df, J[r][j][v]), acc[r][j][v]);
+        for (int q = 0; q < kV; ++q) {
+          acc[r][j][q] =
+              hn::MulAdd(hn::Mul(av[j][q], dxv[r][q]), hn::ConvertTo(df, I[r][j][q]), acc[r][j][q]);
+          if (kMin) {
+            acc[r][j][q] = hn::MulAdd(hn::Mul(cv[j][q], dxv[r][q]), hn::ConvertTo(df, J[r][j][q]),
+                                      acc[r][j][q]);
+          }
         }
       }
     }
@@ -378,25 +455,34 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
   }
 #endif
   thread_local quant::Int8Weights wd;
+  thread_local std::vector<int16_t> w16, mn16;
+  thread_local std::vector<int8_t> xp;
   thread_local std::vector<float> accbuf;
   accbuf.resize(kRows8 * kNR * 16 + 16);
   float* ab = AlignUp(accbuf.data());
+  PairLayoutActs(acts, r0, r1, xp);
+  const int64_t ldx = GroupsUp(k);
   for (int64_t rc = r0; rc < r1; rc += kRows8) {
     const int64_t rc_end = std::min(r1, rc + kRows8);
     for (int64_t n = n0; n < n1; n += kNR) {
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
-        const int64_t kc = std::min(kKC, k - k0);
+        const int64_t kc = std::min(kKC, k - k0), ldw = GroupsUp(kc);
         DecodeRowsInt8(w, n, n1, k0, kc, wd);
-        const Int8TileIn base{nullptr,     nullptr, wd.w16.data(), wd.mn16.data(), wd.a.data(),
-                              wd.c.data(), kc,      block};
+        w16.resize(kNR * ldw);
+        PairLayoutWeights(wd.w16.data(), kc, w16.data());
+        if (has_min) {
+          mn16.resize(kNR * ldw);
+          PairLayoutWeights(wd.mn16.data(), kc, mn16.data());
+        }
+        const Int8TileIn base{nullptr,     nullptr, w16.data(), mn16.data(), wd.a.data(),
+                              wd.c.data(), kc,      ldw,        block};
         for (int64_t rb = rc; rb < rc_end; rb += kMR8) {
           const int64_t mr = std::min<int64_t>(kMR8, rc_end - rb);
           const int8_t* qx[kMR8];
           const float* dx[kMR8];
           for (int64_t r = 0; r < mr; ++r) {
-            const quant::Int8Row row = acts.row(rb + r);
-            qx[r] = row.qx + k0;
-            dx[r] = row.dx + k0 / block;
+            qx[r] = xp.data() + (rb + r - r0) * ldx + k0;
+            dx[r] = acts.row(rb + r).dx + k0 / block;
           }
           Int8TileIn in = base;
           in.qx = qx;

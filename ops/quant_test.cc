@@ -128,27 +128,32 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
   ThreadPool pool(3);
   for (QuantType t : kAll) {
     SCOPED_TRACE(std::string(quant_name(t)));
-    const int64_t n = 37, k = 512;
-    const Weights w = random_weights(t, n, k, 1);
-    for (int64_t m : {1, 2, 3, 7, 16, 33}) {
-      const Shape s{m, n, k};
-      const auto x = test::spread_values(m * s.ldx(), 2 + m, -6, 6);
-      const auto bias = test::spread_values(n, 3, -4, 4);
-      for (QuantMode mode : kModes) {
-        const auto ref = run(s, x, w.w, bias, mode, nullptr);
-        every_target([&] {
-          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-          // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
-          quant::set_int8_vnni_allowed(false);
-          expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-          quant::set_int8_vnni_allowed(true);
-          // The int8 mode's tiled path where few rows take the fused kernels.
-          if (mode == QuantMode::kInt8 && m <= 16) {
-            quant::set_int8_fused_allowed(false);
+    // k = 1056 is 33 blocks of 32: an odd last block (half a 64-column span
+    // of the int8 order) in a third k range; 1280 is five K-type blocks.
+    const int64_t n = 37;
+    for (int64_t k : {int64_t{512}, int64_t{quant_traits(t).block_elems == 256 ? 1280 : 1056}}) {
+      const Weights w = random_weights(t, n, k, 1);
+      for (int64_t m : {1, 2, 3, 7, 16, 33}) {
+        SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m));
+        const Shape s{m, n, k};
+        const auto x = test::spread_values(m * s.ldx(), 2 + m, -6, 6);
+        const auto bias = test::spread_values(n, 3, -4, 4);
+        for (QuantMode mode : kModes) {
+          const auto ref = run(s, x, w.w, bias, mode, nullptr);
+          every_target([&] {
             expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-            quant::set_int8_fused_allowed(true);
-          }
-        });
+            // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
+            quant::set_int8_vnni_allowed(false);
+            expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+            quant::set_int8_vnni_allowed(true);
+            // The int8 mode's tiled path where few rows take the fused kernels.
+            if (mode == QuantMode::kInt8 && m <= 16) {
+              quant::set_int8_fused_allowed(false);
+              expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
+              quant::set_int8_fused_allowed(true);
+            }
+          });
+        }
       }
     }
   }
