@@ -292,7 +292,7 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
       // Round half to even by adding and subtracting 1.5 * 2^23 (|x * id| <= 127.x
       // here): the same value as std::nearbyint, without its libm call.
       const float r = (x[i] * id + 12582912.0f) - 12582912.0f;
-      const float v = std::clamp(r, -127.0f, 127.0f);
+      const float v = r == r ? std::clamp(r, -127.0f, 127.0f) : 0.0f;  // NaN (x or id inf): 0
       out.qx[i] = static_cast<int8_t>(v);
     }
   }

@@ -83,7 +83,7 @@ void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out);
 
 // An activation row quantized per block of B floats: qx[k], dx[k / B].
 // dx = amax / 127; qx = nearest-even of x * (1 / dx) clamped to [-127, 127]
-// (0 for an all-zero block).
+// (0 for an all-zero block, and where x * (1 / dx) is NaN).
 struct Int8Row {
   int8_t* qx;
   float* dx;

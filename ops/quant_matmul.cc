@@ -130,6 +130,37 @@ using quant::kRows8;
 
 int64_t QuantDispatchedTarget() { return HWY_TARGET; }
 
+// quant::quantize_activations vectorised, with the same float operations per
+// element (amax by max, which has no order; x * id, the 1.5 * 2^23 rounding,
+// clamp): the same bytes and scales on every target.
+void QuantizeActivations(const float* HWY_RESTRICT x, int64_t k, int64_t block, int8_t* qx,
+                         float* dx) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  if (block % n != 0) return quant::quantize_activations(x, k, block, {qx, dx});
+  const auto magic = hn::Set(df, 12582912.0f), hi = hn::Set(df, 127.0f), lo = hn::Set(df, -127.0f);
+  for (int64_t b0 = 0; b0 < k; b0 += block) {
+    auto vmax = hn::Zero(df);
+    for (int64_t i = b0; i < b0 + block; i += n)
+      vmax = hn::Max(hn::Abs(hn::LoadU(df, x + i)), vmax);
+    // Max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does.
+    float amax = 0.0f;
+    alignas(64) float lanes[hn::MaxLanes(df)];
+    hn::Store(vmax, df, lanes);
+    for (int64_t l = 0; l < n; ++l) amax = std::max(amax, lanes[l]);
+    const float d = amax / 127.0f;
+    const auto id = hn::Set(df, d != 0.0f ? 1.0f / d : 0.0f);
+    dx[b0 / block] = d;
+    for (int64_t i = b0; i < b0 + block; i += n) {
+      const auto r = hn::Sub(hn::Add(hn::Mul(hn::LoadU(df, x + i), id), magic), magic);
+      const auto v = hn::IfThenElseZero(hn::Eq(r, r), hn::Min(hn::Max(r, lo), hi));
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, qx + i);
+    }
+  }
+}
+
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
 // DF, V, kN, kV, DequantRows and DecodeRowsInt8: ops/quant_decode-inl.h.
@@ -544,6 +575,7 @@ namespace hubzoo {
 
 HWY_EXPORT(QuantMatmul);
 HWY_EXPORT(QuantDispatchedTarget);
+HWY_EXPORT(QuantizeActivations);
 
 namespace {
 
@@ -593,8 +625,13 @@ quant::Int8Acts quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool) {
   const auto rows = [&](int64_t r0, int64_t r1) {
     std::vector<float> xg(acts.k);
     for (int64_t r = r0; r < r1; ++r) {
-      quant::quantize_activations(quant::gathered_row(a, r, xg.data()), acts.k, acts.block,
-                                  acts.row(r));
+      const float* x = quant::gathered_row(a, r, xg.data());
+      const quant::Int8Row row = acts.row(r);
+      if (pool) {
+        HWY_DYNAMIC_DISPATCH(QuantizeActivations)(x, acts.k, acts.block, row.qx, row.dx);
+      } else {
+        quant::quantize_activations(x, acts.k, acts.block, row);
+      }
     }
   };
   if (pool && a.m > 1) {

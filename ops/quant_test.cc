@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -157,6 +158,25 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
       }
     }
   }
+}
+
+// The int8 mode's activation quantizer (vectorised per target) against the
+// reference's scalar one: rounding ties (x * id exactly n + 1/2), an all-zero
+// block, subnormals, a NaN among finite values.
+TEST(QuantMatmul, Int8ActivationEdgeCasesEqualReference) {
+  ThreadPool pool(2);
+  const int64_t n = 5, k = 128;
+  const Weights w = random_weights(QuantType::Q8_0, n, k, 9);
+  std::vector<float> x(k, 0.0f);
+  for (int64_t i = 0; i < 32; ++i) x[i] = static_cast<float>(i - 16) + 0.5f;  // ties at id = 1
+  x[31] = 127.0f;
+  for (int64_t i = 64; i < 96; ++i) x[i] = static_cast<float>(i - 80) * 1e-40f;  // subnormal
+  for (int64_t i = 96; i < 128; ++i) x[i] = static_cast<float>(i - 100) * 0.25f;
+  x[100] = std::numeric_limits<float>::quiet_NaN();
+  const Shape s{1, n, k};
+  const auto bias = test::spread_values(n, 3, -4, 4);
+  const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+  every_target([&] { expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref); });
 }
 
 TEST(QuantMatmul, BatchInvariant) {
