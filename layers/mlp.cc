@@ -53,7 +53,9 @@ void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
   for (int64_t r = 0; r < m; ++r) {
     float* g = &gate_up[r * 2 * inter];
     const float* u = g + inter;
-    if (act_ == Activation::kGeluTanh) {
+    if (act_ == Activation::kGeluTanh && !numerics_.eager_bf16()) {
+      gelu_tanh_mul(g, u, inter, g);
+    } else if (act_ == Activation::kGeluTanh) {
       // transformers: act(gate) * up; in bf16 gate, up, the activation and the
       // product are each rounded.
       for (int64_t i = 0; i < inter; ++i) {

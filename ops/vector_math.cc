@@ -14,6 +14,9 @@ constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kP = 0.3275911f;
 constexpr float kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f;
 constexpr float kA4 = -1.453152027f, kA5 = 1.061405429f;
+// The tanh form (at::native GeluKernel, approximate="tanh"): sqrt(2 / pi), 0.044715.
+constexpr float kTanhBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+constexpr float kTanhKappa = 0.044715f;
 }  // namespace hubzoo::gelu
 #endif
 
@@ -85,6 +88,29 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const V half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  const V beta = hn::Set(d, gelu::kTanhBeta), kappa = hn::Set(d, gelu::kTanhKappa);
+  const auto gelu_mul = [&](V x, V u) HWY_ATTR {
+    const V inner = hn::Mul(beta, hn::Add(x, hn::Mul(kappa, hn::Mul(hn::Mul(x, x), x))));
+    return hn::Mul(hn::Mul(hn::Mul(half, x), hn::Add(one, hn::Tanh(d, inner))), u);
+  };
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(gelu_mul(hn::LoadU(d, gate + i), hn::LoadU(d, up + i)), d, out + i);
+  }
+  if (i < n) {  // the tail padded into a full vector: the same arithmetic
+    HWY_ALIGN float g[hn::MaxLanes(d)] = {}, u[hn::MaxLanes(d)] = {};
+    std::memcpy(g, gate + i, (n - i) * sizeof(float));
+    std::memcpy(u, up + i, (n - i) * sizeof(float));
+    hn::Store(gelu_mul(hn::Load(d, g), hn::Load(d, u)), d, g);
+    std::memcpy(out + i, g, (n - i) * sizeof(float));
+  }
+}
+
 void SoftmaxRow(float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -115,6 +141,20 @@ namespace hubzoo {
 HWY_EXPORT(GeluErf);
 HWY_EXPORT(SoftmaxRow);
 HWY_EXPORT(SiluMul);
+HWY_EXPORT(GeluTanhMul);
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(GeluTanhMul)(gate, up, n, out);
+}
+
+void gelu_tanh_mul_reference(const float* gate, const float* up, int64_t n, float* out) {
+  using namespace gelu;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float inner = kTanhBeta * (x + kTanhKappa * (x * x * x));
+    out[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);

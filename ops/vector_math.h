@@ -23,6 +23,12 @@ void gelu_erf_reference(float* x, int64_t n);  // the same formula, scalar, std:
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void silu_mul_reference(const float* gate, const float* up, int64_t n, float* out);  // std::exp
 
+// out = gelu_tanh(gate) * up, GELU's tanh form (torch approximate='tanh'):
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), tanh Highway's (a few
+// ulps), every element through the vector path. out may alias gate or up.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void gelu_tanh_mul_reference(const float* gate, const float* up, int64_t n, float* out);
+
 // x = softmax(x) over n floats in fp32: exp(x - max) / sum. n >= 1.
 void softmax_row(float* x, int64_t n);
 void softmax_row_reference(float* x, int64_t n);  // scalar, std::exp, sum in index order

@@ -69,6 +69,36 @@ TEST(SiluMul, EveryTargetMatchesTheReferenceAndPositionDoesNotMatter) {
   });
 }
 
+// GELU's tanh form in double.
+double gelu_tanh_exact(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(GeluTanhMul, EveryTargetMatchesTheReferenceAndPositionDoesNotMatter) {
+  std::vector<float> g = inputs(203, 4.0f);
+  const std::vector<float> u = inputs(203, 1.0f);
+  g[0] = 0.0f, g[1] = -0.0f, g[2] = 30.0f, g[3] = -30.0f, g[4] = 1e-30f, g[5] = 1e20f;
+  std::vector<float> ref(203);
+  gelu_tanh_mul_reference(g.data(), u.data(), 203, ref.data());
+  every_target([&] {
+    std::vector<float> y(203);
+    gelu_tanh_mul(g.data(), u.data(), 203, y.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      // For x < 0, 1 + tanh cancels in float (in torch's kernel too): an
+      // absolute error of a few ulps of 1 times 0.5 |x u|.
+      const double cancel = 3e-7 * std::fabs(static_cast<double>(g[i]) * u[i]);
+      EXPECT_NEAR(y[i], ref[i], 1e-6 * std::fabs(ref[i]) + cancel + 1e-30) << g[i];
+      const double exact = gelu_tanh_exact(g[i]) * u[i];
+      EXPECT_NEAR(y[i], exact, 2e-6 * std::fabs(exact) + cancel + 1e-30) << g[i];
+    }
+    for (int64_t start = 1; start < 40; start += 7) {  // a tail element is a vector element
+      std::vector<float> part(203 - start);
+      gelu_tanh_mul(g.data() + start, u.data() + start, 203 - start, part.data());
+      for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], y[start + i]);
+    }
+  });
+}
+
 TEST(Softmax, EveryTargetMatchesTheReference) {
   for (int64_t n : {1, 2, 7, 16, 33, 250}) {
     SCOPED_TRACE(n);
