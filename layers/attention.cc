@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "base/error.h"
@@ -233,70 +234,106 @@ void attend_cache_rows(const Chunk& c) {
 // Strategy 4, a ring buffer (or no store): a slot's rows in this batch, in
 // position order from where its cache ends (the batch's rows of a slot
 // continue it, one position each); earlier positions come from the cache,
-// these from k, v. A row's keys and values are gathered (from the ring and
-// from this chunk) into contiguous rows first.
+// these from k, v. Online (fp32 scores): the positions any of a slot's rows
+// sees are gathered (from the ring and from this chunk) into contiguous
+// values and key blocks once per (slot, KV head), aligned to the sequence as
+// every row's own would be, so each row reads its window out of them.
+// Otherwise each (row, head) gathers its own rows.
 void attend_ring(const Chunk& c) {
   const KvCache& stored = c.cache;
-  std::vector<std::vector<int64_t>> rows(c.cache.num_slots());
+  const int64_t n_all = c.cache.num_slots(), d = c.d, kv_size = c.kv_size;
+  std::vector<std::vector<int64_t>> rows(n_all);
+  std::vector<int64_t> base(n_all, std::numeric_limits<int64_t>::max()), top(n_all, 0);
   for (int64_t t = 0; t < c.m; ++t) {
-    auto& r = rows[c.batch.slot[t]];
-    if (c.batch.pos[t] != c.cache.length(c.batch.slot[t]) + static_cast<int64_t>(r.size())) {
-      throw InvalidArgument("attention: positions of slot " + std::to_string(c.batch.slot[t]) +
+    const int64_t slot = c.batch.slot[t];
+    auto& r = rows[slot];
+    if (c.batch.pos[t] != c.cache.length(slot) + static_cast<int64_t>(r.size())) {
+      throw InvalidArgument("attention: positions of slot " + std::to_string(slot) +
                             " do not continue its cache in order");
     }
     r.push_back(t);
+    base[slot] = std::min(base[slot], c.first_visible(c.batch.pos[t]));
+    top[slot] = std::max(top[slot], c.visible_end(t));
   }
-  const bool online = c.online();
-  const int64_t heads_per_item = online ? c.group : 1, d = c.d, kv_size = c.kv_size;
-  c.pool.parallel_for(
-      c.m * c.nh / heads_per_item, 1,
-      [&](int64_t begin, int64_t end) {
-        std::vector<float> scores, keys, values, key_blocks_buf, key_row(d), value_row(d);
-        for (int64_t item = begin; item < end; ++item) {
-          const int64_t per_row = c.nh / heads_per_item;
-          const int64_t t = c.row_of(item / per_row), h = item % per_row * heads_per_item,
-                        kvh = h / c.group;
-          const int64_t slot = c.batch.slot[t], p = c.batch.pos[t], lo = c.first_visible(p);
-          const int64_t cached = stored.length(slot), len = c.visible_end(t) - lo;
-          const std::vector<int64_t>& chunk = rows[slot];
-          // Each pointer is read before the next call (bf16 rows convert into one buffer).
-          auto key_at = [&](int64_t j) {
-            const int64_t pj = lo + j;
-            return pj < cached ? stored.read_key(c.layer, slot, pj, kvh * d, d, key_row.data())
-                               : &c.k[chunk[pj - cached] * kv_size + kvh * d];
-          };
-          auto value_at = [&](int64_t j) {
-            const int64_t pj = lo + j;
-            return pj < cached ? stored.read_value(c.layer, slot, pj, kvh * d, d, value_row.data())
-                               : &c.v[chunk[pj - cached] * kv_size + kvh * d];
-          };
-          float* const out = &c.out[t * c.q_size + h * d];
-          if (!online) {
+  // Key and value row of position pj of a slot (pj past the cache: this chunk's).
+  const auto key_at = [&](int64_t slot, int64_t kvh, int64_t pj, float* buf) {
+    const int64_t cached = stored.length(slot);
+    return pj < cached ? stored.read_key(c.layer, slot, pj, kvh * d, d, buf)
+                       : &c.k[rows[slot][pj - cached] * kv_size + kvh * d];
+  };
+  const auto value_at = [&](int64_t slot, int64_t kvh, int64_t pj, float* buf) {
+    const int64_t cached = stored.length(slot);
+    return pj < cached ? stored.read_value(c.layer, slot, pj, kvh * d, d, buf)
+                       : &c.v[rows[slot][pj - cached] * kv_size + kvh * d];
+  };
+  if (!c.online()) {
+    c.pool.parallel_for(
+        c.m * c.nh, 1,
+        [&](int64_t begin, int64_t end) {
+          std::vector<float> scores, key_row(d), value_row(d);
+          for (int64_t item = begin; item < end; ++item) {
+            const int64_t t = c.row_of(item / c.nh), h = item % c.nh, kvh = h / c.group;
+            const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
+            const int64_t len = c.visible_end(t) - lo;
             scores.resize(len);
-            attend_rows(&c.q[t * c.q_size + h * d], key_at, value_at, len, d, c.opt.score,
-                        scores.data(), out);
-            continue;
+            // Each pointer is read before the next call (bf16 rows convert into one buffer).
+            attend_rows(
+                &c.q[t * c.q_size + h * d],
+                [&](int64_t j) { return key_at(slot, kvh, lo + j, key_row.data()); },
+                [&](int64_t j) { return value_at(slot, kvh, lo + j, value_row.data()); }, len, d,
+                c.opt.score, scores.data(), &c.out[t * c.q_size + h * d]);
           }
-          keys.resize(len * d);
-          values.resize(len * d);
-          for (int64_t j = 0; j < len; ++j) {
-            std::copy_n(key_at(j), d, &keys[j * d]);
-            std::copy_n(value_at(j), d, &values[j * d]);
+        },
+        c.chunks);
+    return;
+  }
+  // Per (slot, KV head) with rows: values [top - base][d] and key blocks from
+  // position base at lane base % 16.
+  std::vector<int64_t> items;
+  for (int64_t slot = 0; slot < n_all; ++slot) {
+    for (int64_t kvh = 0; kvh < c.nkv && !rows[slot].empty(); ++kvh)
+      items.push_back(slot * c.nkv + kvh);
+  }
+  std::vector<std::vector<float>> values(n_all * c.nkv), blocks(n_all * c.nkv);
+  c.pool.parallel_for(
+      static_cast<int64_t>(items.size()), 1,
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> keys, key_row(d), value_row(d);
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t slot = items[i] / c.nkv, kvh = items[i] % c.nkv, n = top[slot] - base[slot];
+          std::vector<float>& v = values[items[i]];
+          keys.resize(n * d);
+          v.resize(n * d);
+          for (int64_t j = 0; j < n; ++j) {
+            std::copy_n(key_at(slot, kvh, base[slot] + j, key_row.data()), d, &keys[j * d]);
+            std::copy_n(value_at(slot, kvh, base[slot] + j, value_row.data()), d, &v[j * d]);
           }
-          key_blocks_buf.resize(key_blocks(lo % kKeyBlock, len) * d * kKeyBlock);
-          transpose_key_blocks(keys.data(), d, lo % kKeyBlock, len, d, key_blocks_buf.data());
+          const int64_t lane0 = base[slot] % kKeyBlock;
+          blocks[items[i]].resize(key_blocks(lane0, n) * d * kKeyBlock);
+          transpose_key_blocks(keys.data(), d, lane0, n, d, blocks[items[i]].data());
+        }
+      },
+      c.chunks);
+  c.pool.parallel_for(
+      c.m * c.nkv, 1,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t t = c.row_of(item / c.nkv), kvh = item % c.nkv, h = kvh * c.group;
+          const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
+          const int64_t from = lo - base[slot],
+                        block0 = (base[slot] % kKeyBlock + from) / kKeyBlock;
           attend_online_f32({.q = &c.q[t * c.q_size + h * d],
                              .q_stride = d,
                              .nq = c.group,
-                             .kt = key_blocks_buf.data(),
+                             .kt = blocks[slot * c.nkv + kvh].data() + block0 * d * kKeyBlock,
                              .kt_stride = d * kKeyBlock,
-                             .values = values.data(),
+                             .values = values[slot * c.nkv + kvh].data() + from * d,
                              .v_stride = d,
                              .lane0 = lo % kKeyBlock,
-                             .len = len,
+                             .len = c.visible_end(t) - lo,
                              .d = d,
                              .scale = c.opt.score.scale,
-                             .out = out,
+                             .out = &c.out[t * c.q_size + h * d],
                              .out_stride = d});
         }
       },
