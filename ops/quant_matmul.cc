@@ -29,9 +29,16 @@
 namespace hubzoo::quant {
 
 // [[maybe_unused]]: a build with only a scalar target (the fuzz tree) has no tiled kernel.
-[[maybe_unused]] constexpr int64_t kNR = 4;     // weight rows per tile
-[[maybe_unused]] constexpr int64_t kKC = 512;   // k per range (a multiple of 256 and of 16)
-[[maybe_unused]] constexpr int64_t kRows = 32;  // rows of x per chunk (x chunk stays in L2)
+[[maybe_unused]] constexpr int64_t kNR = 4;    // weight rows per tile
+[[maybe_unused]] constexpr int64_t kKC = 512;  // k per range (a multiple of 256 and of 16)
+// Rows of x per chunk in the exact mode: as many as keep the chunk (rows x k
+// floats) within ~512 KiB of L2, from 32 to 128; each weight tile is decoded
+// once per chunk (the decoding was ~17% of a 512-token prefill at 32 rows).
+[[maybe_unused]] constexpr int64_t kRows = 32;
+[[maybe_unused]] constexpr int64_t kRowsMax = 128;
+inline int64_t exact_chunk_rows(int64_t k) {
+  return std::clamp<int64_t>((512 * 1024 / 4) / std::max<int64_t>(k, 1), kRows, kRowsMax) / 4 * 4;
+}
 // Int8 rows are a quarter of the bytes: 4x the rows per chunk, so each weight
 // row is decoded a quarter as often (the decoding was ~40% of the tile time).
 [[maybe_unused]] constexpr int64_t kRows8 = 128;
@@ -125,7 +132,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using quant::kKC;
 using quant::kNR;
-using quant::kRows;
 using quant::kRows8;
 
 int64_t QuantDispatchedTarget() { return HWY_TARGET; }
@@ -253,14 +259,15 @@ void ExactRange(const QuantMatmulArgs& a, int64_t r0, int64_t r1, int64_t n0, in
   const int64_t k = w.k;
   thread_local std::vector<float> wbuf, accbuf, xg;
   wbuf.resize(kNR * kKC + 16);
-  accbuf.resize(kRows * kNR * 16 + 16);
+  const int64_t chunk = quant::exact_chunk_rows(k);
+  accbuf.resize(chunk * kNR * 16 + 16);
   const bool perm = !w.k_perm.empty();
-  if (perm) xg.resize(kRows * k);
+  if (perm) xg.resize(chunk * k);
   float* wb = AlignUp(wbuf.data());
   float* ab = AlignUp(accbuf.data());
-  for (int64_t rc = r0; rc < r1; rc += kRows) {
-    const int64_t rc_end = std::min(r1, rc + kRows);
-    const float* rows[kRows];
+  for (int64_t rc = r0; rc < r1; rc += chunk) {
+    const int64_t rc_end = std::min(r1, rc + chunk);
+    const float* rows[quant::kRowsMax];
     for (int64_t r = rc; r < rc_end; ++r) {
       rows[r - rc] = perm ? quant::gathered_row(a, r, xg.data() + (r - rc) * k) : a.x + r * a.ldx;
     }

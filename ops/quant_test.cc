@@ -182,7 +182,7 @@ TEST(QuantMatmul, Int8ActivationEdgeCasesEqualReference) {
 TEST(QuantMatmul, BatchInvariant) {
   ThreadPool pool(2);
   for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
-    const int64_t n = 41, k = 768, m = 150;  // more than one row chunk (32 exact, 128 int8)
+    const int64_t n = 41, k = 768, m = 150;  // more than one row chunk (128 rows in both modes)
     const Weights w = random_weights(t, n, k, 5);
     const Shape all{m, n, k, true, false};
     const auto x = test::spread_values(m * k, 6, -6, 6);
