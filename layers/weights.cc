@@ -123,7 +123,9 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   if (info.row_order.empty()) return q;
   if (first_row != 0 || n != static_cast<int64_t>(info.row_order.size()))
     throw TensorMappingError("tensor '" + name + "': a row order on a stacked tensor");
-  return std::make_shared<QuantMatrix>(permute_rows(*q, info.row_order));
+  auto permuted = std::make_shared<QuantMatrix>(permute_rows(*q, info.row_order));
+  ckpt_->release(name);  // the reordered copy is the only one read
+  return permuted;
 }
 
 PackedMatrix WeightLoader::pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const {

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/heap.h"
 #include "hub/snapshot.h"
 #include "models/encoder.h"
 #include "models/families.h"
@@ -116,7 +117,11 @@ std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOption
   ctx.needs_lm_head = false;
   const auto base = base_decoders().find(arch);
   const auto decoder = registry().find(base == base_decoders().end() ? arch : base->second);
-  if (decoder != registry().end()) return decoder_as_encoder(decoder->second(ctx));
+  if (decoder != registry().end()) {
+    auto encoder = decoder_as_encoder(decoder->second(ctx));
+    release_free_heap();
+    return encoder;
+  }
   auto it = encoder_registry().find(arch);
   if (it == encoder_registry().end()) {
     std::string supported;
@@ -125,7 +130,9 @@ std::unique_ptr<Encoder> load_encoder(const std::string& model, const LoadOption
     throw ConfigError(config.where() + ": architecture '" + arch +
                       "' is not supported as an encoder (supported: " + supported + ")");
   }
-  return it->second(ctx);
+  auto encoder = it->second(ctx);
+  release_free_heap();
+  return encoder;
 }
 
 std::vector<std::string> supported_causal_lms() {
@@ -203,7 +210,9 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model, const LoadOpt
   ctx.numerics = options.numerics;
   ctx.checkpoint = gguf.checkpoint;
   ctx.gguf_file = src.gguf_file;
-  return it->second(ctx);
+  auto lm = it->second(ctx);
+  release_free_heap();
+  return lm;
 }
 
 }  // namespace hubzoo

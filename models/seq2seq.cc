@@ -2,6 +2,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "base/heap.h"
 #include "hub/snapshot.h"
 #include "models/seq2seq.h"
 
@@ -67,7 +68,9 @@ std::unique_ptr<Seq2SeqLM> load_seq2seq_lm(const std::string& model, const LoadO
     throw ConfigError(ctx.config.where() + ": architecture '" + arch +
                       "' is not a supported encoder-decoder (supported: " + supported + ")");
   }
-  return it->second(ctx);
+  auto lm = it->second(ctx);
+  release_free_heap();
+  return lm;
 }
 
 }  // namespace hubzoo

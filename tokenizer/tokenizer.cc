@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/heap.h"
 #include "io/json.h"
 
 namespace hubzoo {
@@ -53,7 +54,9 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
   std::error_code ec;
   if (dir.extension() == ".gguf" && std::filesystem::is_regular_file(dir, ec)) {
-    return tokenizer_from_gguf_metadata(GgufFile::open(dir)->metadata(), dir.string());
+    Tokenizer t = tokenizer_from_gguf_metadata(GgufFile::open(dir)->metadata(), dir.string());
+    release_free_heap();  // the metadata's JSON values
+    return t;
   }
   const std::filesystem::path file = dir / "tokenizer.json";
   if (!std::filesystem::exists(file)) throw FileError(dir.string() + " has no tokenizer.json");
