@@ -62,6 +62,24 @@ HWY_INLINE void ForEachVector(D d, float* HWY_RESTRICT x, int64_t n, float pad, 
   }
 }
 
+// out[i] = fn(gate, up) over every full vector and the tail padded with zeros
+// (the same arithmetic for every element). out may alias gate or up.
+template <class D, class Fn>
+HWY_INLINE void ForEachPair(D d, const float* gate, const float* up, int64_t n, float* out, Fn fn) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(fn(hn::LoadU(d, gate + i), hn::LoadU(d, up + i)), d, out + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float g[hn::MaxLanes(d)] = {}, u[hn::MaxLanes(d)] = {};
+    std::memcpy(g, gate + i, (n - i) * sizeof(float));
+    std::memcpy(u, up + i, (n - i) * sizeof(float));
+    hn::Store(fn(hn::Load(d, g), hn::Load(d, u)), d, g);
+    std::memcpy(out + i, g, (n - i) * sizeof(float));
+  }
+}
+
 void GeluErf(float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<float> d;
   ForEachVector(d, x, n, 0.0f, [d](auto v) { return Gelu(d, v); });
@@ -70,45 +88,21 @@ void GeluErf(float* HWY_RESTRICT x, int64_t n) {
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const V one = hn::Set(d, 1.0f);
-  const auto silu_mul = [&](V g, V u) HWY_ATTR {
+  ForEachPair(d, gate, up, n, out, [&](V g, V u) HWY_ATTR {
     return hn::Mul(hn::Div(g, hn::Add(one, hn::Exp(d, hn::Neg(g)))), u);
-  };
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(silu_mul(hn::LoadU(d, gate + i), hn::LoadU(d, up + i)), d, out + i);
-  }
-  if (i < n) {  // the tail padded into a full vector: the same arithmetic
-    HWY_ALIGN float g[hn::MaxLanes(d)] = {}, u[hn::MaxLanes(d)] = {};
-    std::memcpy(g, gate + i, (n - i) * sizeof(float));
-    std::memcpy(u, up + i, (n - i) * sizeof(float));
-    hn::Store(silu_mul(hn::Load(d, g), hn::Load(d, u)), d, g);
-    std::memcpy(out + i, g, (n - i) * sizeof(float));
-  }
+  });
 }
 
 void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const V half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
   const V beta = hn::Set(d, gelu::kTanhBeta), kappa = hn::Set(d, gelu::kTanhKappa);
-  const auto gelu_mul = [&](V x, V u) HWY_ATTR {
+  ForEachPair(d, gate, up, n, out, [&](V x, V u) HWY_ATTR {
     const V inner = hn::Mul(beta, hn::Add(x, hn::Mul(kappa, hn::Mul(hn::Mul(x, x), x))));
     return hn::Mul(hn::Mul(hn::Mul(half, x), hn::Add(one, hn::Tanh(d, inner))), u);
-  };
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(gelu_mul(hn::LoadU(d, gate + i), hn::LoadU(d, up + i)), d, out + i);
-  }
-  if (i < n) {  // the tail padded into a full vector: the same arithmetic
-    HWY_ALIGN float g[hn::MaxLanes(d)] = {}, u[hn::MaxLanes(d)] = {};
-    std::memcpy(g, gate + i, (n - i) * sizeof(float));
-    std::memcpy(u, up + i, (n - i) * sizeof(float));
-    hn::Store(gelu_mul(hn::Load(d, g), hn::Load(d, u)), d, g);
-    std::memcpy(out + i, g, (n - i) * sizeof(float));
-  }
+  });
 }
 
 void SoftmaxRow(float* HWY_RESTRICT x, int64_t n) {
