@@ -136,15 +136,15 @@ def write_markdown(r: dict, path: Path) -> None:
              f"at the start, {' '.join(f'{x:.2f}' for x in r['load_average_end'])} at the end. "
              f"Command: `{r['command']}`.", "",
              "| file | MB | engine | decode b1 | b4 | b16 | prefill 512 | load s | peak RSS MB | "
-             "b1 / llama.cpp | b4 | b16 | prefill / llama.cpp | b1 / bandwidth bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "RSS / (file + KV) | b1 / llama.cpp | b4 | b16 | prefill / llama.cpp | b1 / bandwidth bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, f in r["files"].items():
         ll = f["engines"].get("llama.cpp", {})
         bound = lim["read_gbs"] * 1e9 / f["bytes"]
         for e, x in f["engines"].items():
             if "error" in x:
                 lines.append(f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | failed: {x['error'][-120:]!r} |"
-                             + " |" * 10)
+                             + " |" * 11)
                 continue
             d = [fig(x, "decode", "batch", b) for b in (1, 4, 16)]
             p = fig(x, "prefill", "tokens", 512)
@@ -157,13 +157,16 @@ def write_markdown(r: dict, path: Path) -> None:
             def val(v, spec=".1f"):
                 return "-" if v is None else format(v, spec)
 
-            rss = x.get("peak_rss_bytes")
+            rss, kv = x.get("peak_rss_bytes"), x.get("max_kv_cache_bytes")
             lines.append(
                 f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
                 f"{val(x.get('load_seconds'), '.2f')} | {val(rss / 1e6 if rss else None, '.0f')} | "
+                f"{ratio(rss, f['bytes'] + kv) if rss and kv is not None else '-'} | "
                 + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if e != "llama.cpp" else "- | - | -")
                 + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | {ratio(d[0], bound)} |")
-    lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step)."]
+    lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step). "
+              "RSS / (file + KV): peak resident memory of the whole run over the file's size plus the "
+              "largest KV cache the run allocated."]
     path.write_text("\n".join(lines) + "\n")
 
 

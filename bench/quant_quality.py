@@ -38,7 +38,7 @@ from run import ROOT, log, machine_description, run_process  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 FTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K"]
-QUALITY_FILES = ["Q8_0", "Q4_K_M"]
+QUALITY_FILES = ["Q8_0", "Q4_0", "Q4_K_M"]
 
 
 # ---- 1. bytes ---------------------------------------------------------------
@@ -155,19 +155,64 @@ def hubzoo_quality(base: Base, f32: Path, files: dict[str, Path], threads: int, 
             m = hubzoo.CausalLM.from_pretrained(str(path), mode=mode, num_threads=threads)
             onload = hubzoo.CausalLM.from_pretrained(str(f32), mode=mode, num_threads=threads,
                                                      quantize=name.lower())
-            s, same = Stats(), True
-            for (c, lg), (_, lg2) in zip(hubzoo_logits(m, base, bos),
-                                         hubzoo_logits(onload, base, bos)):
-                same = same and np.array_equal(lg.view(np.uint32), lg2.view(np.uint32))
-                k, t = llama_kld(base.log_p[c], lg)
-                s.kld_llama.append(k)
-                s.top_llama.append(t)
-                lq = log_softmax(lg)
-                s.kld.append((np.exp(ref_lp[c]) * (ref_lp[c] - lq)).sum(axis=-1))
-                s.top.append(ref_lp[c].argmax(axis=-1) == lq.argmax(axis=-1))
-            out[label] = s.summary()
-            out[label]["quantize_on_load_bit_identical"] = bool(same)
+            same = [True]
+
+            def pairs(m=m, onload=onload, same=same):
+                for (c, lg), (_, lg2) in zip(hubzoo_logits(m, base, bos),
+                                             hubzoo_logits(onload, base, bos)):
+                    same[0] = same[0] and np.array_equal(lg.view(np.uint32), lg2.view(np.uint32))
+                    yield c, lg
+
+            out[label] = scored(base, ref_lp, pairs())
+            out[label]["quantize_on_load_bit_identical"] = bool(same[0])
             del m, onload
+    return out
+
+
+def scored(base: Base, ref_lp: list, chunks) -> dict:
+    """Stats of (chunk, logits) pairs against llama.cpp's base and hubzoo's fp32 log-probs."""
+    s = Stats()
+    for c, lg in chunks:
+        k, t = llama_kld(base.log_p[c], lg)
+        s.kld_llama.append(k)
+        s.top_llama.append(t)
+        lq = log_softmax(lg)
+        s.kld.append((np.exp(ref_lp[c]) * (ref_lp[c] - lq)).sum(axis=-1))
+        s.top.append(ref_lp[c].argmax(axis=-1) == lq.argmax(axis=-1))
+    return s.summary()
+
+
+def bf16_quality(base: Base, f32: Path, snapshot: Path, threads: int, bos) -> dict:
+    """The bf16 configurations of the best-vs-best table: hubzoo's bf16 modes on the
+    safetensors snapshot, and transformers in bfloat16, scored like the quantized files."""
+    import hubzoo
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ref = hubzoo.CausalLM.from_pretrained(str(f32), num_threads=threads)
+    ref_lp = [log_softmax(lg) for _, lg in hubzoo_logits(ref, base, bos)]
+    del ref
+    out = {}
+    for mode in ("fused", "bf16dot"):
+        label = f"hubzoo bfloat16 {mode} (snapshot)"
+        log(label)
+        m = hubzoo.CausalLM.from_pretrained(str(snapshot), dtype="bfloat16", mode=mode,
+                                            num_threads=threads)
+        out[label] = scored(base, ref_lp, hubzoo_logits(m, base, bos))
+        del m
+    label = "transformers bfloat16 (snapshot)"
+    log(label)
+    torch.set_num_threads(threads)
+    hf = AutoModelForCausalLM.from_pretrained(str(snapshot), torch_dtype=torch.bfloat16).eval()
+
+    def hf_logits():
+        for c in range(base.n_chunk):
+            with torch.no_grad():
+                ids = torch.tensor(base.chunk_ids(c, bos)[None].astype(np.int64))
+                lg = hf(ids).logits[0].float().numpy()
+            yield c, np.asarray(lg[base.first:base.n_ctx - 1], dtype=np.float32)
+
+    out[label] = scored(base, ref_lp, hf_logits())
     return out
 
 
@@ -263,6 +308,11 @@ def main():
     report["quality"].update(llama_quality(llama_dir / "bin/llama-perplexity", base_file, qfiles,
                                            a.threads))
     report["quality"].update(hubzoo_quality(base, f32, qfiles, a.threads, bos))
+    bf16 = f32.with_name(f32.name.replace("-f32.gguf", "-bf16.gguf"))
+    report["quality"].update(llama_quality(llama_dir / "bin/llama-perplexity", base_file,
+                                           {"BF16": bf16}, a.threads))
+    report["quality"].update(bf16_quality(base, f32, ROOT / "models/SmolLM2-135M-Instruct",
+                                          a.threads, bos))
     base_file.unlink()
     base_file.parent.rmdir()
     out_path = Path(a.out)
