@@ -96,7 +96,7 @@ double bench(int64_t copies, double budget, Run run) {
 }
 
 void report(const char* what, const Shape& s, int64_t m, int64_t bytes, double sec) {
-  if (m == 1) {
+  if (m <= 16) {  // decode: weights read once per product
     std::printf("  %-8s %-18s m=%-4lld %8.1f us  %6.1f GB/s\n", what, s.name,
                 static_cast<long long>(m), sec * 1e6, bytes / sec / 1e9);
   } else {
@@ -109,13 +109,13 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
   const int64_t cold = o.hot ? 0 : 96ll << 20;
   const double budget = o.quick ? 0.15 : 0.5;
   const auto w = random_values(s.n * s.k, 1);
-  for (int64_t m : {int64_t{1}, int64_t{512}}) {
-    if (o.m && m != o.m) continue;
+  const std::vector<int64_t> ms = o.m ? std::vector<int64_t>{o.m} : std::vector<int64_t>{1, 512};
+  for (int64_t m : ms) {
     const auto x = random_values(m * s.k, 2);
     std::vector<float> y(m * s.n);
     {  // fp32 matmul
       const int64_t bytes = s.n * s.k * 4;
-      const int64_t copies = m == 1 ? std::max<int64_t>(1, cold / bytes + 1) : 1;
+      const int64_t copies = m <= 16 ? std::max<int64_t>(1, cold / bytes + 1) : 1;
       std::vector<PackedMatrix> packed;
       for (int64_t c = 0; c < copies; ++c) packed.push_back(pack_weights(w.data(), s.n, s.k));
       const double sec = bench(copies, budget, [&](int64_t c) {
@@ -149,7 +149,7 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
         }
         q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}};
       }
-      const int64_t copies = m == 1 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;
+      const int64_t copies = m <= 16 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;
       std::vector<std::vector<uint8_t>> store(copies);
       std::vector<QuantMatrix> mats(copies, q);
       for (int64_t c = 0; c < copies; ++c) {

@@ -158,11 +158,14 @@ HWY_INLINE __m512i QuadSums(__m512i x) {
   return Dot4<kVnni>(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
 }
 
+constexpr int kFusedRowGroup = 4;  // rows of x sharing each decoded span
+
 // One span (blocks b and b + 1, or b alone where !kTwo) of kNR weight rows
-// against one row of x, into the lane accumulators acc.
-template <QuantType t, bool kVnni, bool kTwo, bool kPrefetch>
+// against R rows of x, into the lane accumulators acc[r][j]: each weight
+// row's codes and scales are read once for the R rows.
+template <QuantType t, bool kVnni, bool kTwo, bool kPrefetch, int R>
 HWY_INLINE void Int8Span(const uint8_t* const* rows, int64_t b, int64_t ahead,
-                         const quant::Int8Row& x, __m512 (&acc)[kNR]) {
+                         const quant::Int8Row* x, __m512 (&acc)[R][kNR]) {
   constexpr bool kMin = t == QuantType::Q4_1;
   constexpr bool kSigned = t == QuantType::Q8_0 && !kVnni;  // |q| against x with q's sign
   // log2 z of w = u - z (Q4_1: none; Q8_0 without VNNI: none, the sign trick).
@@ -171,16 +174,23 @@ HWY_INLINE void Int8Span(const uint8_t* const* rows, int64_t b, int64_t ahead,
                           : t == QuantType::Q8_0 ? (kVnni ? 7 : 0)
                                                  : 0;
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
-  const __m512i xv = kTwo ? _mm512_loadu_si512(x.qx + b * 32)
-                          : _mm512_zextsi256_si512(_mm256_loadu_si256(
-                                reinterpret_cast<const __m256i*>(x.qx + b * 32)));
-  const __m128 dx2 = kTwo ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.dx + b)))
-                          : _mm_load_ss(x.dx + b);
-  const __m512 dxv = Halves(dx2);
-  const __m512i sums = kZShift || kMin ? QuadSums<kVnni>(xv) : _mm512_setzero_si512();
-  // -z * sums (Q8_0's codes are q + 128); Q4_1: J = sums (mn16 = 1).
-  const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, kZShift));
-  [[maybe_unused]] const __m512 jf = _mm512_cvtepi32_ps(sums);
+  __m512i xv[R], corr[R];
+  __m512 dxv[R];
+  [[maybe_unused]] __m512 jf[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    xv[r] = kTwo ? _mm512_loadu_si512(x[r].qx + b * 32)
+                 : _mm512_zextsi256_si512(
+                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qx + b * 32)));
+    const __m128 dx2 =
+        kTwo ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x[r].dx + b)))
+             : _mm_load_ss(x[r].dx + b);
+    dxv[r] = Halves(dx2);
+    const __m512i sums = kZShift || kMin ? QuadSums<kVnni>(xv[r]) : _mm512_setzero_si512();
+    // -z * sums (Q8_0's codes are q + 128); Q4_1: J = sums (mn16 = 1).
+    corr[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, kZShift));
+    if constexpr (kMin) jf[r] = _mm512_cvtepi32_ps(sums);
+  }
 #pragma GCC unroll 16
   for (int j = 0; j < kNR; ++j) {
     const uint8_t* blk = rows[j] + b * kBytes;
@@ -191,18 +201,20 @@ HWY_INLINE void Int8Span(const uint8_t* const* rows, int64_t b, int64_t ahead,
       hwy::Prefetch(blk + ahead);
       hwy::Prefetch(blk + ahead + 64);
     }
-    __m512i xs = xv;
-    if constexpr (kSigned) {
-      const __m512i q = Load2x32(blk + 2, blk1 ? blk1 + 2 : nullptr);
-      xs = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(q), _mm512_setzero_si512(), xv);
-    }
-    const __m512i i =
-        Dot4<kVnni>(kZShift ? corr : _mm512_setzero_si512(), SpanCodes<t, kVnni>(blk, blk1), xs);
-    const __m512 ad = _mm512_mul_ps(HalfScales(blk, blk1), dxv);
-    acc[j] = _mm512_fmadd_ps(ad, _mm512_cvtepi32_ps(i), acc[j]);
-    if constexpr (kMin) {
-      const __m512 cd = _mm512_mul_ps(HalfScales(blk + 2, blk1 ? blk1 + 2 : nullptr), dxv);
-      acc[j] = _mm512_fmadd_ps(cd, jf, acc[j]);
+    const __m512i u = SpanCodes<t, kVnni>(blk, blk1);
+    [[maybe_unused]] __mmask64 negative = 0;
+    if constexpr (kSigned)
+      negative = _mm512_movepi8_mask(Load2x32(blk + 2, blk1 ? blk1 + 2 : nullptr));
+    const __m512 a2 = HalfScales(blk, blk1);
+    [[maybe_unused]] __m512 c2;
+    if constexpr (kMin) c2 = HalfScales(blk + 2, blk1 ? blk1 + 2 : nullptr);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m512i xs = xv[r];
+      if constexpr (kSigned) xs = _mm512_mask_sub_epi8(xs, negative, _mm512_setzero_si512(), xs);
+      const __m512i i = Dot4<kVnni>(kZShift ? corr[r] : _mm512_setzero_si512(), u, xs);
+      acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(a2, dxv[r]), _mm512_cvtepi32_ps(i), acc[r][j]);
+      if constexpr (kMin) acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(c2, dxv[r]), jf[r], acc[r][j]);
     }
   }
 }
@@ -218,30 +230,59 @@ HWY_INLINE void StoreRows(const __m512 (&acc)[kNR], const QuantMatmulArgs& a, in
   }
 }
 
+// R rows of x from r against weight rows rows[] (a group of kNR at n).
+template <QuantType t, bool kVnni, int R>
+HWY_INLINE void Int8FusedRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
+                              const uint8_t* const* rows, int64_t ahead, bool prefetch, int64_t r,
+                              int64_t n, int64_t nr) {
+  const int64_t nb = a.w->k / 32;
+  quant::Int8Row x[R];
+  for (int i = 0; i < R; ++i) x[i] = acts.row(r + i);
+  __m512 acc[R][kNR];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  int64_t b = 0;
+  if (prefetch && ahead) {
+    for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, true, R>(rows, b, ahead, x, acc);
+  } else {
+    for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, false, R>(rows, b, ahead, x, acc);
+  }
+  if (b < nb) Int8Span<t, kVnni, false, false, R>(rows, b, ahead, x, acc);
+  for (int i = 0; i < R; ++i) StoreRows(acc[i], a, r + i, n, nr);
+}
+
 // Rows [r0, r1) x weight rows [n0, n1), the 32-weight block types: kNR
-// weight rows per pass over k share each span of x.
+// weight rows per pass over k share each span of x, up to kFusedRowGroup
+// rows of x each decoded span.
 template <QuantType t, bool kVnni>
 HWY_NOINLINE void Int8Fused(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
                             int64_t n0, int64_t n1) {
   const QuantMatrix& w = *a.w;
-  const int64_t nb = w.k / 32;
   for (int64_t n = n0; n < n1; n += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, n1 - n);
     const uint8_t* rows[kNR];
     for (int64_t j = 0; j < kNR; ++j) rows[j] = w.row(n + std::min(j, nr - 1));
     const int64_t ahead = PrefetchAhead(w, n);
-    for (int64_t r = r0; r < r1; ++r) {
-      const quant::Int8Row x = acts.row(r);
-      __m512 acc[kNR];
-      for (int j = 0; j < kNR; ++j) acc[j] = _mm512_setzero_ps();
-      int64_t b = 0;
-      if (r == r0 && ahead) {
-        for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, true>(rows, b, ahead, x, acc);
-      } else {
-        for (; b + 1 < nb; b += 2) Int8Span<t, kVnni, true, false>(rows, b, ahead, x, acc);
+    for (int64_t r = r0; r < r1;) {
+      const bool first = r == r0;
+      switch (std::min<int64_t>(kFusedRowGroup, r1 - r)) {
+        case 1:
+          Int8FusedRows<t, kVnni, 1>(a, acts, rows, ahead, first, r, n, nr);
+          r += 1;
+          break;
+        case 2:
+          Int8FusedRows<t, kVnni, 2>(a, acts, rows, ahead, first, r, n, nr);
+          r += 2;
+          break;
+        case 3:
+          Int8FusedRows<t, kVnni, 3>(a, acts, rows, ahead, first, r, n, nr);
+          r += 3;
+          break;
+        default:
+          Int8FusedRows<t, kVnni, 4>(a, acts, rows, ahead, first, r, n, nr);
+          r += 4;
       }
-      if (b < nb) Int8Span<t, kVnni, false, false>(rows, b, ahead, x, acc);
-      StoreRows(acc, a, r, n, nr);
     }
   }
 }
@@ -283,11 +324,14 @@ HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
                        static_cast<int>(u0 & k6));
 }
 
-// The K types (256-weight blocks): per block and weight row, I (and J)
-// summed over the 4 spans in registers, then the two fmas of the order.
-template <QuantType t, bool kVnni>
-HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
-                             int64_t r1, int64_t n0, int64_t n1) {
+// The K types (256-weight blocks), R rows of x from r against the weight
+// rows rows[] (a group of kNR at n): per block and weight row, I (and J)
+// summed over the 4 spans in registers, then the two fmas of the order; each
+// span's codes are decoded once for the R rows.
+template <QuantType t, bool kVnni, int R>
+HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
+                               const uint8_t* const* rows, int64_t ahead, bool prefetch, int64_t r,
+                               int64_t n, int64_t nr) {
   constexpr bool kMin = t == QuantType::Q4_K;
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
   // Per-lane group of span c: Q4_K 32-column groups (2c + L / 8), Q6_K
@@ -298,62 +342,88 @@ HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
     for (int l = 0; l < 16; ++l) g[l] = kMin ? 2 * c + l / 8 : 4 * c + l / 4;
     group[c] = _mm512_load_si512(g);
   }
+  const int64_t nb = a.w->k / 256;
+  quant::Int8Row x[R];
+  __m512 acc[R][kNR];
+  for (int i = 0; i < R; ++i) {
+    x[i] = acts.row(r + i);
+    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i xv[R][4], sums[R][4];
+    __m512 dxv[R];
+    for (int i = 0; i < R; ++i) {
+      for (int c = 0; c < 4; ++c) {
+        xv[i][c] = _mm512_loadu_si512(x[i].qx + b * 256 + 64 * c);
+        sums[i][c] = QuadSums<kVnni>(xv[i][c]);
+        // Q6_K: w = u - 32, so -32 * sums starts each span's quad sums.
+        if (!kMin)
+          sums[i][c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[i][c], 5));
+      }
+      dxv[i] = _mm512_set1_ps(x[i].dx[b]);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) {
+      const uint8_t* blk = rows[j] + b * kBytes;
+      if (prefetch && ahead) {
+        for (int64_t p = 0; p < kBytes; p += 64) hwy::Prefetch(blk + ahead + p);
+      }
+      __m512i sc, mn = _mm512_setzero_si512();
+      if constexpr (kMin) {
+        const __m128i k4 = K4ScaleBytes(blk + 4);
+        sc = _mm512_cvtepu8_epi32(k4);
+        mn = _mm512_cvtepu8_epi32(_mm_srli_si128(k4, 8));
+      } else {
+        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+      }
+      __m512i ii[R], jj[R];
+      for (int i = 0; i < R; ++i) ii[i] = jj[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m512i u = KSpanCodes<t>(blk, c);
+        const __m512i scc = _mm512_permutexvar_epi32(group[c], sc);
+        [[maybe_unused]] __m512i mnc;
+        if constexpr (kMin) mnc = _mm512_permutexvar_epi32(group[c], mn);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const __m512i p = Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[i][c], u, xv[i][c]);
+          ii[i] = _mm512_add_epi32(ii[i], _mm512_mullo_epi32(p, scc));
+          if constexpr (kMin) jj[i] = _mm512_add_epi32(jj[i], _mm512_mullo_epi32(sums[i][c], mnc));
+        }
+      }
+      const __m512 av = _mm512_set1_ps(Fp16(blk + (kMin ? 0 : 208)));
+      [[maybe_unused]] __m512 cv;
+      if constexpr (kMin) cv = _mm512_set1_ps(-Fp16(blk + 2));
+      for (int i = 0; i < R; ++i) {
+        acc[i][j] =
+            _mm512_fmadd_ps(_mm512_mul_ps(av, dxv[i]), _mm512_cvtepi32_ps(ii[i]), acc[i][j]);
+        if constexpr (kMin) {
+          acc[i][j] =
+              _mm512_fmadd_ps(_mm512_mul_ps(cv, dxv[i]), _mm512_cvtepi32_ps(jj[i]), acc[i][j]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) StoreRows(acc[i], a, r + i, n, nr);
+}
+
+template <QuantType t, bool kVnni>
+HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
+                             int64_t r1, int64_t n0, int64_t n1) {
   const QuantMatrix& w = *a.w;
-  const int64_t nb = w.k / 256;
   for (int64_t n = n0; n < n1; n += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, n1 - n);
     const uint8_t* rows[kNR];
     for (int64_t j = 0; j < kNR; ++j) rows[j] = w.row(n + std::min(j, nr - 1));
     const int64_t ahead = PrefetchAhead(w, n);
-    for (int64_t r = r0; r < r1; ++r) {
-      const quant::Int8Row x = acts.row(r);
-      __m512 acc[kNR];
-      for (int j = 0; j < kNR; ++j) acc[j] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        __m512i xv[4], sums[4];
-        for (int c = 0; c < 4; ++c) {
-          xv[c] = _mm512_loadu_si512(x.qx + b * 256 + 64 * c);
-          sums[c] = QuadSums<kVnni>(xv[c]);
-          // Q6_K: w = u - 32, so -32 * sums starts each span's quad sums.
-          if (!kMin)
-            sums[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[c], 5));
-        }
-        const __m512 dxv = _mm512_set1_ps(x.dx[b]);
-#pragma GCC unroll 16
-        for (int j = 0; j < kNR; ++j) {
-          const uint8_t* blk = rows[j] + b * kBytes;
-          if (r == r0 && ahead) {
-            for (int64_t p = 0; p < kBytes; p += 64) hwy::Prefetch(blk + ahead + p);
-          }
-          __m512i sc, mn = _mm512_setzero_si512();
-          if constexpr (kMin) {
-            const __m128i k4 = K4ScaleBytes(blk + 4);
-            sc = _mm512_cvtepu8_epi32(k4);
-            mn = _mm512_cvtepu8_epi32(_mm_srli_si128(k4, 8));
-          } else {
-            sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
-          }
-          __m512i i = _mm512_setzero_si512(), jj = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) {
-            const __m512i p =
-                Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[c], KSpanCodes<t>(blk, c), xv[c]);
-            i = _mm512_add_epi32(i, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(group[c], sc)));
-            if constexpr (kMin) {
-              jj = _mm512_add_epi32(
-                  jj, _mm512_mullo_epi32(sums[c], _mm512_permutexvar_epi32(group[c], mn)));
-            }
-          }
-          const float av = Fp16(blk + (kMin ? 0 : 208));
-          acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(av), dxv), _mm512_cvtepi32_ps(i),
-                                   acc[j]);
-          if constexpr (kMin) {
-            const __m512 cd = _mm512_mul_ps(_mm512_set1_ps(-Fp16(blk + 2)), dxv);
-            acc[j] = _mm512_fmadd_ps(cd, _mm512_cvtepi32_ps(jj), acc[j]);
-          }
-        }
+    for (int64_t r = r0; r < r1;) {
+      if (r1 - r >= 2) {
+        Int8FusedKRows<t, kVnni, 2>(a, acts, rows, ahead, r == r0, r, n, nr);
+        r += 2;
+      } else {
+        Int8FusedKRows<t, kVnni, 1>(a, acts, rows, ahead, r == r0, r, n, nr);
+        r += 1;
       }
-      StoreRows(acc, a, r, n, nr);
     }
   }
 }
