@@ -330,18 +330,10 @@ HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
 // span's codes are decoded once for the R rows.
 template <QuantType t, bool kVnni, int R>
 HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
-                               const uint8_t* const* rows, int64_t ahead, bool prefetch, int64_t r,
-                               int64_t n, int64_t nr) {
+                               const __m512i (&group)[4], const uint8_t* const* rows, int64_t ahead,
+                               bool prefetch, int64_t r, int64_t n, int64_t nr) {
   constexpr bool kMin = t == QuantType::Q4_K;
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
-  // Per-lane group of span c: Q4_K 32-column groups (2c + L / 8), Q6_K
-  // 16-column groups (4c + L / 4).
-  __m512i group[4];
-  for (int c = 0; c < 4; ++c) {
-    alignas(64) int32_t g[16];
-    for (int l = 0; l < 16; ++l) g[l] = kMin ? 2 * c + l / 8 : 4 * c + l / 4;
-    group[c] = _mm512_load_si512(g);
-  }
   const int64_t nb = a.w->k / 256;
   quant::Int8Row x[R];
   __m512 acc[R][kNR];
@@ -410,6 +402,14 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
 template <QuantType t, bool kVnni>
 HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
                              int64_t r1, int64_t n0, int64_t n1) {
+  // Per-lane group of span c: Q4_K 32-column groups (2c + L / 8), Q6_K
+  // 16-column groups (4c + L / 4).
+  __m512i group[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(64) int32_t g[16];
+    for (int l = 0; l < 16; ++l) g[l] = t == QuantType::Q4_K ? 2 * c + l / 8 : 4 * c + l / 4;
+    group[c] = _mm512_load_si512(g);
+  }
   const QuantMatrix& w = *a.w;
   for (int64_t n = n0; n < n1; n += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, n1 - n);
@@ -418,10 +418,10 @@ HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
     const int64_t ahead = PrefetchAhead(w, n);
     for (int64_t r = r0; r < r1;) {
       if (r1 - r >= 2) {
-        Int8FusedKRows<t, kVnni, 2>(a, acts, rows, ahead, r == r0, r, n, nr);
+        Int8FusedKRows<t, kVnni, 2>(a, acts, group, rows, ahead, r == r0, r, n, nr);
         r += 2;
       } else {
-        Int8FusedKRows<t, kVnni, 1>(a, acts, rows, ahead, r == r0, r, n, nr);
+        Int8FusedKRows<t, kVnni, 1>(a, acts, group, rows, ahead, r == r0, r, n, nr);
         r += 1;
       }
     }
