@@ -133,7 +133,8 @@ def hubzoo_logits(model, base: Base, bos):
         yield c, np.asarray(logits[base.first:base.n_ctx - 1], dtype=np.float32)
 
 
-def hubzoo_quality(base: Base, f32: Path, files: dict[str, Path], threads: int, bos) -> dict:
+def fp32_reference(base: Base, f32: Path, threads: int, bos) -> tuple[list, dict]:
+    """hubzoo's fp32 log-probs per chunk (the exact-KL reference) and their own stats."""
     import hubzoo
 
     log("hubzoo fp32 reference")
@@ -144,8 +145,14 @@ def hubzoo_quality(base: Base, f32: Path, files: dict[str, Path], threads: int, 
         k, t = llama_kld(base.log_p[c], lg)
         floor.kld_llama.append(k)
         floor.top_llama.append(t)
-    del ref
-    out = {"hubzoo fp32 (F32 file)": floor.summary()}
+    return ref_lp, floor.summary()
+
+
+def hubzoo_quality(base: Base, f32: Path, ref_lp: list, files: dict[str, Path], threads: int,
+                   bos) -> dict:
+    import hubzoo
+
+    out = {}
     for name, path in files.items():
         for mode in ("fused", "int8"):
             # The file llama-quantize wrote, and the F32 file quantized on load to the same
@@ -182,16 +189,13 @@ def scored(base: Base, ref_lp: list, chunks) -> dict:
     return s.summary()
 
 
-def bf16_quality(base: Base, f32: Path, snapshot: Path, threads: int, bos) -> dict:
+def bf16_quality(base: Base, ref_lp: list, snapshot: Path, threads: int, bos) -> dict:
     """The bf16 configurations of the best-vs-best table: hubzoo's bf16 modes on the
     safetensors snapshot, and transformers in bfloat16, scored like the quantized files."""
     import hubzoo
     import torch
     from transformers import AutoModelForCausalLM
 
-    ref = hubzoo.CausalLM.from_pretrained(str(f32), num_threads=threads)
-    ref_lp = [log_softmax(lg) for _, lg in hubzoo_logits(ref, base, bos)]
-    del ref
     out = {}
     for mode in ("fused", "bf16dot"):
         label = f"hubzoo bfloat16 {mode} (snapshot)"
@@ -307,11 +311,13 @@ def main():
     qfiles = {ft: by_type[ft] for ft in QUALITY_FILES}
     report["quality"].update(llama_quality(llama_dir / "bin/llama-perplexity", base_file, qfiles,
                                            a.threads))
-    report["quality"].update(hubzoo_quality(base, f32, qfiles, a.threads, bos))
+    ref_lp, floor = fp32_reference(base, f32, a.threads, bos)
+    report["quality"]["hubzoo fp32 (F32 file)"] = floor
+    report["quality"].update(hubzoo_quality(base, f32, ref_lp, qfiles, a.threads, bos))
     bf16 = f32.with_name(f32.name.replace("-f32.gguf", "-bf16.gguf"))
     report["quality"].update(llama_quality(llama_dir / "bin/llama-perplexity", base_file,
                                            {"BF16": bf16}, a.threads))
-    report["quality"].update(bf16_quality(base, f32, ROOT / "models/SmolLM2-135M-Instruct",
+    report["quality"].update(bf16_quality(base, ref_lp, ROOT / "models/SmolLM2-135M-Instruct",
                                           a.threads, bos))
     base_file.unlink()
     base_file.parent.rmdir()
