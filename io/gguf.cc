@@ -526,6 +526,8 @@ const GgufTensorInfo* GgufFile::find(const std::string& name) const {
 
 const uint8_t* GgufFile::data(const GgufTensorInfo& t) const { return data_ + t.offset; }
 
+void GgufFile::drop_metadata() { nlohmann::ordered_json::object().swap(metadata_); }
+
 void GgufFile::release(const GgufTensorInfo& t) const {
   if (!map_) return;  // parsed from the caller's memory: not ours to drop
   // Only whole pages inside the tensor's range: neighbours may share the edge pages.

@@ -79,6 +79,9 @@ class GgufFile {
   // numbers (u64 stays unsigned), bools, strings (bytes as stored; invalid
   // UTF-8 is a FormatError), arrays as JSON arrays.
   const nlohmann::ordered_json& metadata() const { return metadata_; }
+  // Frees the metadata once read (a vocabulary as JSON values is ~30 MB for
+  // Gemma's 262k tokens); metadata() is then an empty object. Tensors stay.
+  void drop_metadata();
   // Tensor infos in file order, and an index by name (duplicate names rejected).
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find(const std::string& name) const;

@@ -245,6 +245,11 @@ TEST(Gguf, OpensAFileAndReleasesTensorPages) {
   for (const auto& t : f->tensors()) f->release(t);
   // Released pages of a private read-only mapping read back from the file.
   EXPECT_EQ(std::memcmp(f->data(*q), bytes.data() + f->data_offset() + q->offset, q->nbytes), 0);
+  // Dropping the metadata (once a loader has read it) keeps the tensors.
+  f->drop_metadata();
+  EXPECT_EQ(f->metadata(), nlohmann::ordered_json::object());
+  ASSERT_EQ(f->find("q8_0"), q);
+  EXPECT_EQ(std::memcmp(f->data(*q), bytes.data() + f->data_offset() + q->offset, q->nbytes), 0);
 }
 
 TEST(Gguf, FileErrors) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "base/heap.h"
+
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
 
@@ -26,6 +28,21 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots)
       throw InvalidArgument("KvCache: a windowed layer cannot keep blocked keys");
     }
   }
+}
+
+namespace {
+
+// Pages are small heap blocks; freed ones in the middle of the heap stay
+// resident, and a later cache built on another thread (the scheduler's) cannot
+// reuse them. Once this much is freed, the free memory goes back to the OS.
+constexpr int64_t kTrimBytes = int64_t{8} << 20;
+
+}  // namespace
+
+KvCache::~KvCache() {
+  const int64_t held = pages_.empty() ? 0 : bytes_;  // a moved-from cache holds nothing
+  pages_.clear();
+  if (freed_since_trim_ + held >= kTrimBytes) release_free_heap();
 }
 
 void KvCache::throw_not_held(int64_t pos) {
@@ -103,6 +120,11 @@ void KvCache::free_page(int32_t id) {
   free_ids_.push_back(id);
   bytes_ -= page_bytes(layer_of_[id]);
   --pages_held_;
+  freed_since_trim_ += page_bytes(layer_of_[id]);
+  if (freed_since_trim_ >= kTrimBytes) {
+    release_free_heap();
+    freed_since_trim_ = 0;
+  }
 }
 
 void KvCache::release_page(int32_t id) {

@@ -60,6 +60,7 @@ class KvCache {
   KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots);
   KvCache(KvCache&&) = default;
   KvCache& operator=(KvCache&&) = default;
+  ~KvCache();
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_slots() const { return num_slots_; }
@@ -191,6 +192,7 @@ class KvCache {
   std::vector<int64_t> lengths_;
   std::vector<std::vector<int32_t>> token_ids_;  // [slot][position], when kept
   int64_t budget_bytes_ = 0, bytes_ = 0, pages_held_ = 0;
+  int64_t freed_since_trim_ = 0;  // page bytes freed since the heap was last trimmed
   std::function<bool()> make_room_;
 };
 

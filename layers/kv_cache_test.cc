@@ -6,6 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <vector>
 
 #include "ops/bf16.h"
@@ -15,6 +20,35 @@ namespace {
 
 constexpr int64_t kRow = 8;
 constexpr int64_t kPageBytes = 2 * kKvPage * kRow * sizeof(float);
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+int64_t resident_bytes() {
+  int64_t size = 0, resident = 0;
+  std::ifstream("/proc/self/statm") >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// A cache's pages are small heap blocks: freed, they would stay resident under
+// whatever the heap allocated after them. Their memory goes back to the system
+// (glibc's malloc; the sanitizers bring their own allocator).
+TEST(PagedKvCache, FreedPagesLeaveResidentMemory) {
+  constexpr int64_t kLayers = 8, kWideRow = 256, kPositions = 2048;
+  constexpr int64_t kBytes = kLayers * kPositions * kWideRow * 2 * sizeof(float);  // 32 MiB
+  static_assert(2 * kKvPage * kWideRow * sizeof(float) < 128 * 1024,
+                "pages below mmap's threshold");
+  std::unique_ptr<char[]> above;
+  int64_t before = 0;
+  {
+    KvCache cache(kLayers, 1, kWideRow);
+    cache.reserve(0, kPositions);  // zeroed pages: resident
+    ASSERT_EQ(cache.bytes(), kBytes);
+    above.reset(new char[4096]);  // allocated after the pages: the heap cannot shrink from its top
+    std::memset(above.get(), 1, 4096);
+    before = resident_bytes();
+  }
+  EXPECT_LT(resident_bytes(), before - kBytes * 3 / 4);
+}
+#endif
 
 TEST(PagedKvCache, PagesFollowPositions) {
   KvCache cache(2, 3, kRow);

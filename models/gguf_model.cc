@@ -12,11 +12,15 @@
 namespace hubzoo {
 
 GgufModel open_gguf_model(const std::filesystem::path& path) {
-  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  std::unique_ptr<GgufFile> opened = GgufFile::open(path);
   std::vector<std::string> names;
-  for (const GgufTensorInfo& t : file->tensors()) names.push_back(t.name);
-  const nlohmann::ordered_json config = gguf_config(file->metadata(), names);
-  const GgufTensorMap map = gguf_tensor_map(file->metadata(), config, names);
+  for (const GgufTensorInfo& t : opened->tensors()) names.push_back(t.name);
+  const nlohmann::ordered_json config = gguf_config(opened->metadata(), names);
+  const GgufTensorMap map = gguf_tensor_map(opened->metadata(), config, names);
+  // The checkpoint keeps the file mapped for as long as the model lives; the
+  // tokenizer reads the metadata on its own.
+  opened->drop_metadata();
+  std::shared_ptr<const GgufFile> file = std::move(opened);
 
   // HF tensors in file order; a fused HF tensor collects its parts in part order.
   std::vector<GgufCheckpointTensor> tensors;

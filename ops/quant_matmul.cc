@@ -622,9 +622,9 @@ void check_args(const QuantMatmulArgs& a) {
   }
 }
 
-// Every row of x (after k_perm) quantized for the int8 mode.
-quant::Int8Acts quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool) {
-  quant::Int8Acts acts;
+// Every row of x (after k_perm) quantized for the int8 mode, into acts. Its
+// vectors only grow, so a caller that keeps acts allocates once per size.
+void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& acts) {
   acts.k = a.w->k;
   acts.block = quant_traits(a.w->type).block_elems;
   acts.qx.resize(a.m * acts.k);
@@ -646,7 +646,6 @@ quant::Int8Acts quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool) {
   } else {
     rows(0, a.m);
   }
-  return acts;
 }
 
 }  // namespace
@@ -655,7 +654,11 @@ void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool) {
   check_args(a);
   if (a.m == 0 || a.w->n == 0) return;
   if (a.mode == QuantMode::kInt8) {
-    quant::Int8Acts acts = quantize_rows(a, &pool);
+    // Kept per calling thread and grow-only, like a workspace's ScratchBuffer:
+    // a 512-token prefill's rows are ~0.8 MB, which malloc would otherwise map
+    // and unmap (page faults included) in every matmul.
+    thread_local quant::Int8Acts acts;
+    quantize_rows(a, &pool, acts);
     HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, &acts, pool);
   } else {
     HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, nullptr, pool);
@@ -666,7 +669,8 @@ void quant_matmul_reference(const QuantMatmulArgs& a) {
   check_args(a);
   if (a.m == 0 || a.w->n == 0) return;
   if (a.mode == QuantMode::kInt8) {
-    quant::Int8Acts acts = quantize_rows(a, nullptr);
+    quant::Int8Acts acts;
+    quantize_rows(a, nullptr, acts);
     quant::int8_scalar(a, acts, 0, a.m, 0, a.w->n);
   } else {
     quant::exact_scalar(a, 0, a.m, 0, a.w->n);
