@@ -25,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,15 +37,34 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[str, float]:
-    """Runs cmd; returns (stdout, CLOCK_MONOTONIC time of the spawn). Each engine reports its
-    own peak RSS (getrusage in the process)."""
+def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600,
+                usage: dict | None = None) -> tuple[str, float]:
+    """Runs cmd; returns (stdout, CLOCK_MONOTONIC time of the spawn). hubzoo reports its own
+    peak RSS (getrusage in the process); for a peer, pass `usage` and the child's peak RSS
+    (its rusage from wait4) lands in usage["peak_rss_bytes"]."""
     spawn = time.clock_gettime(time.CLOCK_MONOTONIC)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, **(env or {})}, cwd=ROOT)
-    out, err = p.communicate(timeout=timeout)
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        p = subprocess.Popen(cmd, stdout=fout, stderr=ferr, text=True,
+                             env={**os.environ, **(env or {})}, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                p.returncode = -9
+                raise RuntimeError(f"{' '.join(cmd)} timed out after {timeout} s")
+            time.sleep(0.01)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-3000:]}")
+    if usage is not None:
+        usage["peak_rss_bytes"] = max(usage.get("peak_rss_bytes", 0), ru.ru_maxrss * 1024)
     return out, spawn
 
 
@@ -81,8 +101,10 @@ def transformers_engine(model: str, dtype: str, a) -> dict:
 
 def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
     bin_dir = llama_dir / "bin"
+    usage: dict = {}  # peak RSS: the larger of its two processes
     out, _ = run_process([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(a.threads),
-                             "-p", a.prefill, "-n", str(a.decode_tokens), "-r", "1", "-o", "json"])
+                             "-p", a.prefill, "-n", str(a.decode_tokens), "-r", "1", "-o", "json"],
+                         usage=usage)
     rows = json.loads(out)
     prefill, decode = [], []
     for row in rows:
@@ -95,12 +117,13 @@ def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
     out, _ = run_process([str(bin_dir / "llama-batched-bench"), "-m", str(gguf), "-t", str(a.threads),
                              "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", "16",
                              "-ntg", str(a.decode_tokens), "-npl", a.decode_batch,
-                             "--output-format", "jsonl"])
+                             "--output-format", "jsonl"], usage=usage)
     for line in out.splitlines():
         if line.startswith("{") and '"speed_tg"' in line:
             j = json.loads(line)
             decode.append({"batch": j["pl"], "tok_s": j["speed_tg"], "step_ms": 1e3 * j["pl"] / j["speed_tg"]})
     return {"engine": "llama.cpp", "prefill": prefill, "decode": decode, "llama_bench_tg_batch1": tg1,
+            "peak_rss_bytes": usage["peak_rss_bytes"],
             "gguf": gguf.name, "build": rows[0].get("build_commit") if rows else None,
             "cpu_info": rows[0].get("cpu_info") if rows else None}
 
