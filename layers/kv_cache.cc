@@ -4,7 +4,6 @@
 #include <string>
 
 #include "base/heap.h"
-
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
 
