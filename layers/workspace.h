@@ -34,6 +34,13 @@ struct LayerWorkspace {
   ScratchBuffer expert_rows, expert_out, moe_cells;
   // SparseMoe's shared expert: its output [M, H] and gate [M].
   ScratchBuffer shared_out, shared_gate;
+
+  void release() {
+    for (ScratchBuffer* b :
+         {&step, &key_blocks, &expert_rows, &expert_out, &moe_cells, &shared_out, &shared_gate}) {
+      b->release();
+    }
+  }
 };
 
 }  // namespace hubzoo

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/heap.h"
 #include "models/decoder_impl.h"
 #include "models/decoder_step.h"
 #include "models/decoder_steps.h"
@@ -25,6 +26,10 @@ void Decoder::forward(const TokenBatch& batch, KvCache& cache, const ForwardOpti
     drop_replayed_rows(replay, out);
   } else {
     forward_step(batch, cache, opt, out);
+  }
+  if (batch.size() > DecoderWorkspace::kKeepStepRows) {
+    ws_.release();
+    release_free_heap();
   }
   if (!cache.keeps_token_ids()) return;
   for (int64_t t = 0; t < batch.size(); ++t) {

@@ -49,7 +49,10 @@ struct DecoderLayer {
 
 // The activations of a step, owned by the model and reused from step to
 // step: allocated once, grown only when a bigger batch comes, freed with the
-// model. One forward at a time uses it: Decoder::forward holds forward_mu_
+// model or after a step of more than kKeepStepRows rows (a prompt), so
+// decode steps never allocate and a long prompt's buffers (a 4096-token
+// prompt's gate/up output alone is 150 MB on Qwen2.5-0.5B) do not stay
+// resident. One forward at a time uses it: Decoder::forward holds forward_mu_
 // for the whole step (the Scheduler already serialises a model's steps; the
 // lock covers callers that share a model across threads, e.g. Python threads
 // with the GIL released, at the cost of one uncontended lock per step).
@@ -60,6 +63,13 @@ struct DecoderWorkspace {
   ScratchBuffer ple_gate;           // [M, P]
   std::vector<KvChunk> kept;        // KV sharing: producers' keys/values for their consumers
   LayerWorkspace layers;            // attention, MLP and MoE step buffers
+
+  static constexpr int64_t kKeepStepRows = 64;
+  void release() {
+    for (ScratchBuffer* b : {&x, &normed, &branch, &moe_out, &per_layer, &ple_gate}) b->release();
+    for (KvChunk& c : kept) c = KvChunk{};
+    layers.release();
+  }
 };
 
 class Decoder final : public CausalLM {

@@ -7,7 +7,9 @@
 // zeroing) every layer of every step: a 2048-token prefill's gate/up output
 // alone is 25 MiB. This keeps the largest size asked for and hands it out
 // again without touching it; it grows only when a bigger batch comes. The
-// contents are not kept when it grows.
+// contents are not kept when it grows. Its owner frees it (release()) after a
+// step much bigger than the usual ones, so a long prompt does not leave its
+// buffers resident for the model's lifetime.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,10 @@ class ScratchBuffer {
       capacity_ = n;
     }
     return data_.get();
+  }
+  void release() {
+    data_.reset();
+    capacity_ = 0;
   }
 
  private:
