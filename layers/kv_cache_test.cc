@@ -21,7 +21,18 @@ namespace {
 constexpr int64_t kRow = 8;
 constexpr int64_t kPageBytes = 2 * kKvPage * kRow * sizeof(float);
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// glibc's malloc only: the sanitizers bring their own allocator (GCC says so
+// with __SANITIZE_*__, clang with __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HUBZOO_SANITIZER_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define HUBZOO_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+
+#if defined(__GLIBC__) && !defined(HUBZOO_SANITIZER_ALLOCATOR)
 int64_t resident_bytes() {
   int64_t size = 0, resident = 0;
   std::ifstream("/proc/self/statm") >> size >> resident;
@@ -29,8 +40,7 @@ int64_t resident_bytes() {
 }
 
 // A cache's pages are small heap blocks: freed, they would stay resident under
-// whatever the heap allocated after them. Their memory goes back to the system
-// (glibc's malloc; the sanitizers bring their own allocator).
+// whatever the heap allocated after them. Their memory goes back to the system.
 TEST(PagedKvCache, FreedPagesLeaveResidentMemory) {
   constexpr int64_t kLayers = 8, kWideRow = 256, kPositions = 2048;
   constexpr int64_t kBytes = kLayers * kPositions * kWideRow * 2 * sizeof(float);  // 32 MiB
