@@ -309,14 +309,17 @@ class _Handler(BaseHTTPRequestHandler):
                 chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
             if drop is not None and sent + len(chunk) > drop:
                 chunk = chunk[: drop - sent]
+            # Counted before the write: once the client has the bytes it may exit, and the
+            # test read the count, before this thread runs again.
+            self.hub.served(name, len(chunk))
             try:
                 self.wfile.write(chunk)
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
+                self.hub.served(name, -len(chunk))
                 return
             sent += len(chunk)
             pos += len(chunk)
-            self.hub.served(name, len(chunk))
             if drop is not None and sent >= drop:
                 self.close_connection = True
                 self.connection.shutdown(2)  # SHUT_RDWR: the client sees the transfer cut short
