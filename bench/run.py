@@ -40,7 +40,7 @@ def log(msg: str) -> None:
 def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600,
                 usage: dict | None = None) -> tuple[str, float]:
     """Runs cmd; returns (stdout, CLOCK_MONOTONIC time of the spawn). hubzoo reports its own
-    peak RSS (getrusage in the process); for a peer, pass `usage` and the child's peak RSS
+    peak RSS (VmHWM, read in the process); for a peer, pass `usage` and the child's peak RSS
     (its rusage from wait4) lands in usage["peak_rss_bytes"]."""
     spawn = time.clock_gettime(time.CLOCK_MONOTONIC)
     with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:

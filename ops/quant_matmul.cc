@@ -654,12 +654,13 @@ void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool) {
   check_args(a);
   if (a.m == 0 || a.w->n == 0) return;
   if (a.mode == QuantMode::kInt8) {
-    // Kept per calling thread and grow-only, like a workspace's ScratchBuffer:
-    // a 512-token prefill's rows are ~0.8 MB, which malloc would otherwise map
-    // and unmap (page faults included) in every matmul.
+    // Kept per calling thread, like a model's step buffers: a decode step's
+    // rows are allocated once; a prompt's (more than 64 rows) are freed after
+    // its product rather than kept resident for the thread's lifetime.
     thread_local quant::Int8Acts acts;
     quantize_rows(a, &pool, acts);
     HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, &acts, pool);
+    if (a.m > 64) acts = quant::Int8Acts{};
   } else {
     HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, nullptr, pool);
   }
