@@ -1,7 +1,6 @@
 #include "hub/download.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "hub/hub_api.h"
+#include "hub/net_libs.h"
 #include "hub/snapshot.h"
 
 namespace hubzoo {
@@ -26,23 +26,24 @@ namespace {
 // already there from an earlier attempt are hashed first, in 1 MiB reads).
 class BlobWriter {
  public:
-  explicit BlobWriter(fs::path path) : path_(std::move(path)), md_(EVP_MD_CTX_new()) {
+  explicit BlobWriter(fs::path path)
+      : path_(std::move(path)), crypto_(crypto_lib()), md_(crypto_.md_ctx_new()) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw FileError("cannot open " + path_.string() + ": " + std::strerror(errno));
-    EVP_DigestInit_ex(md_, EVP_sha256(), nullptr);
+    crypto_.digest_init_ex(md_, crypto_.sha256(), nullptr);
     std::vector<char> buf(1 << 20);
     for (;;) {
       const ssize_t n = ::read(fd_, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) throw FileError("cannot read " + path_.string() + ": " + std::strerror(errno));
       if (n == 0) break;
-      EVP_DigestUpdate(md_, buf.data(), static_cast<size_t>(n));
+      crypto_.digest_update(md_, buf.data(), static_cast<size_t>(n));
       offset_ += n;
     }
   }
   ~BlobWriter() {
     if (fd_ >= 0) ::close(fd_);
-    EVP_MD_CTX_free(md_);
+    crypto_.md_ctx_free(md_);
   }
   BlobWriter(const BlobWriter&) = delete;
   BlobWriter& operator=(const BlobWriter&) = delete;
@@ -54,12 +55,12 @@ class BlobWriter {
     if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0) {
       throw FileError("cannot truncate " + path_.string() + ": " + std::strerror(errno));
     }
-    EVP_DigestInit_ex(md_, EVP_sha256(), nullptr);
+    crypto_.digest_init_ex(md_, crypto_.sha256(), nullptr);
     offset_ = 0;
   }
 
   bool write(const char* data, size_t n) {
-    EVP_DigestUpdate(md_, data, n);
+    crypto_.digest_update(md_, data, n);
     while (n > 0) {
       const ssize_t w = ::write(fd_, data, n);
       if (w < 0 && errno == EINTR) continue;
@@ -79,10 +80,10 @@ class BlobWriter {
   std::string sha256_hex() {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_MD_CTX* copy = EVP_MD_CTX_new();
-    EVP_MD_CTX_copy_ex(copy, md_);
-    EVP_DigestFinal_ex(copy, digest, &len);
-    EVP_MD_CTX_free(copy);
+    EVP_MD_CTX* copy = crypto_.md_ctx_new();
+    crypto_.md_ctx_copy_ex(copy, md_);
+    crypto_.digest_final_ex(copy, digest, &len);
+    crypto_.md_ctx_free(copy);
     static const char* hex = "0123456789abcdef";
     std::string out;
     for (unsigned int i = 0; i < len; ++i) {
@@ -103,6 +104,7 @@ class BlobWriter {
  private:
   fs::path path_;
   int fd_ = -1;
+  const CryptoLib& crypto_;
   EVP_MD_CTX* md_;
   int64_t offset_ = 0;
   std::string error_;

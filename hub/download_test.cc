@@ -12,6 +12,7 @@
 #include "base/test_util.h"
 #include "hub/cache.h"
 #include "hub/http.h"
+#include "hub/net_libs.h"
 #include "hub/progress.h"
 #include "hub/repo_files.h"
 
@@ -20,6 +21,44 @@ namespace {
 
 namespace fs = std::filesystem;
 using test_util::TempDir;
+
+// First in the file (gtest runs tests in definition order; ctest runs each
+// alone): nothing has touched the network yet, so libcurl and libcrypto are
+// not mapped; the first URL parse or hash opens them.
+TEST(NetLibs, OpenedOnFirstUseOnly) {
+  EXPECT_FALSE(shared_library_loaded("libcurl"));
+  EXPECT_FALSE(shared_library_loaded("libcrypto"));
+  EXPECT_FALSE(shared_library_loaded("libgnutls"));
+  EXPECT_TRUE(shared_library_loaded("libc.so"));  // the search itself works
+  EXPECT_EQ(url_origin("http://127.0.0.1:8080/x"), "http://127.0.0.1:8080");
+  EXPECT_TRUE(shared_library_loaded("libcurl"));
+  const CryptoLib& c = crypto_lib();
+  EXPECT_TRUE(shared_library_loaded("libcrypto"));
+  // sha256("abc"), FIPS 180-2's example.
+  EVP_MD_CTX* md = c.md_ctx_new();
+  ASSERT_NE(md, nullptr);
+  ASSERT_EQ(c.digest_init_ex(md, c.sha256(), nullptr), 1);
+  ASSERT_EQ(c.digest_update(md, "abc", 3), 1);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  ASSERT_EQ(c.digest_final_ex(md, d, &n), 1);
+  c.md_ctx_free(md);
+  ASSERT_EQ(n, 32u);
+  EXPECT_EQ(d[0], 0xba);
+  EXPECT_EQ(d[1], 0x78);
+  EXPECT_EQ(d[31], 0xad);
+}
+
+TEST(NetLibs, AMissingLibraryIsANamedError) {
+  try {
+    open_shared_library({"libhubzoo-absent.so.9", "libhubzoo-absent.so"}, "testing the loader");
+    FAIL() << "expected a DownloadError";
+  } catch (const DownloadError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("testing the loader"), std::string::npos) << what;
+    EXPECT_NE(what.find("libhubzoo-absent.so.9, libhubzoo-absent.so"), std::string::npos) << what;
+  }
+}
 
 TEST(Glob, MatchesAsPythonFnmatch) {
   EXPECT_TRUE(glob_match("*.safetensors", "model.safetensors"));

@@ -1,12 +1,11 @@
 #include "hub/http.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
+
+#include "hub/net_libs.h"
 
 namespace hubzoo {
 
@@ -23,11 +22,6 @@ double env_seconds(const char* name, double fallback) {
     throw InvalidArgument(std::string(name) + "='" + v + "': expected seconds in (0, 3600]");
   }
   return d;
-}
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
 struct Transfer {
@@ -58,7 +52,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t n = size * count;
   long status = 0;
-  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_lib().easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
   if (t->request->sink && status >= 200 && status < 300) {
     if (!t->request->sink(status, data, n)) {
       t->aborted = true;
@@ -75,46 +69,47 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 }
 
 struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+  void operator()(CURL* c) const { curl_lib().easy_cleanup(c); }
 };
 struct SlistDeleter {
-  void operator()(curl_slist* s) const { curl_slist_free_all(s); }
+  void operator()(curl_slist* s) const { curl_lib().slist_free_all(s); }
 };
 
 // One handle per thread, reset between requests: its connection cache keeps
 // connections to the Hub alive across files.
 CURL* thread_handle() {
-  global_init();
-  thread_local std::unique_ptr<CURL, CurlDeleter> handle(curl_easy_init());
+  const CurlLib& curl = curl_lib();
+  thread_local std::unique_ptr<CURL, CurlDeleter> handle(curl.easy_init());
   if (!handle) throw DownloadError("libcurl: cannot create a handle");
-  curl_easy_reset(handle.get());
+  curl.easy_reset(handle.get());
   return handle.get();
 }
 
 void configure(CURL* c, const HttpRequest& r, const HttpOptions& o, curl_slist* headers,
                Transfer* t) {
-  curl_easy_setopt(c, CURLOPT_URL, r.url.c_str());
+  const CurlLib& curl = curl_lib();
+  curl.easy_setopt(c, CURLOPT_URL, r.url.c_str());
 #if LIBCURL_VERSION_NUM >= 0x075500
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "hubzoo/0.1; libcurl");
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_s * 1000));
+  curl.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl.easy_setopt(c, CURLOPT_USERAGENT, "hubzoo/0.1; libcurl");
+  curl.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_s * 1000));
   // Stalled: under 1 byte/s for read_timeout_s (whole seconds, at least 1).
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(o.read_timeout_s)));
-  if (r.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  if (r.sink) curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes
+  curl.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl.easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(o.read_timeout_s)));
+  if (r.method == "HEAD") curl.easy_setopt(c, CURLOPT_NOBODY, 1L);
+  if (r.sink) curl.easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger writes
   if (r.range_start >= 0) {
     const std::string range = std::to_string(r.range_start) + "-";
-    curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());  // copied by libcurl
+    curl.easy_setopt(c, CURLOPT_RANGE, range.c_str());  // copied by libcurl
   }
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, t);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
+  curl.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl.easy_setopt(c, CURLOPT_HEADERDATA, t);
+  curl.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl.easy_setopt(c, CURLOPT_WRITEDATA, t);
 }
 
 }  // namespace
@@ -159,18 +154,19 @@ bool parse_header_line(std::string_view line, std::string& name, std::string& va
 }
 
 HttpResponse http_send(const HttpRequest& request, const HttpOptions& options) {
+  const CurlLib& curl = curl_lib();
   CURL* c = thread_handle();
   curl_slist* list = nullptr;
-  for (const std::string& h : request.headers) list = curl_slist_append(list, h.c_str());
+  for (const std::string& h : request.headers) list = curl.slist_append(list, h.c_str());
   const std::unique_ptr<curl_slist, SlistDeleter> headers(list);
   HttpResponse response;
   response.url = request.url;
   Transfer t{&request, &response, c};
   configure(c, request, options, list, &t);
   char error[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  const CURLcode rc = curl_easy_perform(c);
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+  curl.easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  const CURLcode rc = curl.easy_perform(c);
+  curl.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
   if (t.too_large) {
     throw DownloadError("answer from " + request.url + " is too large (headers over " +
                         std::to_string(kMaxHeaderBytes) + " bytes or body over " +
@@ -186,41 +182,41 @@ HttpResponse http_send(const HttpRequest& request, const HttpOptions& options) {
   }
   if (rc != CURLE_OK) {
     throw NetworkError("request to " + request.url + " failed: " +
-                       (error[0] ? std::string(error) : std::string(curl_easy_strerror(rc))));
+                       (error[0] ? std::string(error) : std::string(curl.easy_strerror(rc))));
   }
   return response;
 }
 
 std::string resolve_url(const std::string& base, const std::string& location) {
-  global_init();
-  CURLU* u = curl_url();
+  const CurlLib& curl = curl_lib();
+  CURLU* u = curl.url();
   std::string out;
-  if (curl_url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
-      curl_url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK) {
+  if (curl.url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
+      curl.url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK) {
     char* s = nullptr;
-    if (curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK) out = s;
-    curl_free(s);
+    if (curl.url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK) out = s;
+    curl.free(s);
   }
-  curl_url_cleanup(u);
+  curl.url_cleanup(u);
   if (out.empty()) throw DownloadError("bad redirect from " + base + " to '" + location + "'");
   return out;
 }
 
 std::string url_origin(const std::string& url) {
-  global_init();
-  CURLU* u = curl_url();
+  const CurlLib& curl = curl_lib();
+  CURLU* u = curl.url();
   std::string out;
-  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK) {
+  if (curl.url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK) {
     char *scheme = nullptr, *host = nullptr, *port = nullptr;
-    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
-    curl_url_get(u, CURLUPART_HOST, &host, 0);
-    curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
+    curl.url_get(u, CURLUPART_SCHEME, &scheme, 0);
+    curl.url_get(u, CURLUPART_HOST, &host, 0);
+    curl.url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
     if (scheme && host && port) out = std::string(scheme) + "://" + host + ":" + port;
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(port);
+    curl.free(scheme);
+    curl.free(host);
+    curl.free(port);
   }
-  curl_url_cleanup(u);
+  curl.url_cleanup(u);
   for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return out;
 }
