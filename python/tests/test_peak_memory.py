@@ -3,7 +3,7 @@
 `hubzoo bench` on SmolLM2-135M Q4_1 (98 MB): a 512-token prefill, then decode at batch 1
 and 16 (the larger KV cache, 35 MB). What the process keeps besides the file's pages and
 the cache is its own code and libraries (~6 MB since libcurl's chain is opened only
-for a download), the model's step buffers and logits. Measured 1.09 (exact) and 1.11
+for a download), the model's step buffers and logits. Measured 1.09 (exact) and 1.10
 (int8) of file + KV; before freed KV pages went back to the system, the GGUF's parsed
 metadata was dropped, a prompt's step buffers were freed and the network libraries were
 opened on first use, 1.29 and 1.47 (the prefill's KV pages and buffers stayed resident
