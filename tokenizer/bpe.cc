@@ -93,45 +93,53 @@ std::string optional_string(const Json& j, const char* key) {
 class BPE : public Model {
  public:
   BPE(const Json& j, const Source& src) {
+    set_options(j, src);
     set_vocab(parse_vocab_object(field(j, "vocab", src), src));
-    if (j.contains("dropout") && j["dropout"].is_number() && j["dropout"].get<double>() != 0.0) {
-      throw FormatError(src.file + ": BPE dropout is not supported (it makes encoding random)");
-    }
-    if (j.contains("unk_token") && j["unk_token"].is_string())
-      unk_ = j["unk_token"].get<std::string>();
-    prefix_ = optional_string(j, "continuing_subword_prefix");
-    suffix_ = optional_string(j, "end_of_word_suffix");
-    fuse_unk_ = j.value("fuse_unk", false);
-    byte_fallback_ = j.value("byte_fallback", false);
-    ignore_merges_ = j.value("ignore_merges", false);
-    for (const auto& [token, id] : vocab_) {
-      if (id >= id_to_token_.size()) id_to_token_.resize(id + 1);
-      id_to_token_[id] = token;
-    }
+    index_ids();
     const Json& merges = field(j, "merges", src);
     merges_ = MergeTable(merges.size());
     uint32_t rank = 0;
+    std::string merged;  // reused: no allocation per merge
     for (const Json& m : merges) {
-      std::string a, b;
+      std::string_view a, b;
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
+        const std::string& s = m.get_ref<const std::string&>();
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
           throw FormatError(src.file + ": BPE merge '" + s + "' is not two tokens");
         }
-        a = s.substr(0, sp), b = s.substr(sp + 1);
-      } else if (m.is_array() && m.size() == 2) {
-        a = m[0].get<std::string>(), b = m[1].get<std::string>();
+        a = std::string_view(s).substr(0, sp), b = std::string_view(s).substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].get_ref<const std::string&>(), b = m[1].get_ref<const std::string&>();
       } else {
         throw FormatError(src.file + ": BPE merge " + json_excerpt(m) + " is not a pair");
       }
-      const std::string merged = a + b.substr(std::min(prefix_.size(), b.size()));
+      merged.assign(a);
+      merged.append(b.substr(std::min(prefix_.size(), b.size())));
       auto ia = token_to_id(a), ib = token_to_id(b), im = token_to_id(merged);
       if (!ia || !ib || !im) {
-        throw FormatError(src.file + ": BPE merge '" + a + " " + b +
+        throw FormatError(src.file + ": BPE merge '" + std::string(a) + " " + std::string(b) +
                           "' uses a token missing from the vocab");
       }
       merges_.insert(pair_key(*ia, *ib), rank++, *im);
+    }
+  }
+
+  // The same model from tables (make_bpe's second form).
+  BPE(const Json& options, VocabMap vocab, const std::vector<BpeMerge>& merges, const Source& src) {
+    set_options(options, src);
+    set_vocab(std::move(vocab));
+    index_ids();
+    merges_ = MergeTable(merges.size());
+    uint32_t rank = 0;
+    for (const BpeMerge& m : merges) {
+      for (const uint32_t id : {m.left, m.right, m.merged}) {
+        if (id >= id_to_token_.size()) {
+          throw FormatError(src.file + ": BPE merge " + std::to_string(rank) + " uses id " +
+                            std::to_string(id) + ", which is not in the vocab");
+        }
+      }
+      merges_.insert(pair_key(m.left, m.right), rank++, m.merged);
     }
   }
 
@@ -155,6 +163,25 @@ class BPE : public Model {
   }
 
  private:
+  void set_options(const Json& j, const Source& src) {
+    if (j.contains("dropout") && j["dropout"].is_number() && j["dropout"].get<double>() != 0.0) {
+      throw FormatError(src.file + ": BPE dropout is not supported (it makes encoding random)");
+    }
+    if (j.contains("unk_token") && j["unk_token"].is_string())
+      unk_ = j["unk_token"].get<std::string>();
+    prefix_ = optional_string(j, "continuing_subword_prefix");
+    suffix_ = optional_string(j, "end_of_word_suffix");
+    fuse_unk_ = j.value("fuse_unk", false);
+    byte_fallback_ = j.value("byte_fallback", false);
+    ignore_merges_ = j.value("ignore_merges", false);
+  }
+  void index_ids() {
+    for (const auto& [token, id] : vocab_) {
+      if (id >= id_to_token_.size()) id_to_token_.resize(id + 1);
+      id_to_token_[id] = token;
+    }
+  }
+
   std::vector<Symbol> merge_word(std::string_view w) const {
     std::vector<Symbol> word;
     word.reserve(w.size());
@@ -259,6 +286,11 @@ class BPE : public Model {
 
 std::unique_ptr<Model> make_bpe(const Json& j, const Source& src) {
   return std::make_unique<BPE>(j, src);
+}
+
+std::unique_ptr<Model> make_bpe(const Json& options, VocabMap vocab,
+                                const std::vector<BpeMerge>& merges, const Source& src) {
+  return std::make_unique<BPE>(options, std::move(vocab), merges, src);
 }
 
 }  // namespace hubzoo::tok

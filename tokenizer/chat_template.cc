@@ -67,7 +67,7 @@ ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   std::error_code ec;
   if (dir.extension() == ".gguf" && fs::is_regular_file(dir, ec)) {
     // A GGUF file: tokenizer.chat_template and the special tokens from its metadata.
-    const ojson config = gguf_tokenizer_files(GgufFile::open(dir)->metadata()).config;
+    const ojson config = gguf_tokenizer_config(GgufFile::open(dir)->metadata());
     for (const char* key : kSpecialTokens) {
       std::string v;
       if (config.contains(key) && token_content(config[key], v)) t.special_tokens_[key] = v;

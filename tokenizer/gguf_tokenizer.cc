@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "tokenizer/token_models.h"
 
 namespace hubzoo {
 namespace {
@@ -152,7 +153,7 @@ std::string gemma_respell(const std::string& token) {
 // {token: index} as a Python dict comprehension builds it: the last index of a
 // repeated token wins, keys in first-appearance order.
 struct Vocab {
-  std::unordered_map<std::string, int64_t> index;
+  std::unordered_map<std::string, int64_t, tok::StringHash, std::equal_to<>> index;
   std::vector<std::string> order;  // unique tokens, first appearance
 };
 
@@ -170,40 +171,114 @@ Vocab make_vocab(const std::vector<std::string>& tokens) {
 }
 
 // One split of a token into two vocabulary tokens: token[0, split) + token[split, end).
+// One merge: *token split at byte `split` (the file's "a b" merges skip the
+// space: skip 1). Derived merges know their pieces' ids (in the vocabulary
+// they were derived from) and sort by score and lengths in code points.
 struct MergeCandidate {
   const std::string* token;
   uint32_t split;                // bytes
   uint32_t left_len, right_len;  // code points
-  int64_t left_id, right_id;
+  int64_t left_id, right_id;     // -1: unknown
   double score;
+  int64_t merged_id = -1;  // the token's own id, when derived
+  uint32_t skip = 0;
+  std::string_view left() const { return std::string_view(*token).substr(0, split); }
+  std::string_view right() const { return std::string_view(*token).substr(split + skip); }
+};
+
+// Byte offsets where the code points of valid UTF-8 `s` start, and s.size()
+// last (GgufFile rejects invalid UTF-8; here too). Reuses `out`.
+void code_point_starts(std::string_view s, std::vector<uint32_t>& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) throw ConfigError("GGUF metadata: token is not valid UTF-8");
+    for (int k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) {
+        throw ConfigError("GGUF metadata: token is not valid UTF-8");
+      }
+    }
+    out.push_back(static_cast<uint32_t>(i));
+    i += n;
+  }
+  out.push_back(static_cast<uint32_t>(s.size()));
+}
+
+// A Vocab's tokens -> ids for generate_merges' ~2M lookups (Gemma): open
+// addressing over (hash tag, entry) pairs, 8 bytes a slot, so a lookup is one
+// cache line and a string comparison only when the tag matches (a
+// std::unordered_map walks a node list: two or three dependent misses).
+class TokenIndex {
+ public:
+  explicit TokenIndex(const Vocab& v) : order_(v.order) {
+    size_t n = 16;
+    while (n < 2 * order_.size()) n *= 2;
+    slots_.assign(n, Slot{0, kEmpty});
+    mask_ = n - 1;
+    ids_.reserve(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) {
+      ids_.push_back(v.index.find(std::string_view(order_[i]))->second);
+      const uint64_t h = hash(order_[i]);
+      size_t s = h & mask_;
+      while (slots_[s].entry != kEmpty) s = (s + 1) & mask_;  // entries are unique
+      slots_[s] = {static_cast<uint32_t>(h >> 32), static_cast<uint32_t>(i)};
+    }
+  }
+  // The id of `token`, or -1.
+  int64_t find(std::string_view token) const {
+    const uint64_t h = hash(token);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (size_t s = h & mask_; slots_[s].entry != kEmpty; s = (s + 1) & mask_) {
+      if (slots_[s].tag == tag && order_[slots_[s].entry] == token) return ids_[slots_[s].entry];
+    }
+    return -1;
+  }
+  // The id of the vocabulary's entry i (its last index among the tokens).
+  int64_t id_of_entry(size_t i) const { return ids_[i]; }
+
+ private:
+  static constexpr uint32_t kEmpty = ~uint32_t{0};
+  struct Slot {
+    uint32_t tag, entry;
+  };
+  static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+
+  const std::vector<std::string>& order_;
+  std::vector<Slot> slots_;
+  std::vector<int64_t> ids_;
+  size_t mask_ = 0;
 };
 
 // transformers' generate_merges(vocab, vocab_scores): every split of every
 // token into two vocabulary tokens, per token ordered by the pieces' ids, then
 // all sorted by (score, len(left), len(right)) descending, stably.
-// `score_of` gives the score of a token (its last occurrence's).
-json generate_merges(const Vocab& vocab, const std::unordered_map<std::string, double>& score_of) {
+// `score_of_index[i]` is the score of the token whose last occurrence is index
+// i (dict(zip(tokens, scores)) keeps the last). Pieces' ids are `vocab`'s.
+std::vector<MergeCandidate> generate_merges(const Vocab& vocab,
+                                            const std::vector<double>& score_of_index) {
   uint64_t work = 0;
   for (const auto& t : vocab.order) work += static_cast<uint64_t>(t.size()) * t.size();
   if (work > kMaxMergeWork) {
     throw ConfigError("GGUF metadata: 'tokenizer.ggml.tokens' is too large to derive merges from");
   }
+  const TokenIndex index(vocab);
   std::vector<MergeCandidate> merges;
-  std::string left, right;
-  for (const auto& token : vocab.order) {
-    const auto cps = code_points(token);
+  std::vector<uint32_t> starts;
+  for (size_t i = 0; i < vocab.order.size(); ++i) {
+    const std::string& token = vocab.order[i];
+    const std::string_view t(token);
+    code_point_starts(t, starts);
     const size_t first = merges.size();
-    const double score = score_of.at(token);
-    left.clear();
-    for (size_t k = 1; k < cps.size(); ++k) {
-      append_utf8(left, cps[k - 1]);
-      const auto l = vocab.index.find(left);
-      if (l == vocab.index.end()) continue;
-      right.assign(token, left.size());
-      const auto r = vocab.index.find(right);
-      if (r == vocab.index.end()) continue;
-      merges.push_back({&token, static_cast<uint32_t>(left.size()), static_cast<uint32_t>(k),
-                        static_cast<uint32_t>(cps.size() - k), l->second, r->second, score});
+    const double score = score_of_index[static_cast<size_t>(index.id_of_entry(i))];
+    const size_t cps = starts.size() - 1;
+    for (size_t k = 1; k < cps; ++k) {
+      const int64_t l = index.find(t.substr(0, starts[k]));
+      if (l < 0) continue;
+      const int64_t r = index.find(t.substr(starts[k]));
+      if (r < 0) continue;
+      merges.push_back({&token, starts[k], static_cast<uint32_t>(k), static_cast<uint32_t>(cps - k),
+                        l, r, score, index.id_of_entry(i)});
     }
     std::stable_sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
                      [](const auto& a, const auto& b) {
@@ -216,30 +291,34 @@ json generate_merges(const Vocab& vocab, const std::unordered_map<std::string, d
     if (a.left_len != b.left_len) return a.left_len > b.left_len;
     return a.right_len > b.right_len;
   });
-  json out = json::array();
-  out.get_ref<json::array_t&>().reserve(merges.size());
-  for (const auto& m : merges) {
-    out.push_back(json::array({m.token->substr(0, m.split), m.token->substr(m.split)}));
-  }
-  return out;
+  return merges;
 }
 
-// The file's merges ("a b" -> [a, b]); a merge that is not two tokens is an error.
-json file_merges(const std::vector<std::string>& merges) {
-  json out = json::array();
+// The file's merges ("a b"): where each splits; one that is not two tokens is an error.
+std::vector<MergeCandidate> file_merges(const std::vector<std::string>& merges) {
+  std::vector<MergeCandidate> out;
+  out.reserve(merges.size());
   for (const auto& m : merges) {
     const size_t sp = m.find(' ');
     if (sp == std::string::npos || m.find(' ', sp + 1) != std::string::npos) {
       throw key_error("tokenizer.ggml.merges", "has an entry '" + m + "' that is not two tokens");
     }
-    out.push_back(json::array({m.substr(0, sp), m.substr(sp + 1)}));
+    out.push_back({&m, static_cast<uint32_t>(sp), 0, 0, -1, -1, 0.0, -1, 1});
   }
   return out;
 }
 
+// {token: id}; keys inserted in order with a hint (a std::map underneath:
+// ~3x faster than one search per key at Gemma's 262k tokens).
 json vocab_json(const Vocab& v) {
+  std::vector<const std::pair<const std::string, int64_t>*> sorted;
+  sorted.reserve(v.index.size());
+  for (const auto& entry : v.index) sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
   json out = json::object();
-  for (const auto& [token, id] : v.index) out[token] = id;
+  auto& obj = out.get_ref<json::object_t&>();
+  for (const auto* e : sorted) obj.emplace_hint(obj.end(), e->first, e->second);
   return out;
 }
 
@@ -332,7 +411,8 @@ struct TokenizerData {
   std::vector<std::string> merges;
 };
 
-TokenizerData read_tokenizer_data(const ojson& m) {
+// The tokenizer metadata, validated; `merges`: also read tokenizer.ggml.merges.
+TokenizerData read_tokenizer_data(const ojson& m, bool merges = true) {
   TokenizerData d;
   const ojson* model = find(m, "tokenizer.ggml.model");
   if (!model) throw key_error("tokenizer.ggml.model", "is missing");
@@ -353,20 +433,20 @@ TokenizerData read_tokenizer_data(const ojson& m) {
   d.scores = number_array(m, "tokenizer.ggml.scores", d.tokens.size());
   d.types = number_array(m, "tokenizer.ggml.token_type", d.tokens.size());
   d.has_merges = find(m, "tokenizer.ggml.merges") != nullptr;
-  if (d.has_merges) d.merges = string_array(m, "tokenizer.ggml.merges", kMaxMerges);
+  if (d.has_merges && merges) d.merges = string_array(m, "tokenizer.ggml.merges", kMaxMerges);
   return d;
 }
 
-// Scores by token (last occurrence), as dict(zip(tokens, scores)).
-std::unordered_map<std::string, double> scores_by_token(const std::vector<std::string>& tokens,
-                                                        const std::vector<double>& scores) {
-  std::unordered_map<std::string, double> out;
-  for (size_t i = 0; i < tokens.size(); ++i) out[tokens[i]] = scores[i];
-  return out;
-}
-
 // The BPE model: vocabulary (respelled per kind) and merges.
-json bpe_model(Kind kind, const TokenizerData& d, Vocab& vocab) {
+struct BpeParts {
+  Vocab vocab;                         // as respelled per kind: the model's
+  Vocab derived_from;                  // the spelling merges were derived in, when not `vocab`'s
+  std::vector<MergeCandidate> merges;  // in rank order
+  bool ids_known = false;              // merges' ids are `vocab`'s
+  json options;                        // the JSON model object without vocab and merges
+};
+
+void bpe_parts(Kind kind, const TokenizerData& d, BpeParts& p) {
   std::vector<std::string> spelled = d.tokens;
   if (kind == Kind::kByteLevel) {
     for (auto& t : spelled) {
@@ -375,30 +455,82 @@ json bpe_model(Kind kind, const TokenizerData& d, Vocab& vocab) {
   } else if (kind == Kind::kGemma) {
     for (auto& t : spelled) t = gemma_respell(t);
   }
-  vocab = make_vocab(spelled);
-  json merges;
+  p.vocab = make_vocab(spelled);
   if (d.has_merges) {
-    merges = file_merges(d.merges);
+    p.merges = file_merges(d.merges);
   } else if (kind == Kind::kGemma) {
-    std::unordered_map<std::string, double> position;
-    for (size_t i = 0; i < spelled.size(); ++i) position[spelled[i]] = -static_cast<double>(i);
-    merges = generate_merges(vocab, position);
+    std::vector<double> position(spelled.size());  // GemmaConverter: score = -index
+    for (size_t i = 0; i < spelled.size(); ++i) position[i] = -static_cast<double>(i);
+    p.merges = generate_merges(p.vocab, position);
+    p.ids_known = true;
   } else {
     if (d.scores.empty()) throw key_error("tokenizer.ggml.scores", "is missing (no merges either)");
     // generate_merges runs over the file's own spelling (byte-level: before respelling).
-    merges = generate_merges(make_vocab(d.tokens), scores_by_token(d.tokens, d.scores));
+    if (spelled == d.tokens) {
+      p.merges = generate_merges(p.vocab, d.scores);
+      p.ids_known = true;
+    } else {
+      p.derived_from = make_vocab(d.tokens);
+      p.merges = generate_merges(p.derived_from, d.scores);
+    }
   }
-  json model = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", kind == Kind::kGemma ? json("<unk>") : json(nullptr)},
-                {"continuing_subword_prefix", kind == Kind::kByteLevel ? json("") : json(nullptr)},
-                {"end_of_word_suffix", kind == Kind::kByteLevel ? json("") : json(nullptr)},
-                {"fuse_unk", kind != Kind::kByteLevel},
-                {"byte_fallback", kind != Kind::kByteLevel},
-                {"ignore_merges", false}};
-  model["vocab"] = vocab_json(vocab);
+  p.options = {{"type", "BPE"},
+               {"dropout", nullptr},
+               {"unk_token", kind == Kind::kGemma ? json("<unk>") : json(nullptr)},
+               {"continuing_subword_prefix", kind == Kind::kByteLevel ? json("") : json(nullptr)},
+               {"end_of_word_suffix", kind == Kind::kByteLevel ? json("") : json(nullptr)},
+               {"fuse_unk", kind != Kind::kByteLevel},
+               {"byte_fallback", kind != Kind::kByteLevel},
+               {"ignore_merges", false}};
+}
+
+// The tokenizer.json model object: options, vocab and merges as [left, right].
+json bpe_model_json(const BpeParts& p) {
+  json model = p.options;
+  model["vocab"] = vocab_json(p.vocab);
+  json merges = json::array();
+  auto& pairs = merges.get_ref<json::array_t&>();
+  pairs.reserve(p.merges.size());
+  for (const auto& m : p.merges) {
+    json::array_t pair;
+    pair.reserve(2);
+    pair.emplace_back(std::string(m.left()));
+    pair.emplace_back(std::string(m.right()));
+    pairs.emplace_back(std::move(pair));
+  }
   model["merges"] = std::move(merges);
   return model;
+}
+
+// The model bpe_model_json describes, built from the tables: merge ids as
+// make_bpe(json) looks them up (left, right, left + right in the vocabulary;
+// the GGUF kinds have no continuing-subword prefix), taken from the derivation
+// where it ran over the same vocabulary.
+std::unique_ptr<tok::Model> bpe_model_from_parts(const BpeParts& p, const std::string& source) {
+  tok::VocabMap vocab;
+  vocab.reserve(p.vocab.index.size());
+  for (const auto& [token, id] : p.vocab.index) vocab.emplace(token, static_cast<uint32_t>(id));
+  std::vector<tok::BpeMerge> merges;
+  merges.reserve(p.merges.size());
+  std::string merged;
+  for (const auto& m : p.merges) {
+    if (p.ids_known) {
+      merges.push_back({static_cast<uint32_t>(m.left_id), static_cast<uint32_t>(m.right_id),
+                        static_cast<uint32_t>(m.merged_id)});
+      continue;
+    }
+    merged.assign(m.left());
+    merged.append(m.right());
+    const auto a = p.vocab.index.find(m.left()), b = p.vocab.index.find(m.right()),
+               ab = p.vocab.index.find(std::string_view(merged));
+    if (a == p.vocab.index.end() || b == p.vocab.index.end() || ab == p.vocab.index.end()) {
+      throw FormatError(source + ": BPE merge '" + std::string(m.left()) + " " +
+                        std::string(m.right()) + "' uses a token missing from the vocab");
+    }
+    merges.push_back({static_cast<uint32_t>(a->second), static_cast<uint32_t>(b->second),
+                      static_cast<uint32_t>(ab->second)});
+  }
+  return tok::make_bpe(p.options, std::move(vocab), merges, tok::Source{source});
 }
 
 // Added tokens as tokenizers' AddedVocabulary assigns them ids.
@@ -488,16 +620,51 @@ json post_processor(const json& config, const AddedTokens& added) {
 
 }  // namespace
 
-GgufTokenizerFiles gguf_tokenizer_files(const nlohmann::ordered_json& metadata) {
+namespace {
+
+// tokenizer_config.json's entries from the metadata (`tokens`: the file's own
+// spelling). Needs neither the vocabulary nor the merges.
+ojson config_from(const ojson& metadata, const std::string& model,
+                  const std::vector<std::string>& tokens) {
+  ojson c;
+  c["add_bos_token"] = bool_key(metadata, "tokenizer.ggml.add_bos_token", model == "llama");
+  c["add_eos_token"] = bool_key(metadata, "tokenizer.ggml.add_eos_token", false);
+  c["bos_token"] = special_token(metadata, "bos_token_id", tokens);
+  c["eos_token"] = special_token(metadata, "eos_token_id", tokens);
+  c["unk_token"] = special_token(metadata, "unknown_token_id", tokens);
+  c["pad_token"] = special_token(metadata, "padding_token_id", tokens);
+  c["clean_up_tokenization_spaces"] = false;
+  if (const ojson* tmpl = find(metadata, "tokenizer.chat_template")) {
+    if (!tmpl->is_string()) throw key_error("tokenizer.chat_template", "must be a string");
+    c["chat_template"] = *tmpl;
+  }
+  return c;
+}
+
+}  // namespace
+
+namespace {
+
+// Everything but the model's JSON vocab and merges: tokenizer.json with
+// "model" holding only the options, the config, and the BPE tables. `data`
+// owns the strings the merges point into.
+struct Built {
+  TokenizerData data;
+  BpeParts parts;
+  json tokenizer;
+  ojson config;
+};
+
+void build(const ojson& metadata, Built& b) {
   if (!metadata.is_object()) throw ConfigError("GGUF metadata: not an object");
-  const TokenizerData d = read_tokenizer_data(metadata);
+  b.data = read_tokenizer_data(metadata);
+  const TokenizerData& d = b.data;
   const bool gemma_arch = d.arch == "gemma" || d.arch == "gemma2" || d.arch == "gemma3";
   const Kind kind = d.model == "gpt2" ? Kind::kByteLevel : gemma_arch ? Kind::kGemma : Kind::kLlama;
-  GgufTokenizerFiles out;
-  json& t = out.tokenizer;
+  json& t = b.tokenizer;
   t = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
-  Vocab vocab;
-  json model = bpe_model(kind, d, vocab);
+  bpe_parts(kind, d, b.parts);
+  const Vocab& vocab = b.parts.vocab;
   set_pipeline(kind, t);
   if (const char* regex = split_regex(d.pre)) {
     t["pre_tokenizer"] = {{"type", "Sequence"},
@@ -518,32 +685,40 @@ GgufTokenizerFiles gguf_tokenizer_files(const nlohmann::ordered_json& metadata) 
       added.add(d.tokens[i], false);
     }
   }
-  ojson& c = out.config;
-  c["add_bos_token"] = bool_key(metadata, "tokenizer.ggml.add_bos_token", d.model == "llama");
-  c["add_eos_token"] = bool_key(metadata, "tokenizer.ggml.add_eos_token", false);
-  c["bos_token"] = special_token(metadata, "bos_token_id", d.tokens);
-  c["eos_token"] = special_token(metadata, "eos_token_id", d.tokens);
-  c["unk_token"] = special_token(metadata, "unknown_token_id", d.tokens);
-  c["pad_token"] = special_token(metadata, "padding_token_id", d.tokens);
+  ojson& c = b.config;
+  c = config_from(metadata, d.model, d.tokens);
   for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
     if (c[k].is_string()) added.add(c[k].get<std::string>(), true);
   }
-  c["clean_up_tokenization_spaces"] = false;
-  if (const ojson* tmpl = find(metadata, "tokenizer.chat_template")) {
-    if (!tmpl->is_string()) throw key_error("tokenizer.chat_template", "must be a string");
-    c["chat_template"] = *tmpl;
-  }
   t["added_tokens"] = added.to_json();
   t["post_processor"] = post_processor(json::parse(c.dump()), added);
-  t["model"] = std::move(model);
-  return out;
+  t["model"] = b.parts.options;
+}
+
+}  // namespace
+
+GgufTokenizerFiles gguf_tokenizer_files(const nlohmann::ordered_json& metadata) {
+  Built b;
+  build(metadata, b);
+  b.tokenizer["model"] = bpe_model_json(b.parts);
+  return {std::move(b.tokenizer), std::move(b.config)};
+}
+
+nlohmann::ordered_json gguf_tokenizer_config(const nlohmann::ordered_json& metadata) {
+  if (!metadata.is_object()) throw ConfigError("GGUF metadata: not an object");
+  const TokenizerData d = read_tokenizer_data(metadata, /*merges=*/false);
+  return config_from(metadata, d.model, d.tokens);
 }
 
 Tokenizer tokenizer_from_gguf_metadata(const nlohmann::ordered_json& metadata,
                                        const std::string& source) {
-  GgufTokenizerFiles files = gguf_tokenizer_files(metadata);
-  Tokenizer tok = Tokenizer::from_json(files.tokenizer, source + " (tokenizer metadata)");
-  tok.apply_tokenizer_config(json::parse(files.config.dump()), source + " (tokenizer metadata)");
+  // gguf_tokenizer_files' tokenizer.json, with the model built from the tables
+  // rather than written to JSON and parsed back (a second, for Gemma).
+  Built b;
+  build(metadata, b);
+  const std::string src = source + " (tokenizer metadata)";
+  Tokenizer tok = Tokenizer::from_json(b.tokenizer, bpe_model_from_parts(b.parts, src), src);
+  tok.apply_tokenizer_config(json::parse(b.config.dump()), src);
   return tok;
 }
 

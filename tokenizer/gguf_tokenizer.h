@@ -33,6 +33,12 @@ struct GgufTokenizerFiles {
 // a tokenizer model other than gpt2/llama.
 GgufTokenizerFiles gguf_tokenizer_files(const nlohmann::ordered_json& metadata);
 
+// Only the tokenizer_config.json part (special tokens, add_bos/eos_token,
+// chat_template), with the same checks of the keys it reads: what a chat
+// template needs, without deriving the vocabulary and merges (seconds for
+// Gemma's 262k tokens).
+nlohmann::ordered_json gguf_tokenizer_config(const nlohmann::ordered_json& metadata);
+
 // The tokenizer those files make, through Tokenizer::from_json and
 // apply_tokenizer_config as for a snapshot. `source` names the file in errors.
 Tokenizer tokenizer_from_gguf_metadata(const nlohmann::ordered_json& metadata,

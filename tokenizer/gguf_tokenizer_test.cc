@@ -41,6 +41,44 @@ TEST(GgufTokenizer, SentencepieceMergesFromScoresAndBos) {
   EXPECT_EQ(tok.encode("ab ab").ids, (std::vector<int64_t>{1, 6, 6}));
 }
 
+// The config alone (what a chat template reads) is the full build's config,
+// without deriving merges; its keys are checked the same way.
+TEST(GgufTokenizer, ConfigAloneEqualsTheFullBuildsConfig) {
+  ojson m = spm_meta();
+  m["tokenizer.chat_template"] = "{{ bos_token }}{{ messages[0]['content'] }}";
+  m["tokenizer.ggml.add_eos_token"] = true;
+  const ojson config = gguf_tokenizer_config(m);
+  EXPECT_EQ(config, gguf_tokenizer_files(m).config);
+  EXPECT_EQ(config["bos_token"], "<s>");
+  EXPECT_EQ(config["unk_token"], "<unk>");
+  EXPECT_EQ(config["add_eos_token"], true);
+  EXPECT_EQ(config["chat_template"], "{{ bos_token }}{{ messages[0]['content'] }}");
+  for (const auto& [key, value] : std::vector<std::pair<const char*, ojson>>{
+           {"tokenizer.ggml.bos_token_id", 7}, {"tokenizer.chat_template", 5}}) {
+    ojson bad = m;
+    bad[key] = value;
+    try {
+      gguf_tokenizer_config(bad);
+      ADD_FAILURE() << key << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Duplicated tokens: the last index wins the vocabulary and the score
+// (dict(zip(tokens, scores))); a split into two vocabulary tokens is a merge.
+TEST(GgufTokenizer, DuplicateTokensTakeTheLastScore) {
+  ojson m = spm_meta();
+  m["tokenizer.ggml.tokens"] = {"<unk>", "<s>", "a", "b", "ab", "ba", "ab"};
+  m["tokenizer.ggml.scores"] = {0.0, 0.0, -1.0, -2.0, -9.0, -3.0, -0.5};
+  m["tokenizer.ggml.token_type"] = {2, 3, 1, 1, 1, 1, 1};
+  const GgufTokenizerFiles f = gguf_tokenizer_files(m);
+  // "ab" scores -0.5 (its last entry), before "ba" at -3.
+  EXPECT_EQ(f.tokenizer["model"]["merges"], nlohmann::json::parse(R"([["a", "b"], ["b", "a"]])"));
+  EXPECT_EQ(f.tokenizer["model"]["vocab"]["ab"], 6);
+}
+
 TEST(GgufTokenizer, BadMetadataIsNamed) {
   const std::vector<std::pair<const char*, ojson>> cases = {
       {"tokenizer.ggml.model", "bert"},

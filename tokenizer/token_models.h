@@ -41,6 +41,17 @@ std::unique_ptr<Model> make_model(const Json& j, const Source& src);
 // The model's "type", inferred as HF does for older files that omit it.
 std::string model_type(const Json& j);
 std::unique_ptr<Model> make_bpe(const Json& j, const Source& src);
+// A BPE model from tables instead of a JSON vocab and merges: the same model
+// as make_bpe(j) where `options` is j without "vocab" and "merges", `vocab`
+// is parse_vocab_object(j["vocab"]) and merge r (its rank) is the ids of its
+// two tokens and of their concatenation. Built so for a GGUF's merges derived
+// from scores (tokenizer/gguf_tokenizer.cc), which would otherwise be written
+// to JSON and looked up again by string: 515k merges for Gemma's vocabulary.
+struct BpeMerge {
+  uint32_t left, right, merged;
+};
+std::unique_ptr<Model> make_bpe(const Json& options, VocabMap vocab,
+                                const std::vector<BpeMerge>& merges, const Source& src);
 std::unique_ptr<Model> make_wordpiece(const Json& j, const Source& src);
 std::unique_ptr<Model> make_unigram(const Json& j, const Source& src);
 

@@ -90,6 +90,11 @@ Tokenizer Tokenizer::from_pretrained(const std::filesystem::path& dir) {
 }
 
 Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
+  return from_json(j, nullptr, file);
+}
+
+Tokenizer Tokenizer::from_json(const Json& j, std::unique_ptr<tok::Model> model,
+                               const std::string& file) {
   const Source src{file};
   if (!j.is_object()) throw FormatError(file + ": top level must be an object");
   // A value that did not come through parse_json (a C++ caller's) is bounded
@@ -105,7 +110,7 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& file) {
     auto get = [&](const char* key) -> const Json& { return j.contains(key) ? j[key] : kNull; };
     t.normalizer_ = tok::make_normalizer(get("normalizer"), src);
     t.pre_tokenizer_ = tok::make_pre_tokenizer(get("pre_tokenizer"), src);
-    t.model_ = tok::make_model(get("model"), src);
+    t.model_ = model ? std::move(model) : tok::make_model(get("model"), src);
     t.bpe_model_ = tok::model_type(get("model")) == "BPE";
     t.post_processor_ = tok::make_post_processor(get("post_processor"), src);
     t.decoder_ = tok::make_decoder(get("decoder"), src);

@@ -25,6 +25,10 @@ class Tokenizer {
   // Throws FileError / FormatError naming the file and what is wrong.
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
   static Tokenizer from_json(const nlohmann::json& j, const std::string& source = "tokenizer.json");
+  // The same with the model already built (`j`'s "model" names only its
+  // type): a GGUF's BPE tables go in as tables (tok::make_bpe).
+  static Tokenizer from_json(const nlohmann::json& j, std::unique_ptr<tok::Model> model,
+                             const std::string& source);
   // A snapshot directory holding tokenizer.json, used as transformers'
   // AutoTokenizer uses it: the class it picks rebuilds parts of the file
   // (tokenizer_class.h), then tokenizer_config.json applies on top (see

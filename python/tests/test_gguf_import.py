@@ -164,16 +164,21 @@ def hubzoo_tokenizer(meta, tmp_path):
 
 
 def check_tokenizer(path, meta, tmp_path, texts=TEXTS):
+    """Both ways hubzoo builds a GGUF's tokenizer against transformers': the written
+    tokenizer.json + config, and the .gguf loaded directly (its BPE model built from
+    tables, not written to JSON and parsed back)."""
     ref = hf_tokenizer(path)
     ours = hubzoo_tokenizer(meta, tmp_path)
+    direct = Tokenizer.from_pretrained(path)
     for text in texts:
         for special in (True, False):
             want = ref(text, add_special_tokens=special)["input_ids"]
-            got = ours.encode(text, add_special_tokens=special).ids
-            assert got == want, (text, special)
+            assert ours.encode(text, add_special_tokens=special).ids == want, (text, special)
+            assert direct.encode(text, add_special_tokens=special).ids == want, (text, special)
         ids = ref(text)["input_ids"]
-        assert ours.decode(ids) == ref.decode(ids), text
-        assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+        for tok in (ours, direct):
+            assert tok.decode(ids) == ref.decode(ids), text
+            assert tok.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
     return ours, ref
 
 
