@@ -10,8 +10,9 @@ round, rounds alternating the engines so a change in machine load hits all alike
   hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
   hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
   llama.cpp      llama-bench and llama-batched-bench on the same file
-Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time, peak
-RSS; ratios against llama.cpp; decode against the bandwidth bound (file bytes read per token /
+Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time (hubzoo's
+own), seconds from starting a server (`hubzoo serve`, `llama-server`) to its first 200 from
+/health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (file bytes read per token /
 read bandwidth measured in the same run by build/bench/machine_bench).
 Writes bench/results/quant.{json,md}.
 """
@@ -26,8 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import (ROOT, llama_cpp_engine, log, machine_description,  # noqa: E402
-                 machine_limits, median_engine, run_process)
+from run import (ROOT, free_port, llama_cpp_engine, log, machine_description,  # noqa: E402
+                 machine_limits, median_engine, run_process, seconds_to_ready)
 
 MODELS = ROOT / "models"
 
@@ -60,6 +61,10 @@ def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
     out, spawn = run_process(cmd)
     r = json.loads(out)
     r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
+    port = free_port()
+    r["ready_seconds"] = seconds_to_ready(
+        [str(build / "hubzoo"), "serve", "-m", str(gguf), "--mode", mode, "--threads", str(a.threads),
+         "--max-concurrency", "1", "--max-context", "1024", "--port", str(port)], port)
     return r
 
 
@@ -103,7 +108,7 @@ def main():
     modes = [m for m in a.modes.split(",") if m]
     for name, path in files.items():
         engines = {f"hubzoo {m}": (lambda m=m, p=path: hubzoo_gguf(build, p, m, a)) for m in modes}
-        engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a)
+        engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a, ready=True)
         runs = {e: [] for e in engines}
         for rnd in range(a.rounds):
             for e, fn in engines.items():
@@ -135,16 +140,16 @@ def write_markdown(r: dict, path: Path) -> None:
              f"rounds, engines alternating. Load average {' '.join(f'{x:.2f}' for x in r['load_average_start'])} "
              f"at the start, {' '.join(f'{x:.2f}' for x in r['load_average_end'])} at the end. "
              f"Command: `{r['command']}`.", "",
-             "| file | MB | engine | decode b1 | b4 | b16 | prefill 512 | load s | peak RSS MB | "
+             "| file | MB | engine | decode b1 | b4 | b16 | prefill 512 | load s | server ready s | peak RSS MB | "
              "RSS / (file + KV) | b1 / llama.cpp | b4 | b16 | prefill / llama.cpp | b1 / bandwidth bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, f in r["files"].items():
         ll = f["engines"].get("llama.cpp", {})
         bound = lim["read_gbs"] * 1e9 / f["bytes"]
         for e, x in f["engines"].items():
             if "error" in x:
                 lines.append(f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | failed: {x['error'][-120:]!r} |"
-                             + " |" * 11)
+                             + " |" * 12)
                 continue
             d = [fig(x, "decode", "batch", b) for b in (1, 4, 16)]
             p = fig(x, "prefill", "tokens", 512)
@@ -160,13 +165,15 @@ def write_markdown(r: dict, path: Path) -> None:
             rss, kv = x.get("peak_rss_bytes"), x.get("max_kv_cache_bytes")
             lines.append(
                 f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
-                f"{val(x.get('load_seconds'), '.2f')} | {val(rss / 1e6 if rss else None, '.0f')} | "
+                f"{val(x.get('load_seconds'), '.2f')} | {val(x.get('ready_seconds'), '.2f')} | "
+                f"{val(rss / 1e6 if rss else None, '.0f')} | "
                 f"{ratio(rss, f['bytes'] + kv) if rss and kv is not None else '-'} | "
                 + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if e != "llama.cpp" else "- | - | -")
                 + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | {ratio(d[0], bound)} |")
     lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step). "
               "RSS / (file + KV): peak resident memory of the whole run over the file's size plus the "
-              "largest KV cache the run allocated."]
+              "largest KV cache the run allocated. Server ready: seconds from spawning `hubzoo serve` or "
+              "`llama-server` (context 1024, no warm-up run) on the file until /health answers 200."]
     path.write_text("\n".join(lines) + "\n")
 
 

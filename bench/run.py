@@ -68,6 +68,46 @@ def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600,
     return out, spawn
 
 
+def seconds_to_ready(cmd: list[str], port: int, timeout: float = 120) -> float:
+    """Seconds from spawning a server (cmd, listening on 127.0.0.1:port) until its /health
+    answers 200: what a user waits between starting it and the first request. The server is
+    then stopped (SIGTERM; SIGKILL after 10 s)."""
+    import urllib.error
+    import urllib.request
+    with tempfile.TemporaryFile("w+") as ferr:
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ferr, text=True, cwd=ROOT)
+        try:
+            while True:
+                if p.poll() is not None:
+                    ferr.seek(0)
+                    raise RuntimeError(f"{' '.join(cmd)} exited ({p.returncode}) before it was ready:\n"
+                                       f"{ferr.read()[-2000:]}")
+                if time.monotonic() - t0 > timeout:
+                    raise RuntimeError(f"{' '.join(cmd)} not ready after {timeout} s")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                        if r.status == 200:
+                            return time.monotonic() - t0
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                time.sleep(0.002)
+        finally:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def machine_limits(build: Path, threads: int) -> dict:
     out, _ = run_process([str(build / "bench/machine_bench"), "--threads", str(threads)])
     return json.loads(out)
@@ -99,7 +139,10 @@ def transformers_engine(model: str, dtype: str, a) -> dict:
     return r
 
 
-def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
+def llama_cpp_engine(llama_dir: Path, gguf: Path, a, ready: bool = False) -> dict:
+    """llama-bench (prefill, decode b1) and llama-batched-bench (decode at each batch) on the
+    file; with `ready`, also llama-server's seconds from spawn to a 200 from /health
+    (ready_seconds: its load, context of 1024 tokens, no warm-up run)."""
     bin_dir = llama_dir / "bin"
     usage: dict = {}  # peak RSS: the larger of its two processes
     out, _ = run_process([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(a.threads),
@@ -122,8 +165,14 @@ def llama_cpp_engine(llama_dir: Path, gguf: Path, a) -> dict:
         if line.startswith("{") and '"speed_tg"' in line:
             j = json.loads(line)
             decode.append({"batch": j["pl"], "tok_s": j["speed_tg"], "step_ms": 1e3 * j["pl"] / j["speed_tg"]})
+    ready_s = None
+    if ready:
+        port = free_port()
+        ready_s = seconds_to_ready([str(bin_dir / "llama-server"), "-m", str(gguf), "-t", str(a.threads),
+                                    "-c", "1024", "--no-warmup", "--host", "127.0.0.1", "--port", str(port)],
+                                   port)
     return {"engine": "llama.cpp", "prefill": prefill, "decode": decode, "llama_bench_tg_batch1": tg1,
-            "peak_rss_bytes": usage["peak_rss_bytes"],
+            "peak_rss_bytes": usage["peak_rss_bytes"], "ready_seconds": ready_s,
             "gguf": gguf.name, "build": rows[0].get("build_commit") if rows else None,
             "cpu_info": rows[0].get("cpu_info") if rows else None}
 
@@ -132,7 +181,7 @@ def median_engine(runs: list[dict]) -> dict:
     """Per-figure medians over rounds (other fields from the first run)."""
     r = dict(runs[0])
     for key in ("load_seconds", "ttft_cold_process_seconds", "ttft_from_main_seconds", "peak_rss_bytes",
-                "llama_bench_tg_batch1"):
+                "llama_bench_tg_batch1", "ready_seconds"):
         vals = [x[key] for x in runs if x.get(key) is not None]
         if vals:
             r[key] = statistics.median(vals)
