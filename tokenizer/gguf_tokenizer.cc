@@ -303,7 +303,15 @@ std::vector<MergeCandidate> file_merges(const std::vector<std::string>& merges) 
     if (sp == std::string::npos || m.find(' ', sp + 1) != std::string::npos) {
       throw key_error("tokenizer.ggml.merges", "has an entry '" + m + "' that is not two tokens");
     }
-    out.push_back({&m, static_cast<uint32_t>(sp), 0, 0, -1, -1, 0.0, -1, 1});
+    out.push_back({.token = &m,
+                   .split = static_cast<uint32_t>(sp),
+                   .left_len = 0,
+                   .right_len = 0,
+                   .left_id = -1,
+                   .right_id = -1,
+                   .score = 0.0,
+                   .merged_id = -1,
+                   .skip = 1});
   }
   return out;
 }
@@ -618,10 +626,6 @@ json post_processor(const json& config, const AddedTokens& added) {
           {"special_tokens", tokens}};
 }
 
-}  // namespace
-
-namespace {
-
 // tokenizer_config.json's entries from the metadata (`tokens`: the file's own
 // spelling). Needs neither the vocabulary nor the merges.
 ojson config_from(const ojson& metadata, const std::string& model,
@@ -640,10 +644,6 @@ ojson config_from(const ojson& metadata, const std::string& model,
   }
   return c;
 }
-
-}  // namespace
-
-namespace {
 
 // Everything but the model's JSON vocab and merges: tokenizer.json with
 // "model" holding only the options, the config, and the BPE tables. `data`
