@@ -22,11 +22,14 @@ import argparse
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,8 +75,6 @@ def seconds_to_ready(cmd: list[str], port: int, timeout: float = 120) -> float:
     """Seconds from spawning a server (cmd, listening on 127.0.0.1:port) until its /health
     answers 200: what a user waits between starting it and the first request. The server is
     then stopped (SIGTERM; SIGKILL after 10 s)."""
-    import urllib.error
-    import urllib.request
     with tempfile.TemporaryFile("w+") as ferr:
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ferr, text=True, cwd=ROOT)
@@ -102,7 +103,6 @@ def seconds_to_ready(cmd: list[str], port: int, timeout: float = 120) -> float:
 
 
 def free_port() -> int:
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
