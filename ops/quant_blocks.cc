@@ -321,6 +321,21 @@ float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, c
   return lane_tree(acc);
 }
 
+float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                     const float* c, int64_t k) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    int32_t i = 0, j = 0;
+    for (int64_t e = b * 32; e < (b + 1) * 32; ++e) {
+      i += w16[e] * x.qx[e];
+      if (mn16) j += mn16[e] * x.qx[e];
+    }
+    acc = std::fma(a[b] * x.dx[b], static_cast<float>(i), acc);
+    if (mn16) acc = std::fma(c[b] * x.dx[b], static_cast<float>(j), acc);
+  }
+  return acc;
+}
+
 namespace {
 std::atomic<bool> g_vnni_allowed{true};
 std::atomic<bool> g_fused_allowed{true};

@@ -99,10 +99,10 @@ void set_int8_vnni_allowed(bool allowed);
 bool int8_fused_allowed();
 void set_int8_fused_allowed(bool allowed);
 
-// The int8-mode order of one output element (quant.h), in scalar code: 16
-// float lanes; lane L owns the column quads (4L .. 4L + 3) of every
-// 64-column span. Per block b and each lane L with columns in b, exact
-// integers
+// The int8-mode order of one output element for the 256-weight (K) types
+// (quant.h), in scalar code: 16 float lanes; lane L owns the column quads
+// (4L .. 4L + 3) of every 64-column span. Per block b and each lane L with
+// columns in b, exact integers
 //   I = sum over the lane's columns in the block of w16 * qx,
 //   J = the same with mn16,
 // then acc[L] = fma(a * dx, float(I), acc[L]) and, with a min,
@@ -110,6 +110,21 @@ void set_int8_fused_allowed(bool allowed);
 // reduced by lane_tree, then + bias.
 float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
                     const float* c, int64_t k, int64_t block);
+// The int8-mode order for the 32-weight block types, in scalar code: one
+// float chain from 0.0f over the blocks in k order; per block b, exact
+// integers I = sum over its 32 columns of w16 * qx (J the same with mn16),
+// then acc = fma(a * dx, float(I), acc) and, with a min,
+// acc = fma(c * dx, float(J), acc). No lanes: a kernel keeps one output per
+// vector lane (ops/quant_int8_rows-inl.h). Then + bias.
+float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                     const float* c, int64_t k);
+// The int8-mode order of t's blocks: int8_block_dot for 32-weight blocks,
+// int8_lane_dot for the K types.
+inline float int8_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
+                      const float* c, int64_t k, int64_t block) {
+  return block == 32 ? int8_block_dot(x, w16, mn16, a, c, k)
+                     : int8_lane_dot(x, w16, mn16, a, c, k, block);
+}
 
 // The exact-mode per-element order of quant.h, in scalar code: 16 lane chains
 // (lane = column mod 16) with std::fma, reduced by the fixed tree.

@@ -107,8 +107,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
   for (int64_t n = n0; n < n1; ++n) {
     decode_rows_int8(*a.w, n, 1, 0, k, wd);
     for (int64_t r = r0; r < r1; ++r) {
-      const float s = int8_lane_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
-                                    wd.a.data(), wd.c.data(), k, acts.block);
+      const float s = int8_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
+                               wd.a.data(), wd.c.data(), k, acts.block);
       a.y[r * a.ldy + n] = a.bias ? s + a.bias[n] : s;
     }
   }
@@ -125,6 +125,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "ops/quant_decode-inl.h"
 // PairSums and the fused int8 kernels for few rows of x.
 #include "ops/quant_int8_fused-inl.h"
+// The int8 kernels of the 32-weight block types (a lane per weight row).
+#include "ops/quant_int8_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -382,12 +384,12 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
       }
     }
   }
-  // A unit is one K-type block (four 64-column spans) or two 32-weight
-  // blocks (one span; one block for an odd last one). Group q of each span
-  // sums into the quads of lanes q * kN ...
-  const int64_t nb = in.kc / in.block, unit = std::max<int64_t>(in.block, 64);
+  // A unit is one K-type block (four 64-column spans; the 32-weight block
+  // types have their own kernels, ops/quant_int8_rows-inl.h). Group q of each
+  // span sums into the quads of lanes q * kN ...
+  const int64_t nb = in.kc / in.block, unit = in.block;
   for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
-    const int64_t ucols = std::min(unit, in.kc - u0);
+    const int64_t ucols = unit;
     hn::Vec<DI32> I[MR][kNR][kV], J[MR][kNR][kV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
@@ -400,7 +402,6 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
     for (int64_t s = u0; s < u0 + ucols; s += 64) {
 #pragma GCC unroll 16
       for (int q = 0; q < kV; ++q) {
-        if (s + q * kG >= u0 + ucols) break;  // an odd last block on AVX2: group 1 is empty
 #pragma GCC unroll 2
         for (int64_t off = s + q * kG; off < s + (q + 1) * kG; off += kH) {
           hn::Vec<DI16> xv[MR];
@@ -420,32 +421,18 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
         }
       }
     }
-    // Per lane the block's scale: one block for the whole unit, or lanes
-    // 0-7 block b0 and 8-15 block b0 + 1 (scale 0 where the unit has one
-    // block: fma(0, 0, acc) is acc). a * dx and c * dx are vector products
+    // Every lane the block's scales. a * dx and c * dx are vector products
     // (the same single rounding as the reference's scalar ones).
     const int64_t b0 = u0 / in.block;
-    const bool two = in.block == 32 && ucols == 64;
-    const auto lanes = [&](float s0, float s1, int q) -> V {
-      if (in.block != 32) return hn::Set(df, s0);
-      if constexpr (kN > 8)
-        return hn::IfThenElse(hn::FirstN(df, 8), hn::Set(df, s0), hn::Set(df, s1));
-      return hn::Set(df, q * kN >= 8 ? s1 : s0);
-    };
     V av[kNR][kV], cv[kNR][kV], dxv[MR][kV];
 #pragma GCC unroll 16
     for (int q = 0; q < kV; ++q) {
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r)
-        dxv[r][q] = lanes(in.dx[r][b0], two ? in.dx[r][b0 + 1] : 0.0f, q);
+      for (int r = 0; r < MR; ++r) dxv[r][q] = hn::Set(df, in.dx[r][b0]);
 #pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) {
-        const float* aj = in.a + j * nb + b0;
-        av[j][q] = lanes(aj[0], two ? aj[1] : 0.0f, q);
-        if (kMin) {
-          const float* cj = in.c + j * nb + b0;
-          cv[j][q] = lanes(cj[0], two ? cj[1] : 0.0f, q);
-        }
+        av[j][q] = hn::Set(df, in.a[j * nb + b0]);
+        if (kMin) cv[j][q] = hn::Set(df, in.c[j * nb + b0]);
       }
     }
 #pragma GCC unroll 16
@@ -486,6 +473,10 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
   const int64_t k = w.k, block = acts.block;
   const bool has_min = quant::int8_has_min(w.type);
   const bool vnni = UseVnni();
+  if (block == 32) {
+    // The quad panels address rows by int32 offsets from the first of 16.
+    return Int8Rows32Range(a, acts, r0, r1, n0, n1, vnni && w.row_bytes <= INT32_MAX / 16);
+  }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (vnni ? Int8FusedRange<true>(a, acts, r0, r1, n0, n1)
            : Int8FusedRange<false>(a, acts, r0, r1, n0, n1)) {

@@ -1,0 +1,612 @@
+// Per-target part of ops/quant_matmul.cc: the int8 mode of the 32-weight
+// block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_G, Q8_G). Their order
+// (quant.h) is one float chain per output over its blocks, so a vector lane is
+// one weight row: per call, 16 weight rows are packed into a panel whose
+// vector for column quad q holds the 16 rows' four codes of that quad, and a
+// row of x meets it with one broadcast of its own four bytes. With
+// AVX512-VNNI that is one vpdpbusd per 64 products and, per block and row of
+// x, one conversion, one multiply and one fma for 16 outputs (llama.cpp's
+// repacked Q4_0 GEMM has the same shape). Elsewhere the panel holds the
+// signed int16 weights in column pairs (vpmaddwd). Integer sums are exact,
+// so both equal quant::int8_block_dot bit for bit.
+// Included by ops/quant_matmul.cc only, after ops/quant_int8_fused-inl.h.
+#if defined(HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_
+#undef HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_
+#else
+#define HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "ops/quant.h"
+#include "ops/quant_internal.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+constexpr int64_t kPanelRows = 16;    // weight rows per panel: one per lane of the order's 16
+constexpr int64_t kTokenChunk = 128;  // rows of x per pass over the panels (kept in L2)
+
+// Per row of x and block: the integer sum of its 32 codes, and what the
+// kernels start a block's integer sum from.
+struct BlockSums {
+  std::vector<int32_t> start;  // [rows][nb]: -z * sum (a common offset z), or -sum (per row)
+  std::vector<float> sum;      // [rows][nb]: float(sum), the J of the types with a min
+};
+
+// A common offset z of w16 = u - z (u the unsigned code of the quad
+// kernels), or -1 where z is per block and row (Q4_G / Q8_G).
+constexpr int CommonOffset(QuantType t) {
+  switch (t) {
+    case QuantType::Q4_0:
+      return 8;
+    case QuantType::Q5_0:
+      return 16;
+    case QuantType::Q8_0:
+      return 128;
+    case QuantType::Q4_1:
+    case QuantType::Q5_1:
+      return 0;
+    default:
+      return -1;
+  }
+}
+
+inline void SumBlocks(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int z, BlockSums& out) {
+  const int64_t nb = acts.k / 32;
+  out.start.resize((r1 - r0) * nb);
+  out.sum.resize((r1 - r0) * nb);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* qx = acts.qx.data() + r * acts.k;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int e = 0; e < 32; ++e) s += qx[b * 32 + e];
+      out.start[(r - r0) * nb + b] = z >= 0 ? -z * s : -s;
+      out.sum[(r - r0) * nb + b] = static_cast<float>(s);
+    }
+  }
+}
+
+// y[r, n + l] = out[l] (+ bias) for the valid lanes.
+HWY_INLINE void StorePanelRow(const float* out, const QuantMatmulArgs& a, int64_t r, int64_t n,
+                              int64_t valid) {
+  float* y = a.y + r * a.ldy + n;
+  for (int64_t l = 0; l < valid; ++l) y[l] = a.bias ? out[l] + a.bias[n + l] : out[l];
+}
+
+// ---- Any target: int16 pairs (vpmaddwd) ----
+
+// 16 weight rows, whole k: w[p][l] = row l's columns (2p, 2p + 1) as two
+// int16 in one int32; a, c per block and row.
+struct PairPanel {
+  std::vector<int32_t> w;
+  std::vector<float> a, c;
+};
+
+inline void PackPairs(const QuantMatrix& w, int64_t n, int64_t n1, quant::Int8Weights& wd,
+                      PairPanel& p) {
+  const int64_t k = w.k, nb = k / 32;
+  p.w.resize(k / 2 * kPanelRows);
+  p.a.resize(nb * kPanelRows);
+  p.c.resize(nb * kPanelRows);
+  const bool has_min = quant::int8_has_min(w.type);
+  for (int64_t g = 0; g < kPanelRows; g += quant::kNR) {
+    DecodeRowsInt8(w, n + g, n1, 0, k, wd);  // rows past n1: zeros
+    for (int64_t j = 0; j < quant::kNR; ++j) {
+      const int64_t l = g + j;
+      const int16_t* src = wd.w16.data() + j * k;
+      for (int64_t q = 0; q < k / 2; ++q) {
+        uint32_t pair;
+        std::memcpy(&pair, src + 2 * q, 4);
+        p.w[q * kPanelRows + l] = static_cast<int32_t>(pair);
+      }
+      for (int64_t b = 0; b < nb; ++b) {
+        p.a[b * kPanelRows + l] = wd.a[j * nb + b];
+        p.c[b * kPanelRows + l] = has_min ? wd.c[j * nb + b] : 0.0f;
+      }
+    }
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kMRPairs = 2;  // AVX2: 16 vector registers
+#else
+constexpr int kMRPairs = 8;
+#endif
+
+// MR rows of x against a pair panel: out[r][16].
+template <int MR, bool kMin>
+HWY_NOINLINE void PairRowsTile(const int8_t* const* qx, const float* const* dx,
+                               const float* const* jsum, const PairPanel& p, int64_t nb,
+                               float (*out)[kPanelRows]) {
+  const DF df;
+  const DI16 d16;
+  const DI32 d32;
+  V acc[MR][kV];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    hn::Vec<DI32> I[MR][kV];
+    for (int r = 0; r < MR; ++r) {
+      for (int v = 0; v < kV; ++v) I[r][v] = hn::Zero(d32);
+    }
+    for (int64_t q = b * 16; q < b * 16 + 16; ++q) {
+      hn::Vec<DI16> wv[kV];
+      for (int v = 0; v < kV; ++v)
+        wv[v] = hn::BitCast(d16, hn::LoadU(d32, p.w.data() + q * kPanelRows + v * kN));
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const int32_t pair = static_cast<int32_t>(
+            static_cast<uint16_t>(qx[r][2 * q]) |
+            (static_cast<uint32_t>(static_cast<uint16_t>(qx[r][2 * q + 1])) << 16));
+        const auto xv = hn::BitCast(d16, hn::Set(d32, pair));
+        for (int v = 0; v < kV; ++v) I[r][v] = PairSums<false>(wv[v], xv, I[r][v]);
+      }
+    }
+    for (int v = 0; v < kV; ++v) {
+      const V av = hn::LoadU(df, p.a.data() + b * kPanelRows + v * kN);
+      [[maybe_unused]] V cv;
+      if constexpr (kMin) cv = hn::LoadU(df, p.c.data() + b * kPanelRows + v * kN);
+      for (int r = 0; r < MR; ++r) {
+        const V d = hn::Set(df, dx[r][b]);
+        acc[r][v] = hn::MulAdd(hn::Mul(av, d), hn::ConvertTo(df, I[r][v]), acc[r][v]);
+        if constexpr (kMin)
+          acc[r][v] = hn::MulAdd(hn::Mul(cv, d), hn::Set(df, jsum[r][b]), acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < kV; ++v) hn::StoreU(acc[r][v], df, out[r] + v * kN);
+  }
+}
+
+using PairTileFn = void (*)(const int8_t* const*, const float* const*, const float* const*,
+                            const PairPanel&, int64_t, float (*)[kPanelRows]);
+template <bool kMin, size_t... I>
+constexpr std::array<PairTileFn, sizeof...(I)> MakePairTiles(std::index_sequence<I...>) {
+  return {&PairRowsTile<static_cast<int>(I) + 1, kMin>...};
+}
+constexpr std::array<std::array<PairTileFn, kMRPairs>, 2> kPairTiles = {
+    MakePairTiles<false>(std::make_index_sequence<kMRPairs>()),
+    MakePairTiles<true>(std::make_index_sequence<kMRPairs>())};
+
+// ---- AVX512-VNNI: unsigned code quads (vpdpbusd) ----
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+
+// 16 weight rows, whole k: u[b][q] = the 16 rows' codes of column quad q of
+// block b (64 bytes; u = w16 + z, 0..255); a, c and (Q4_G / Q8_G) z per
+// block and row.
+struct QuadPanel {
+  hwy::AlignedFreeUniquePtr<uint8_t[]> u;
+  int64_t capacity = 0;
+  std::vector<float> a, c;
+  std::vector<int32_t> z;
+  uint8_t* codes(int64_t bytes) {
+    if (bytes > capacity) {
+      u = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(bytes));
+      capacity = bytes;
+    }
+    return u.get();
+  }
+};
+
+// 16 bytes at each of p[0..3] as the four 128-bit parts of one vector.
+HWY_INLINE __m512i Load4x16(const uint8_t* const* p, int64_t off) {
+  const auto l = [&](int i) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i] + off));
+  };
+  const __m512i v = _mm512_castsi128_si512(l(0));
+  return _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(v, l(1), 1), l(2), 2), l(3), 3);
+}
+
+// Codes of block columns 0-15 (lo) and 16-31 (hi) of four rows, one row per
+// 128-bit part: the block at byte `at` of rows[0..3].
+template <QuantType t>
+HWY_INLINE void RowCodes(const uint8_t* const* rows, int64_t at, __m512i& lo, __m512i& hi) {
+  if constexpr (t == QuantType::Q8_0 || t == QuantType::Q8_G) {
+    constexpr int64_t kQs = t == QuantType::Q8_0 ? 2 : 8;
+    const __m512i flip = _mm512_set1_epi8(-128);  // q + 128
+    lo = _mm512_xor_si512(Load4x16(rows, at + kQs), flip);
+    hi = _mm512_xor_si512(Load4x16(rows, at + kQs + 16), flip);
+  } else {
+    constexpr int64_t kQs = t == QuantType::Q4_0   ? 2
+                            : t == QuantType::Q4_1 ? 4
+                            : t == QuantType::Q5_0 ? 6
+                            : t == QuantType::Q5_1 ? 8
+                                                   : 8;  // Q4_G
+    const __m512i v = Load4x16(rows, at + kQs), nib = _mm512_set1_epi8(0x0F);
+    lo = _mm512_and_si512(v, nib);
+    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    if constexpr (t == QuantType::Q5_0 || t == QuantType::Q5_1) {
+      constexpr int64_t kQh = t == QuantType::Q5_0 ? 2 : 4;  // bit l: element l's bit 4
+      uint64_t mlo = 0, mhi = 0;
+      for (int i = 0; i < 4; ++i) {
+        uint32_t h;
+        std::memcpy(&h, rows[i] + at + kQh, 4);
+        mlo |= uint64_t{h & 0xFFFFu} << (16 * i);
+        mhi |= uint64_t{h >> 16} << (16 * i);
+      }
+      const __m512i bit4 = _mm512_set1_epi8(16);
+      lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(mlo), bit4));
+      hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mhi), bit4));
+    }
+  }
+}
+
+// Four vectors of four rows x four quads (dword 4 * row + quad) as four
+// vectors of 16 rows, one per quad.
+HWY_INLINE void TransposeQuads(const __m512i (&g)[4], uint8_t* dst) {
+  alignas(64) static constexpr int32_t kEven[16] = {0, 4, 8, 12, 16, 20, 24, 28,
+                                                    1, 5, 9, 13, 17, 21, 25, 29};
+  alignas(64) static constexpr int32_t kOdd[16] = {2, 6, 10, 14, 18, 22, 26, 30,
+                                                   3, 7, 11, 15, 19, 23, 27, 31};
+  const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+  // [quad 0 | quad 1] and [quad 2 | quad 3] of rows 0-7, then of rows 8-15.
+  const __m512i a01 = _mm512_permutex2var_epi32(g[0], ie, g[1]);
+  const __m512i b01 = _mm512_permutex2var_epi32(g[0], io, g[1]);
+  const __m512i a23 = _mm512_permutex2var_epi32(g[2], ie, g[3]);
+  const __m512i b23 = _mm512_permutex2var_epi32(g[2], io, g[3]);
+  _mm512_store_si512(dst + 0, _mm512_shuffle_i64x2(a01, a23, 0x44));
+  _mm512_store_si512(dst + 64, _mm512_shuffle_i64x2(a01, a23, 0xEE));
+  _mm512_store_si512(dst + 128, _mm512_shuffle_i64x2(b01, b23, 0x44));
+  _mm512_store_si512(dst + 192, _mm512_shuffle_i64x2(b01, b23, 0xEE));
+}
+
+// The 16 rows of the panel at n (rows past n1 repeat the last; not stored)
+// and their int32 offsets from the first.
+HWY_INLINE __m512i PanelRows(const QuantMatrix& w, int64_t n, int64_t n1, const uint8_t** rows) {
+  alignas(64) int32_t offsets[kPanelRows];
+  for (int64_t l = 0; l < kPanelRows; ++l) {
+    rows[l] = w.row(std::min(n + l, n1 - 1));
+    offsets[l] = static_cast<int32_t>(rows[l] - rows[0]);
+  }
+  return _mm512_load_si512(offsets);
+}
+
+// The 16 rows' scales a (and c, or z) of the blocks at blk[0] + vidx.
+template <QuantType t>
+HWY_INLINE void PanelScales(const uint8_t* blk0, __m512i vidx, __m512& a, __m512& c, __m512i& z) {
+  const __m512i head = _mm512_i32gather_epi32(vidx, blk0, 1);
+  if constexpr (t != QuantType::Q4_G && t != QuantType::Q8_G) {
+    // F16C: the same floats as quant::load_fp16 (a NaN only meets products, quiet in both).
+    a = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    if constexpr (t == QuantType::Q4_1 || t == QuantType::Q5_1)
+      c = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+  } else {  // f32 scale, then the int8 zero
+    a = _mm512_castsi512_ps(head);
+    const __m512i zg = _mm512_i32gather_epi32(vidx, blk0 + 4, 1);
+    z = _mm512_srai_epi32(_mm512_slli_epi32(zg, 24), 24);
+    if constexpr (t == QuantType::Q8_G) z = _mm512_add_epi32(z, _mm512_set1_epi32(128));
+  }
+}
+
+// Prefetch distance for the panel at n: the next panel's rows (0 past the
+// matrix). Decode reads each weight once, and 16 short interleaved streams
+// are more than the hardware prefetcher follows.
+HWY_INLINE int64_t PanelAhead(const QuantMatrix& w, int64_t n) {
+  return n + 2 * kPanelRows <= w.n ? kPanelRows * w.row_bytes : 0;
+}
+// The next panel's blocks at blk[] + ahead, every kStep-th block (so that
+// each 64-byte line has at least one address).
+template <QuantType t>
+HWY_INLINE void PrefetchPanel(const uint8_t* const* rows, int64_t b, int64_t ahead) {
+  constexpr int64_t kStep = std::max<int64_t>(1, 64 / kTraitsOf<t>.block_bytes);
+  if (!ahead || b % kStep != 0) return;
+  const int64_t at = b * kTraitsOf<t>.block_bytes + ahead;
+#pragma GCC unroll 16
+  for (int64_t l = 0; l < kPanelRows; ++l) hwy::Prefetch(rows[l] + at);
+}
+
+template <QuantType t>
+HWY_NOINLINE void PackQuads(const QuantMatrix& w, int64_t n, int64_t n1, QuadPanel& p) {
+  constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
+  const int64_t nb = w.k / 32;
+  uint8_t* u = p.codes(nb * 512);
+  p.a.resize(nb * kPanelRows);
+  p.c.resize(nb * kPanelRows);
+  p.z.resize(nb * kPanelRows);
+  const uint8_t* rows[kPanelRows];
+  const __m512i vidx = PanelRows(w, n, n1, rows);
+  const int64_t ahead = PanelAhead(w, n);
+  for (int64_t b = 0; b < nb; ++b) {
+    PrefetchPanel<t>(rows, b, ahead);
+    __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) RowCodes<t>(rows + 4 * g, b * kBytes, lo[g], hi[g]);
+    TransposeQuads(lo, u + b * 512);
+    TransposeQuads(hi, u + b * 512 + 256);
+    __m512 a, c = _mm512_setzero_ps();
+    __m512i z = _mm512_setzero_si512();
+    PanelScales<t>(rows[0] + b * kBytes, vidx, a, c, z);
+    _mm512_storeu_ps(p.a.data() + b * kPanelRows, a);
+    _mm512_storeu_ps(p.c.data() + b * kPanelRows, c);
+    _mm512_storeu_si512(p.z.data() + b * kPanelRows, z);
+  }
+}
+
+// ---- few rows of x (decode): the codes straight from the blocks, four
+// weight rows per vector (one per 128-bit part), no panel. Per block and
+// row of x, the quad sums of each part are reduced to the row's integer sum
+// by a fixed transposition (Reduce4), so the order is the panel kernel's.
+
+// Four vectors of four rows x four partial sums (dword 4 * row + slot) as
+// one vector of the 16 rows' totals.
+HWY_INLINE __m512i Reduce4(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+  alignas(64) static constexpr int32_t kEven[16] = {0, 4, 8, 12, 16, 20, 24, 28,
+                                                    1, 5, 9, 13, 17, 21, 25, 29};
+  alignas(64) static constexpr int32_t kOdd[16] = {2, 6, 10, 14, 18, 22, 26, 30,
+                                                   3, 7, 11, 15, 19, 23, 27, 31};
+  const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+  const __m512i u01 = _mm512_add_epi32(_mm512_permutex2var_epi32(s0, ie, s1),
+                                       _mm512_permutex2var_epi32(s0, io, s1));
+  const __m512i u23 = _mm512_add_epi32(_mm512_permutex2var_epi32(s2, ie, s3),
+                                       _mm512_permutex2var_epi32(s2, io, s3));
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(u01, u23, 0x44),
+                          _mm512_shuffle_i64x2(u01, u23, 0xEE));
+}
+
+constexpr int kDirectRows = 4;  // rows of x up to which decode skips the panel
+
+template <QuantType t, int R>
+HWY_NOINLINE void DirectRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, const BlockSums& sums,
+                             int64_t rc, int64_t r, int64_t n, int64_t n1) {
+  constexpr bool kMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
+  constexpr bool kRowZ = CommonOffset(t) < 0;
+  constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 32;
+  const uint8_t* rows[kPanelRows];
+  const __m512i vidx = PanelRows(w, n, n1, rows);
+  const int64_t ahead = r == rc ? PanelAhead(w, n) : 0;
+  const int8_t* qx[R];
+  const float* dx[R];
+  const int32_t* start[R];
+  const float* jsum[R];
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) {
+    const quant::Int8Row row = acts.row(r + i);
+    qx[i] = row.qx;
+    dx[i] = row.dx;
+    start[i] = sums.start.data() + (r + i - rc) * nb;
+    jsum[i] = sums.sum.data() + (r + i - rc) * nb;
+    acc[i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    PrefetchPanel<t>(rows, b, ahead);
+    __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) RowCodes<t>(rows + 4 * g, b * kBytes, lo[g], hi[g]);
+    __m512 av, cv = _mm512_setzero_ps();
+    __m512i z = _mm512_setzero_si512();
+    PanelScales<t>(rows[0] + b * kBytes, vidx, av, cv, z);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const auto bcast = [&](int64_t off) {
+        return _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx[i] + off)));
+      };
+      const __m512i xlo = bcast(b * 32), xhi = bcast(b * 32 + 16);
+      __m512i s[4];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        s[g] = Dot4<true>(Dot4<true>(_mm512_setzero_si512(), lo[g], xlo), hi[g], xhi);
+      }
+      const __m512i st = _mm512_set1_epi32(start[i][b]);
+      const __m512i I =
+          _mm512_add_epi32(Reduce4(s[0], s[1], s[2], s[3]), kRowZ ? _mm512_mullo_epi32(z, st) : st);
+      const __m512 d = _mm512_set1_ps(dx[i][b]);
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(I), acc[i]);
+      if constexpr (kMin)
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(jsum[i][b]), acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    alignas(64) float out[kPanelRows];
+    _mm512_store_ps(out, acc[i]);
+    StorePanelRow(out, a, r + i, n, std::min(kPanelRows, n1 - n));
+  }
+}
+
+// acc + the quad sums of w (unsigned) times the four signed bytes at x, broadcast.
+HWY_INLINE __m512i Dot4Broadcast(__m512i acc, __m512i w, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
+}
+
+constexpr int kMRQuads = 8;
+
+// MR rows of x against a quad panel: out[r][16]. start: each block's integer
+// start (BlockSums), times the per-row z where kRowZ.
+template <int MR, bool kMin, bool kRowZ>
+HWY_NOINLINE void QuadRowsTile(const int8_t* const* qx, const float* const* dx,
+                               const int32_t* const* start, const float* const* jsum,
+                               const QuadPanel& p, int64_t nb, float (*out)[kPanelRows]) {
+  __m512 acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* u = p.u.get() + b * 512;
+    __m512i I[MR];
+    [[maybe_unused]] __m512i z;
+    if constexpr (kRowZ) z = _mm512_loadu_si512(p.z.data() + b * kPanelRows);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512i s = _mm512_set1_epi32(start[r][b]);
+      I[r] = kRowZ ? _mm512_mullo_epi32(z, s) : s;
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m512i wq = _mm512_load_si512(u + 64 * q);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) I[r] = Dot4Broadcast(I[r], wq, qx[r] + b * 32 + 4 * q);
+    }
+    const __m512 av = _mm512_loadu_ps(p.a.data() + b * kPanelRows);
+    [[maybe_unused]] __m512 cv;
+    if constexpr (kMin) cv = _mm512_loadu_ps(p.c.data() + b * kPanelRows);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 d = _mm512_set1_ps(dx[r][b]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(I[r]), acc[r]);
+      if constexpr (kMin)
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(jsum[r][b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+using QuadTileFn = void (*)(const int8_t* const*, const float* const*, const int32_t* const*,
+                            const float* const*, const QuadPanel&, int64_t, float (*)[kPanelRows]);
+template <bool kMin, bool kRowZ, size_t... I>
+constexpr std::array<QuadTileFn, sizeof...(I)> MakeQuadTiles(std::index_sequence<I...>) {
+  return {&QuadRowsTile<static_cast<int>(I) + 1, kMin, kRowZ>...};
+}
+
+template <QuantType t>
+HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
+                                 int64_t r1, int64_t n0, int64_t n1) {
+  constexpr bool kMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
+  constexpr bool kRowZ = CommonOffset(t) < 0;
+  static constexpr auto kTiles = MakeQuadTiles<kMin, kRowZ>(std::make_index_sequence<kMRQuads>());
+  const int64_t nb = a.w->k / 32;
+  thread_local QuadPanel panel;
+  thread_local BlockSums sums;
+  // (Tests turn the direct path off to cover the panel with few rows.)
+  if (r1 - r0 <= kDirectRows && quant::int8_fused_allowed()) {
+    SumBlocks(acts, r0, r1, CommonOffset(t), sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      for (int64_t r = r0; r < r1;) {
+        switch (std::min<int64_t>(r1 - r, 4)) {
+          case 1:
+            DirectRows<t, 1>(a, acts, sums, r0, r, n, n1);
+            r += 1;
+            break;
+          case 2:
+            DirectRows<t, 2>(a, acts, sums, r0, r, n, n1);
+            r += 2;
+            break;
+          case 3:
+            DirectRows<t, 3>(a, acts, sums, r0, r, n, n1);
+            r += 3;
+            break;
+          default:
+            DirectRows<t, 4>(a, acts, sums, r0, r, n, n1);
+            r += 4;
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      PackQuads<t>(*a.w, n, n1, panel);
+      for (int64_t rb = rc; rb < rc_end; rb += kMRQuads) {
+        const int64_t mr = std::min<int64_t>(kMRQuads, rc_end - rb);
+        const int8_t* qx[kMRQuads];
+        const float* dx[kMRQuads];
+        const int32_t* start[kMRQuads];
+        const float* jsum[kMRQuads];
+        for (int64_t r = 0; r < mr; ++r) {
+          const quant::Int8Row row = acts.row(rb + r);
+          qx[r] = row.qx;
+          dx[r] = row.dx;
+          start[r] = sums.start.data() + (rb + r - rc) * nb;
+          jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
+        }
+        alignas(64) float out[kMRQuads][kPanelRows];
+        kTiles[mr - 1](qx, dx, start, jsum, panel, nb, out);
+        for (int64_t r = 0; r < mr; ++r)
+          StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+      }
+    }
+  }
+  if (r1 - r0 > 64) sums = BlockSums{};
+}
+HWY_DIAGNOSTICS(pop)
+#endif  // AVX-512
+
+// Rows [r0, r1) x weight rows [n0, n1) of a 32-weight block type.
+inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
+                            int64_t n0, int64_t n1, bool vnni) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (vnni) {
+    switch (a.w->type) {
+      case QuantType::Q4_0:
+        return Int8QuadsRange<QuantType::Q4_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_1:
+        return Int8QuadsRange<QuantType::Q4_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_0:
+        return Int8QuadsRange<QuantType::Q5_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_1:
+        return Int8QuadsRange<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_0:
+        return Int8QuadsRange<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_G:
+        return Int8QuadsRange<QuantType::Q4_G>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_G:
+        return Int8QuadsRange<QuantType::Q8_G>(a, acts, r0, r1, n0, n1);
+      default:
+        break;
+    }
+  }
+#else
+  (void)vnni;
+#endif
+  const bool has_min = quant::int8_has_min(a.w->type);
+  const int64_t nb = a.w->k / 32;
+  thread_local PairPanel panel;
+  thread_local quant::Int8Weights wd;
+  thread_local BlockSums sums;
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    if (has_min) SumBlocks(acts, rc, rc_end, 0, sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      PackPairs(*a.w, n, n1, wd, panel);
+      for (int64_t rb = rc; rb < rc_end; rb += kMRPairs) {
+        const int64_t mr = std::min<int64_t>(kMRPairs, rc_end - rb);
+        const int8_t* qx[kMRPairs];
+        const float* dx[kMRPairs];
+        const float* jsum[kMRPairs] = {};
+        for (int64_t r = 0; r < mr; ++r) {
+          const quant::Int8Row row = acts.row(rb + r);
+          qx[r] = row.qx;
+          dx[r] = row.dx;
+          if (has_min) jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
+        }
+        alignas(64) float out[kMRPairs][kPanelRows];
+        kPairTiles[has_min][mr - 1](qx, dx, jsum, panel, nb, out);
+        for (int64_t r = 0; r < mr; ++r)
+          StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+      }
+    }
+  }
+  if (r1 - r0 > 64) sums = BlockSums{};
+}
+
+#endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
