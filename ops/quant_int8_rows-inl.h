@@ -190,6 +190,7 @@ constexpr std::array<std::array<PairTileFn, kMRPairs>, 2> kPairTiles = {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4700, ignored "-Wuninitialized")
 
 // 16 weight rows, whole k: u[b][q] = the 16 rows' codes of column quad q of
 // block b (64 bytes; u = w16 + z, 0..255); a, c and (Q4_G / Q8_G) z per
@@ -217,36 +218,65 @@ HWY_INLINE __m512i Load4x16(const uint8_t* const* p, int64_t off) {
   return _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(v, l(1), 1), l(2), 2), l(3), 3);
 }
 
-// Codes of block columns 0-15 (lo) and 16-31 (hi) of four rows, one row per
-// 128-bit part: the block at byte `at` of rows[0..3].
+// Per block, the 16 rows' first dword (scale, and Q4_1 / Q5_1's min) and,
+// where the type has one, a second (Q5: qh; Q4_G / Q8_G: the zero), by gathers.
+struct Heads {
+  __m512i first, second;
+};
 template <QuantType t>
-HWY_INLINE void RowCodes(const uint8_t* const* rows, int64_t at, __m512i& lo, __m512i& hi) {
+constexpr int64_t kSecondAt =
+    t == QuantType::Q5_0                                                   ? 2
+    : t == QuantType::Q5_1 || t == QuantType::Q4_G || t == QuantType::Q8_G ? 4
+                                                                           : -1;
+template <QuantType t>
+HWY_INLINE Heads GatherHeads(const uint8_t* blk0, __m512i vidx) {
+  Heads h{_mm512_i32gather_epi32(vidx, blk0, 1), _mm512_setzero_si512()};
+  if constexpr (kSecondAt<t> >= 0) h.second = _mm512_i32gather_epi32(vidx, blk0 + kSecondAt<t>, 1);
+  return h;
+}
+
+// Codes of block columns 0-15 (lo[g]) and 16-31 (hi[g]) of the panel's 16
+// rows, rows 4g .. 4g + 3 in the four 128-bit parts of vector g: the block at
+// byte `at` of each row (vidx: the rows' offsets from rows[0]).
+template <QuantType t>
+HWY_INLINE void BlockCodes(const uint8_t* const* rows, int64_t at, const Heads& heads,
+                           __m512i (&lo)[4], __m512i (&hi)[4]) {
   if constexpr (t == QuantType::Q8_0 || t == QuantType::Q8_G) {
     constexpr int64_t kQs = t == QuantType::Q8_0 ? 2 : 8;
     const __m512i flip = _mm512_set1_epi8(-128);  // q + 128
-    lo = _mm512_xor_si512(Load4x16(rows, at + kQs), flip);
-    hi = _mm512_xor_si512(Load4x16(rows, at + kQs + 16), flip);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      lo[g] = _mm512_xor_si512(Load4x16(rows + 4 * g, at + kQs), flip);
+      hi[g] = _mm512_xor_si512(Load4x16(rows + 4 * g, at + kQs + 16), flip);
+    }
   } else {
     constexpr int64_t kQs = t == QuantType::Q4_0   ? 2
                             : t == QuantType::Q4_1 ? 4
                             : t == QuantType::Q5_0 ? 6
                             : t == QuantType::Q5_1 ? 8
                                                    : 8;  // Q4_G
-    const __m512i v = Load4x16(rows, at + kQs), nib = _mm512_set1_epi8(0x0F);
-    lo = _mm512_and_si512(v, nib);
-    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i v = Load4x16(rows + 4 * g, at + kQs);
+      lo[g] = _mm512_and_si512(v, nib);
+      hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    }
     if constexpr (t == QuantType::Q5_0 || t == QuantType::Q5_1) {
-      constexpr int64_t kQh = t == QuantType::Q5_0 ? 2 : 4;  // bit l: element l's bit 4
-      uint64_t mlo = 0, mhi = 0;
-      for (int i = 0; i < 4; ++i) {
-        uint32_t h;
-        std::memcpy(&h, rows[i] + at + kQh, 4);
-        mlo |= uint64_t{h & 0xFFFFu} << (16 * i);
-        mhi |= uint64_t{h >> 16} << (16 * i);
-      }
+      // qh (bit l: element l's bit 4) of the 16 rows: its low and high halves
+      // as words are, per group of four rows, the byte masks of lo and hi
+      // (row i's 16 bits at bits 16i ..).
+      const __m512i qh = heads.second;
+      alignas(64) uint64_t masks[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(masks), _mm512_cvtepi32_epi16(qh));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(masks + 4),
+                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(qh, 16)));
       const __m512i bit4 = _mm512_set1_epi8(16);
-      lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(mlo), bit4));
-      hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mhi), bit4));
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        lo[g] = _mm512_or_si512(lo[g], _mm512_maskz_mov_epi8(_cvtu64_mask64(masks[g]), bit4));
+        hi[g] = _mm512_or_si512(hi[g], _mm512_maskz_mov_epi8(_cvtu64_mask64(masks[4 + g]), bit4));
+      }
     }
   }
 }
@@ -281,19 +311,17 @@ HWY_INLINE __m512i PanelRows(const QuantMatrix& w, int64_t n, int64_t n1, const 
   return _mm512_load_si512(offsets);
 }
 
-// The 16 rows' scales a (and c, or z) of the blocks at blk[0] + vidx.
+// The 16 rows' scales a (and c, or z) of a block from its heads.
 template <QuantType t>
-HWY_INLINE void PanelScales(const uint8_t* blk0, __m512i vidx, __m512& a, __m512& c, __m512i& z) {
-  const __m512i head = _mm512_i32gather_epi32(vidx, blk0, 1);
+HWY_INLINE void PanelScales(const Heads& h, __m512& a, __m512& c, __m512i& z) {
   if constexpr (t != QuantType::Q4_G && t != QuantType::Q8_G) {
     // F16C: the same floats as quant::load_fp16 (a NaN only meets products, quiet in both).
-    a = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    a = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h.first));
     if constexpr (t == QuantType::Q4_1 || t == QuantType::Q5_1)
-      c = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+      c = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h.first, 16)));
   } else {  // f32 scale, then the int8 zero
-    a = _mm512_castsi512_ps(head);
-    const __m512i zg = _mm512_i32gather_epi32(vidx, blk0 + 4, 1);
-    z = _mm512_srai_epi32(_mm512_slli_epi32(zg, 24), 24);
+    a = _mm512_castsi512_ps(h.first);
+    z = _mm512_srai_epi32(_mm512_slli_epi32(h.second, 24), 24);
     if constexpr (t == QuantType::Q8_G) z = _mm512_add_epi32(z, _mm512_set1_epi32(128));
   }
 }
@@ -329,13 +357,13 @@ HWY_NOINLINE void PackQuads(const QuantMatrix& w, int64_t n, int64_t n1, QuadPan
   for (int64_t b = 0; b < nb; ++b) {
     PrefetchPanel<t>(rows, b, ahead);
     __m512i lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) RowCodes<t>(rows + 4 * g, b * kBytes, lo[g], hi[g]);
+    const Heads heads = GatherHeads<t>(rows[0] + b * kBytes, vidx);
+    BlockCodes<t>(rows, b * kBytes, heads, lo, hi);
     TransposeQuads(lo, u + b * 512);
     TransposeQuads(hi, u + b * 512 + 256);
     __m512 a, c = _mm512_setzero_ps();
     __m512i z = _mm512_setzero_si512();
-    PanelScales<t>(rows[0] + b * kBytes, vidx, a, c, z);
+    PanelScales<t>(heads, a, c, z);
     _mm512_storeu_ps(p.a.data() + b * kPanelRows, a);
     _mm512_storeu_ps(p.c.data() + b * kPanelRows, c);
     _mm512_storeu_si512(p.z.data() + b * kPanelRows, z);
@@ -389,14 +417,18 @@ HWY_NOINLINE void DirectRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
     jsum[i] = sums.sum.data() + (r + i - rc) * nb;
     acc[i] = _mm512_setzero_ps();
   }
+  // The gathers run a block ahead: their latency is most of a block's
+  // dependency chain, longer than the out-of-order window covers.
+  Heads heads = GatherHeads<t>(rows[0], vidx);
   for (int64_t b = 0; b < nb; ++b) {
     PrefetchPanel<t>(rows, b, ahead);
+    const Heads next = b + 1 < nb ? GatherHeads<t>(rows[0] + (b + 1) * kBytes, vidx) : heads;
     __m512i lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) RowCodes<t>(rows + 4 * g, b * kBytes, lo[g], hi[g]);
+    BlockCodes<t>(rows, b * kBytes, heads, lo, hi);
     __m512 av, cv = _mm512_setzero_ps();
     __m512i z = _mm512_setzero_si512();
-    PanelScales<t>(rows[0] + b * kBytes, vidx, av, cv, z);
+    PanelScales<t>(heads, av, cv, z);
+    heads = next;
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const auto bcast = [&](int64_t off) {
