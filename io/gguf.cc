@@ -526,16 +526,24 @@ const GgufTensorInfo* GgufFile::find(const std::string& name) const {
 
 const uint8_t* GgufFile::data(const GgufTensorInfo& t) const { return data_ + t.offset; }
 
-void GgufFile::drop_metadata() { nlohmann::ordered_json::object().swap(metadata_); }
+void GgufFile::drop_metadata() {
+  nlohmann::ordered_json::object().swap(metadata_);
+  // The header's pages (keys, values, tensor infos) were read once, by the
+  // parse; everything in them is copied out. Gemma 3's is 6.5 MB, 2% of its
+  // file, that would otherwise stay resident for the model's lifetime.
+  release_pages(map_, data_);
+}
 
 void GgufFile::release(const GgufTensorInfo& t) const {
+  release_pages(data_ + t.offset, data_ + t.offset + t.nbytes);
+}
+
+void GgufFile::release_pages(const uint8_t* begin, const uint8_t* end) const {
   if (!map_) return;  // parsed from the caller's memory: not ours to drop
-  // Only whole pages inside the tensor's range: neighbours may share the edge pages.
+  // Only whole pages inside the range: neighbours may share the edge pages.
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data_ + t.offset);
-  const auto end = begin + t.nbytes;
-  const uintptr_t lo = (begin + page - 1) / page * page;
-  const uintptr_t hi = end / page * page;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(end) / page * page;
   if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 

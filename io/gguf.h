@@ -80,7 +80,8 @@ class GgufFile {
   // UTF-8 is a FormatError), arrays as JSON arrays.
   const nlohmann::ordered_json& metadata() const { return metadata_; }
   // Frees the metadata once read (a vocabulary as JSON values is ~30 MB for
-  // Gemma's 262k tokens); metadata() is then an empty object. Tensors stay.
+  // Gemma's 262k tokens) and the header's mapped pages; metadata() is then an
+  // empty object. Tensors stay.
   void drop_metadata();
   // Tensor infos in file order, and an index by name (duplicate names rejected).
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
@@ -93,6 +94,7 @@ class GgufFile {
  private:
   friend class GgufParser;
   GgufFile() = default;
+  void release_pages(const uint8_t* begin, const uint8_t* end) const;
   std::filesystem::path path_;
   const uint8_t* map_ = nullptr;  // owned mapping (null when parsed from memory)
   size_t map_size_ = 0;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -250,6 +251,38 @@ TEST(Gguf, OpensAFileAndReleasesTensorPages) {
   EXPECT_EQ(f->metadata(), nlohmann::ordered_json::object());
   ASSERT_EQ(f->find("q8_0"), q);
   EXPECT_EQ(std::memcmp(f->data(*q), bytes.data() + f->data_offset() + q->offset, q->nbytes), 0);
+}
+
+// Resident KiB of the mapping holding p (/proc/self/smaps), or -1.
+int64_t mapping_rss_kb(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') > line.find('-')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4));
+    }
+  }
+  return -1;
+}
+
+TEST(Gguf, DroppingTheMetadataReleasesTheHeaderPages) {
+  TempDir dir;
+  GgufSpec s = small_spec();
+  s.kv.push_back({"tokenizer.chat_template", val_str(std::string(512 * 1024, 'x'))});
+  const std::string bytes = s.build();
+  std::ofstream(dir / "model.gguf", std::ios::binary) << bytes;
+  const auto f = GgufFile::open(dir / "model.gguf");
+  const GgufTensorInfo* w = f->find("w");
+  ASSERT_NE(w, nullptr);
+  const int64_t before = mapping_rss_kb(f->data(*w));
+  ASSERT_GE(before, 512);  // the parse read the whole header
+  f->drop_metadata();
+  EXPECT_LE(mapping_rss_kb(f->data(*w)), before - 500);
+  EXPECT_EQ(std::memcmp(f->data(*w), bytes.data() + f->data_offset() + w->offset, w->nbytes), 0);
 }
 
 TEST(Gguf, FileErrors) {
