@@ -4,8 +4,9 @@
 //
 //   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]
 //
-// --tiled: the int8 mode also without its fused few-rows kernels (label
-// "i8t": the tiled path that decodes weights to an int16 buffer), for a
+// --tiled: the int8 mode also without its few-rows kernels (label "i8t":
+// for the K types the tiled path that decodes weights to an int16 buffer, for
+// the 32-weight block types the panel of 16 packed weight rows), for a
 // before / after in one run.
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level

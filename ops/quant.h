@@ -5,9 +5,11 @@
 // a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
 // full matrix: kernels decode 4 rows x 512 columns at a time into an L1
 // buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc);
-// the int8 mode with at most 16 rows of x (decode) reads Q8_0/Q4_0/Q4_1/
-// Q5_0/Q4_K/Q6_K blocks straight into byte registers on AVX-512
-// (ops/quant_int8_fused-inl.h), in the same order.
+// the int8 mode reads Q4_K/Q6_K blocks straight into byte registers for at
+// most 16 rows of x on AVX-512 (ops/quant_int8_fused-inl.h), and the 32-weight
+// block types either straight from the blocks (at most 4 rows of x) or from a
+// panel of 16 weight rows packed per call (ops/quant_int8_rows-inl.h), all in
+// the same orders.
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
 // and element j + 16 (high nibble).
 //
@@ -32,15 +34,17 @@
 //   AVX2 holds them in two vectors.
 // - int8: weights read as integers w16 with per-block float scales a (and c
 //   with per-group integers mn16 for the types with a min, see
-//   ops/quant_internal.h). The same 16 lanes, lane L owning the column quads
-//   (4L .. 4L+3) of every 64-column span; a 32-weight block is half a span,
-//   so lanes 0-7 see the even blocks and lanes 8-15 the odd ones. Per block
-//   b (in k order) and each lane L with columns in b: exact int32 sums
-//   I = sum w16 * qx and J = sum mn16 * qx over the lane's columns in the
-//   block, then acc = fma(a * dx, float(I), acc) and, with a min,
-//   acc = fma(c * dx, float(J), acc). Same tree, then bias. The quad sums
-//   are what vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd compute lane by
-//   lane on bytes.
+//   ops/quant_internal.h). Per block b (in k order), exact int32 sums
+//   I = sum w16 * qx and J = sum mn16 * qx, then acc = fma(a * dx,
+//   float(I), acc) and, with a min, acc = fma(c * dx, float(J), acc):
+//   - 32-weight block types: one chain per output over its blocks (the sums
+//     over the whole block), from 0.0f, then + bias. A kernel keeps one
+//     output per vector lane.
+//   - K types (256-weight blocks): the same 16 lanes as exact mode, lane L
+//     owning the column quads (4L .. 4L+3) of every 64-column span, the sums
+//     over the lane's columns in the block; same tree, then bias.
+//   The quad sums are what vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd
+//   compute lane by lane on bytes.
 #pragma once
 
 #include <cstdint>
