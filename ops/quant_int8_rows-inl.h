@@ -43,7 +43,8 @@ constexpr int64_t kPanelRows = 16;    // weight rows per panel: one per lane of 
 constexpr int64_t kTokenChunk = 128;  // rows of x per pass over the panels (kept in L2)
 
 // Per row of x and block: the integer sum of its 32 codes, and what the
-// kernels start a block's integer sum from.
+// kernels start a block's integer sum from. The sum is also J, the min term's
+// integer: the 32-weight types with a min (Q4_1, Q5_1) have mn16 = 1.
 struct BlockSums {
   std::vector<int32_t> start;  // [rows][nb]: -z * sum (a common offset z), or -sum (per row)
   std::vector<float> sum;      // [rows][nb]: float(sum), the J of the types with a min
