@@ -123,7 +123,7 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "hwy/highway.h"
 // After highway.h, once per target: the vector types and the per-type decoders.
 #include "ops/quant_decode-inl.h"
-// PairSums and the fused int8 kernels for few rows of x.
+// PairSums and the fused int8 kernels for few rows of x (K types).
 #include "ops/quant_int8_fused-inl.h"
 // The int8 kernels of the 32-weight block types (a lane per weight row).
 #include "ops/quant_int8_rows-inl.h"
@@ -389,7 +389,6 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
   // span sums into the quads of lanes q * kN ...
   const int64_t nb = in.kc / in.block, unit = in.block;
   for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
-    const int64_t ucols = unit;
     hn::Vec<DI32> I[MR][kNR][kV], J[MR][kNR][kV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
@@ -399,7 +398,7 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
         for (int q = 0; q < kV; ++q) I[r][j][q] = J[r][j][q] = hn::Zero(d32);
       }
     }
-    for (int64_t s = u0; s < u0 + ucols; s += 64) {
+    for (int64_t s = u0; s < u0 + unit; s += 64) {
 #pragma GCC unroll 16
       for (int q = 0; q < kV; ++q) {
 #pragma GCC unroll 2
