@@ -238,7 +238,7 @@ HWY_INLINE Heads GatherHeads(const uint8_t* blk0, __m512i vidx) {
 
 // Codes of block columns 0-15 (lo[g]) and 16-31 (hi[g]) of the panel's 16
 // rows, rows 4g .. 4g + 3 in the four 128-bit parts of vector g: the block at
-// byte `at` of each row (vidx: the rows' offsets from rows[0]).
+// byte `at` of each row (Q5's high bits from its heads).
 template <QuantType t>
 HWY_INLINE void BlockCodes(const uint8_t* const* rows, int64_t at, const Heads& heads,
                            __m512i (&lo)[4], __m512i (&hi)[4]) {
@@ -282,14 +282,17 @@ HWY_INLINE void BlockCodes(const uint8_t* const* rows, int64_t at, const Heads& 
   }
 }
 
+// Indices (vpermt2d over two vectors of four rows x four dwords, dword
+// 4 * row + slot) of slots 0 and 1, and of slots 2 and 3, of the eight rows.
+alignas(64) constexpr int32_t kQuads01[16] = {0, 4, 8, 12, 16, 20, 24, 28,
+                                              1, 5, 9, 13, 17, 21, 25, 29};
+alignas(64) constexpr int32_t kQuads23[16] = {2, 6, 10, 14, 18, 22, 26, 30,
+                                              3, 7, 11, 15, 19, 23, 27, 31};
+
 // Four vectors of four rows x four quads (dword 4 * row + quad) as four
 // vectors of 16 rows, one per quad.
 HWY_INLINE void TransposeQuads(const __m512i (&g)[4], uint8_t* dst) {
-  alignas(64) static constexpr int32_t kEven[16] = {0, 4, 8, 12, 16, 20, 24, 28,
-                                                    1, 5, 9, 13, 17, 21, 25, 29};
-  alignas(64) static constexpr int32_t kOdd[16] = {2, 6, 10, 14, 18, 22, 26, 30,
-                                                   3, 7, 11, 15, 19, 23, 27, 31};
-  const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+  const __m512i ie = _mm512_load_si512(kQuads01), io = _mm512_load_si512(kQuads23);
   // [quad 0 | quad 1] and [quad 2 | quad 3] of rows 0-7, then of rows 8-15.
   const __m512i a01 = _mm512_permutex2var_epi32(g[0], ie, g[1]);
   const __m512i b01 = _mm512_permutex2var_epi32(g[0], io, g[1]);
@@ -333,8 +336,8 @@ HWY_INLINE void PanelScales(const Heads& h, __m512& a, __m512& c, __m512i& z) {
 HWY_INLINE int64_t PanelAhead(const QuantMatrix& w, int64_t n) {
   return n + 2 * kPanelRows <= w.n ? kPanelRows * w.row_bytes : 0;
 }
-// The next panel's blocks at blk[] + ahead, every kStep-th block (so that
-// each 64-byte line has at least one address).
+// Block b of the next panel's rows (rows[] + ahead), every kStep-th block
+// (so that each 64-byte line has at least one address).
 template <QuantType t>
 HWY_INLINE void PrefetchPanel(const uint8_t* const* rows, int64_t b, int64_t ahead) {
   constexpr int64_t kStep = std::max<int64_t>(1, 64 / kTraitsOf<t>.block_bytes);
@@ -379,11 +382,7 @@ HWY_NOINLINE void PackQuads(const QuantMatrix& w, int64_t n, int64_t n1, QuadPan
 // Four vectors of four rows x four partial sums (dword 4 * row + slot) as
 // one vector of the 16 rows' totals.
 HWY_INLINE __m512i Reduce4(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
-  alignas(64) static constexpr int32_t kEven[16] = {0, 4, 8, 12, 16, 20, 24, 28,
-                                                    1, 5, 9, 13, 17, 21, 25, 29};
-  alignas(64) static constexpr int32_t kOdd[16] = {2, 6, 10, 14, 18, 22, 26, 30,
-                                                   3, 7, 11, 15, 19, 23, 27, 31};
-  const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+  const __m512i ie = _mm512_load_si512(kQuads01), io = _mm512_load_si512(kQuads23);
   const __m512i u01 = _mm512_add_epi32(_mm512_permutex2var_epi32(s0, ie, s1),
                                        _mm512_permutex2var_epi32(s0, io, s1));
   const __m512i u23 = _mm512_add_epi32(_mm512_permutex2var_epi32(s2, ie, s3),

@@ -304,26 +304,23 @@ constexpr int kMR8 = 2;
 // (4L, 4L+1) then (4L+2, 4L+3)). Pair sums of the two halves, added lane by
 // lane, are then the quad sums of lane L of that group: kV groups make one
 // 64-column span. Weights (decoded per tile) and rows of x (once per range)
-// are laid out alike, zero-padded to whole groups.
+// are laid out alike. Only the K types take this path: their rows and k
+// ranges are whole 256-column blocks, so whole groups.
 constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // int16 lanes per vector
 constexpr int64_t kG = 2 * kH;                                      // columns per group
+static_assert(256 % kG == 0 && kKC % 256 == 0, "K-type blocks must be whole groups");
 
-int64_t GroupsUp(int64_t k) { return (k + kG - 1) / kG * kG; }
-
-// Rows [r0, r1) of the quantized activations in the group layout, row stride GroupsUp(k).
+// Rows [r0, r1) of the quantized activations in the group layout, row stride k.
 void PairLayoutActs(const quant::Int8Acts& acts, int64_t r0, int64_t r1, std::vector<int8_t>& out) {
   const hn::Repartition<uint8_t, DF> du8;
   const hn::Repartition<uint16_t, DF> du16;
-  const int64_t k = acts.k, ld = GroupsUp(k);
-  out.resize((r1 - r0) * ld);
+  const int64_t k = acts.k;
+  out.resize((r1 - r0) * k);
   for (int64_t r = r0; r < r1; ++r) {
     const int8_t* src = acts.qx.data() + r * k;
-    int8_t* dst = out.data() + (r - r0) * ld;
-    for (int64_t g = 0; g < ld; g += kG) {
-      alignas(64) uint8_t tail[kG] = {};
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(src + g);
-      if (g + kG > k) p = static_cast<const uint8_t*>(std::memcpy(tail, p, k - g));
-      const auto v = hn::BitCast(du16, hn::LoadU(du8, p));
+    int8_t* dst = out.data() + (r - r0) * k;
+    for (int64_t g = 0; g < k; g += kG) {
+      const auto v = hn::BitCast(du16, hn::LoadU(du8, reinterpret_cast<const uint8_t*>(src + g)));
       const auto pairs =
           hn::ConcatLowerLower(du16, hn::ConcatOdd(du16, v, v), hn::ConcatEven(du16, v, v));
       hn::StoreU(hn::BitCast(du8, pairs), du8, reinterpret_cast<uint8_t*>(dst + g));
@@ -331,18 +328,17 @@ void PairLayoutActs(const quant::Int8Acts& acts, int64_t r0, int64_t r1, std::ve
   }
 }
 
-// kNR rows of kc int16 (stride kc) into the group layout (stride GroupsUp(kc)).
+// kNR rows of kc int16 (stride kc) into the group layout (same stride).
 void PairLayoutWeights(const int16_t* src, int64_t kc, int16_t* dst) {
   const DI16 d16;
   const DI32 d32;
-  const int64_t ld = GroupsUp(kc);
   for (int64_t j = 0; j < kNR; ++j) {
-    for (int64_t g = 0; g < ld; g += kG) {
+    for (int64_t g = 0; g < kc; g += kG) {
       const int16_t* p = src + j * kc + g;
       const auto lo = hn::BitCast(d32, hn::LoadU(d16, p));
-      const auto hi = g + kH < kc ? hn::BitCast(d32, hn::LoadU(d16, p + kH)) : hn::Zero(d32);
-      hn::StoreU(hn::BitCast(d16, hn::ConcatEven(d32, hi, lo)), d16, dst + j * ld + g);
-      hn::StoreU(hn::BitCast(d16, hn::ConcatOdd(d32, hi, lo)), d16, dst + j * ld + g + kH);
+      const auto hi = hn::BitCast(d32, hn::LoadU(d16, p + kH));
+      hn::StoreU(hn::BitCast(d16, hn::ConcatEven(d32, hi, lo)), d16, dst + j * kc + g);
+      hn::StoreU(hn::BitCast(d16, hn::ConcatOdd(d32, hi, lo)), d16, dst + j * kc + g + kH);
     }
   }
 }
@@ -350,11 +346,11 @@ void PairLayoutWeights(const int16_t* src, int64_t kc, int16_t* dst) {
 struct Int8TileIn {
   const int8_t* const* qx;  // MR activation rows at k0, group layout
   const float* const* dx;   // their block scales at k0 / block
-  const int16_t* w16;       // kNR rows, stride ldw, group layout
-  const int16_t* mn16;      // kNR rows, stride ldw (kMin only)
+  const int16_t* w16;       // kNR rows, stride kc, group layout
+  const int16_t* mn16;      // kNR rows, stride kc (kMin only)
   const float* a;           // kNR rows, stride kc / block
   const float* c;
-  int64_t kc, ldw, block;
+  int64_t kc, block;
 };
 
 bool UseVnni() {
@@ -408,11 +404,11 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
           for (int r = 0; r < MR; ++r) xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + off));
 #pragma GCC unroll 16
           for (int j = 0; j < kNR; ++j) {
-            const auto wv = hn::LoadU(d16, in.w16 + j * in.ldw + off);
+            const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + off);
 #pragma GCC unroll 16
             for (int r = 0; r < MR; ++r) I[r][j][q] = PairSums<kVnni>(wv, xv[r], I[r][j][q]);
             if (kMin) {
-              const auto mv = hn::LoadU(d16, in.mn16 + j * in.ldw + off);
+              const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + off);
 #pragma GCC unroll 16
               for (int r = 0; r < MR; ++r) J[r][j][q] = PairSums<kVnni>(mv, xv[r], J[r][j][q]);
             }
@@ -489,27 +485,26 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
   accbuf.resize(kRows8 * kNR * 16 + 16);
   float* ab = AlignUp(accbuf.data());
   PairLayoutActs(acts, r0, r1, xp);
-  const int64_t ldx = GroupsUp(k);
   for (int64_t rc = r0; rc < r1; rc += kRows8) {
     const int64_t rc_end = std::min(r1, rc + kRows8);
     for (int64_t n = n0; n < n1; n += kNR) {
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
-        const int64_t kc = std::min(kKC, k - k0), ldw = GroupsUp(kc);
+        const int64_t kc = std::min(kKC, k - k0);
         DecodeRowsInt8(w, n, n1, k0, kc, wd);
-        w16.resize(kNR * ldw);
+        w16.resize(kNR * kc);
         PairLayoutWeights(wd.w16.data(), kc, w16.data());
         if (has_min) {
-          mn16.resize(kNR * ldw);
+          mn16.resize(kNR * kc);
           PairLayoutWeights(wd.mn16.data(), kc, mn16.data());
         }
-        const Int8TileIn base{nullptr,     nullptr, w16.data(), mn16.data(), wd.a.data(),
-                              wd.c.data(), kc,      ldw,        block};
+        const Int8TileIn base{nullptr,     nullptr,     w16.data(), mn16.data(),
+                              wd.a.data(), wd.c.data(), kc,         block};
         for (int64_t rb = rc; rb < rc_end; rb += kMR8) {
           const int64_t mr = std::min<int64_t>(kMR8, rc_end - rb);
           const int8_t* qx[kMR8];
           const float* dx[kMR8];
           for (int64_t r = 0; r < mr; ++r) {
-            qx[r] = xp.data() + (rb + r - r0) * ldx + k0;
+            qx[r] = xp.data() + (rb + r - r0) * k + k0;
             dx[r] = acts.row(rb + r).dx + k0 / block;
           }
           Int8TileIn in = base;
