@@ -516,25 +516,31 @@ void check_args(const MatmulArgs& a) {
                           " < n " + std::to_string(a.w->n) + ")");
 }
 
-// Runs quant_matmul part by part, each writing its own columns of y.
+// The quantized parts, each writing its own columns of y: one job for all of
+// them (quant_matmul_parts), or part by part in the reference.
 void matmul_quantized(const MatmulArgs& a, ThreadPool* pool) {
+  const auto& quant = a.w->quant;
+  std::array<QuantMatmulArgs, kMaxQuantParts> parts;
+  int count = 0;
   int64_t row0 = 0;
-  for (const auto& part : a.w->quant) {
-    QuantMatmulArgs q;
+  for (size_t i = 0; i < quant.size(); ++i) {
+    QuantMatmulArgs& q = parts[count++];
     q.x = a.x;
     q.m = a.m;
     q.ldx = a.ldx;
-    q.w = part.get();
+    q.w = quant[i].get();
     q.bias = a.bias ? a.bias + row0 : nullptr;
     q.y = a.y + row0;
     q.ldy = a.ldy;
     q.mode = a.w->quant_mode;
-    if (pool) {
-      quant_matmul(q, *pool);
-    } else {
+    row0 += quant[i]->n;
+    if (!pool) {
       quant_matmul_reference(q);
+      count = 0;
+    } else if (count == kMaxQuantParts || i + 1 == quant.size()) {
+      quant_matmul_parts(parts.data(), count, *pool);
+      count = 0;
     }
-    row0 += part->n;
   }
 }
 

@@ -106,6 +106,13 @@ struct QuantMatmulArgs {
 };
 
 void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool);
+// Several products of one x (the same x, m, ldx, k and mode; each part its own
+// weights, bias and output), e.g. q/k/v or gate/up kept as separate tensors:
+// one parallel job for all of them, and in int8 mode x quantized once per
+// block size. Every output is bit for bit the one quant_matmul gives for its
+// part alone. At most kMaxQuantParts parts.
+constexpr int kMaxQuantParts = 8;
+void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& pool);
 // Scalar reference with the same per-element order.
 void quant_matmul_reference(const QuantMatmulArgs& a);
 // Name of the SIMD target the quantized kernels dispatch to (e.g. "AVX3_ZEN4").

@@ -536,26 +536,47 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
 
 #endif
 
-// Splits the output into tiles over columns (preferred: each thread streams
-// only its own weights) and rows.
-void QuantMatmul(const QuantMatmulArgs& a, quant::Int8Acts* acts, ThreadPool& pool) {
-  const int64_t n = a.w->n, m = a.m;
-  const int64_t col_blocks = (n + kNR - 1) / kNR;
+// One part's share of a job of `tiles` chunks: the output split into
+// col_groups x row_groups tiles over columns (preferred: each thread streams
+// only its own weights) and rows, for `threads` threads.
+struct TileGrid {
+  int64_t col_blocks, col_groups, row_groups;
+  TileGrid(const QuantMatmulArgs& a, int64_t threads)
+      : col_blocks((a.w->n + kNR - 1) / kNR),
+        col_groups(std::min(col_blocks, threads)),
+        row_groups(std::clamp<int64_t>(threads / col_groups, 1, a.m)) {}
+  int64_t tiles() const { return col_groups * row_groups; }
+};
+
+// Every part in one parallel job: chunk t computes tile t of each part, so a
+// thread streams its share of every matrix without a hand-off between them.
+void QuantMatmulParts(const QuantMatmulArgs* parts, quant::Int8Acts* const* acts, int count,
+                      ThreadPool& pool) {
+  const int64_t m = parts[0].m;
   int64_t threads = pool.num_threads();
-  if (m == 1) threads = std::clamp<int64_t>(a.w->bytes() / (64 * 1024), 1, threads);
-  const int64_t col_groups = std::min(col_blocks, threads);
-  const int64_t row_groups = std::clamp<int64_t>(threads / col_groups, 1, m);
-  pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
+  if (m == 1) {  // a decode step: a thread per 64 KiB of weights at most
+    int64_t bytes = 0;
+    for (int i = 0; i < count; ++i) bytes += parts[i].w->bytes();
+    threads = std::clamp<int64_t>(bytes / (64 * 1024), 1, threads);
+  }
+  int64_t tiles = 1;
+  for (int i = 0; i < count; ++i) tiles = std::max(tiles, TileGrid(parts[i], threads).tiles());
+  pool.parallel_for(tiles, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t rg = t / col_groups, cg = t % col_groups;
-      const int64_t r0 = rg * m / row_groups, r1 = (rg + 1) * m / row_groups;
-      const int64_t n0 = std::min(n, cg * col_blocks / col_groups * kNR);
-      const int64_t n1 = std::min(n, (cg + 1) * col_blocks / col_groups * kNR);
-      if (r0 >= r1 || n0 >= n1) continue;
-      if (acts) {
-        Int8Range(a, *acts, r0, r1, n0, n1);
-      } else {
-        ExactRange(a, r0, r1, n0, n1);
+      for (int i = 0; i < count; ++i) {
+        const QuantMatmulArgs& a = parts[i];
+        const TileGrid g(a, threads);
+        if (t >= g.tiles()) continue;
+        const int64_t n = a.w->n, rg = t / g.col_groups, cg = t % g.col_groups;
+        const int64_t r0 = rg * m / g.row_groups, r1 = (rg + 1) * m / g.row_groups;
+        const int64_t n0 = std::min(n, cg * g.col_blocks / g.col_groups * kNR);
+        const int64_t n1 = std::min(n, (cg + 1) * g.col_blocks / g.col_groups * kNR);
+        if (r0 >= r1 || n0 >= n1) continue;
+        if (acts) {
+          Int8Range(a, *acts[i], r0, r1, n0, n1);
+        } else {
+          ExactRange(a, r0, r1, n0, n1);
+        }
       }
     }
   });
@@ -568,7 +589,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace hubzoo {
 
-HWY_EXPORT(QuantMatmul);
+HWY_EXPORT(QuantMatmulParts);
 HWY_EXPORT(QuantDispatchedTarget);
 HWY_EXPORT(QuantizeActivations);
 
@@ -638,19 +659,55 @@ void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& 
 
 }  // namespace
 
-void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool) {
-  check_args(a);
-  if (a.m == 0 || a.w->n == 0) return;
-  if (a.mode == QuantMode::kInt8) {
-    // Kept per calling thread, like a model's step buffers: a decode step's
-    // rows are allocated once; a prompt's (more than 64 rows) are freed after
-    // its product rather than kept resident for the thread's lifetime.
-    thread_local quant::Int8Acts acts;
-    quantize_rows(a, &pool, acts);
-    HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, &acts, pool);
-    if (a.m > 64) acts = quant::Int8Acts{};
-  } else {
-    HWY_DYNAMIC_DISPATCH(QuantMatmul)(a, nullptr, pool);
+void quant_matmul(const QuantMatmulArgs& a, ThreadPool& pool) { quant_matmul_parts(&a, 1, pool); }
+
+void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& pool) {
+  if (count < 1 || count > kMaxQuantParts) {
+    throw InvalidArgument("quant_matmul_parts: " + std::to_string(count) + " parts, not 1 to " +
+                          std::to_string(kMaxQuantParts));
+  }
+  for (int i = 0; i < count; ++i) {
+    const QuantMatmulArgs& a = parts[i];
+    check_args(a);
+    if (a.x != parts[0].x || a.m != parts[0].m || a.ldx != parts[0].ldx ||
+        a.mode != parts[0].mode || a.w->k != parts[0].w->k) {
+      throw InvalidArgument("quant_matmul_parts: part " + std::to_string(i) +
+                            " differs from part 0 in x, m, ldx, k or mode");
+    }
+  }
+  // The parts with outputs; a part with n == 0 has nothing to compute.
+  std::array<QuantMatmulArgs, kMaxQuantParts> live;
+  int n_live = 0;
+  for (int i = 0; i < count; ++i) {
+    if (parts[i].w->n > 0) live[n_live++] = parts[i];
+  }
+  if (parts[0].m == 0 || n_live == 0) return;
+  if (parts[0].mode != QuantMode::kInt8) {
+    HWY_DYNAMIC_DISPATCH(QuantMatmulParts)(live.data(), nullptr, n_live, pool);
+    return;
+  }
+  // x quantized once per block size: parts without a permutation whose
+  // blocks are as long share their activations (q/k/v, gate/up). Kept per
+  // calling thread, like a model's step buffers: a decode step's rows are
+  // allocated once; a prompt's (more than 64 rows) are freed after the
+  // product rather than kept resident for the thread's lifetime.
+  thread_local std::array<quant::Int8Acts, kMaxQuantParts> acts;
+  std::array<quant::Int8Acts*, kMaxQuantParts> of_part;
+  int n_acts = 0;
+  for (int i = 0; i < n_live; ++i) {
+    const int64_t block = quant_traits(live[i].w->type).block_elems;
+    of_part[i] = nullptr;
+    for (int j = 0; j < i && live[i].w->k_perm.empty(); ++j) {
+      if (live[j].w->k_perm.empty() && of_part[j]->block == block) of_part[i] = of_part[j];
+    }
+    if (!of_part[i]) {
+      of_part[i] = &acts[n_acts++];
+      quantize_rows(live[i], &pool, *of_part[i]);
+    }
+  }
+  HWY_DYNAMIC_DISPATCH(QuantMatmulParts)(live.data(), of_part.data(), n_live, pool);
+  if (parts[0].m > 64) {
+    for (int j = 0; j < n_acts; ++j) acts[j] = quant::Int8Acts{};
   }
 }
 

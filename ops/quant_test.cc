@@ -263,6 +263,79 @@ TEST(QuantMatmul, KPermGathersX) {
   }
 }
 
+// Several parts of one x in one job (q/k/v, gate/up as separate tensors): each
+// output bit for bit its part's quant_matmul alone, with parts of different
+// block sizes (activations quantized once per size), a permuted part (its
+// own activations), an empty part, and up to kMaxQuantParts parts.
+TEST(QuantMatmul, PartsEqualEachPartAlone) {
+  const int64_t k = 512;
+  const QuantType types[] = {QuantType::Q4_0, QuantType::Q6_K, QuantType::Q8_0, QuantType::Q4_K,
+                             QuantType::Q4_1, QuantType::Q5_0, QuantType::Q8_G, QuantType::Q4_G};
+  const int64_t rows[] = {24, 16, 0, 40, 8, 5, 33, 12};
+  std::vector<Weights> w;
+  for (int i = 0; i < kMaxQuantParts; ++i)
+    w.push_back(random_weights(types[i], rows[i], k, 20 + i));
+  std::vector<int32_t> perm(k);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(21));
+  w[7].w.k_perm = perm;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int count : {1, 2, 3, kMaxQuantParts}) {
+      for (int64_t m : {1, 4, 19}) {
+        SCOPED_TRACE("threads " + std::to_string(threads) + " parts " + std::to_string(count) +
+                     " m " + std::to_string(m));
+        const Shape s{m, 0, k};
+        const auto x = test::spread_values(m * s.ldx(), 22 + m, -6, 6);
+        int64_t ldy = 0;
+        for (int i = 0; i < count; ++i) ldy += rows[i];
+        const auto bias = test::spread_values(ldy, 23, -4, 4);
+        for (QuantMode mode : kModes) {
+          std::vector<float> together(m * ldy, sentinel()), alone(m * ldy, sentinel());
+          std::vector<QuantMatmulArgs> parts;
+          int64_t col = 0;
+          for (int i = 0; i < count; ++i) {
+            const QuantMatmulArgs a{
+                x.data(), m, s.ldx(), &w[i].w, bias.data() + col, together.data() + col, ldy, mode};
+            parts.push_back(a);
+            QuantMatmulArgs one = a;
+            one.y = alone.data() + col;
+            quant_matmul_reference(one);
+            col += rows[i];
+          }
+          quant_matmul_parts(parts.data(), count, pool);
+          expect_same_bits(together, alone);
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, PartsMustShareTheirInput) {
+  ThreadPool pool(2);
+  Weights a = random_weights(QuantType::Q4_0, 4, 256, 1),
+          b = random_weights(QuantType::Q8_0, 4, 256, 2);
+  Weights c = random_weights(QuantType::Q8_0, 4, 512, 3);
+  std::vector<float> x(512), x2(512), y(8);
+  QuantMatmulArgs parts[2] = {{x.data(), 1, 256, &a.w, nullptr, y.data(), 8},
+                              {x.data(), 1, 256, &b.w, nullptr, y.data() + 4, 8}};
+  EXPECT_NO_THROW(quant_matmul_parts(parts, 2, pool));
+  EXPECT_THROW(quant_matmul_parts(parts, 0, pool), InvalidArgument);
+  EXPECT_THROW(quant_matmul_parts(parts, kMaxQuantParts + 1, pool), InvalidArgument);
+  parts[1].x = x2.data();
+  EXPECT_THROW(quant_matmul_parts(parts, 2, pool), InvalidArgument);
+  parts[1].x = x.data();
+  parts[1].mode = QuantMode::kInt8;
+  EXPECT_THROW(quant_matmul_parts(parts, 2, pool), InvalidArgument);
+  parts[1].mode = QuantMode::kExact;
+  parts[1].w = &c.w;
+  parts[1].ldx = 512;
+  parts[0].ldx = 512;
+  EXPECT_THROW(quant_matmul_parts(parts, 2, pool), InvalidArgument);  // k 256 and 512
+  parts[1].w = nullptr;
+  EXPECT_THROW(quant_matmul_parts(parts, 2, pool), InvalidArgument);
+}
+
 TEST(QuantMatmul, BadArguments) {
   ThreadPool pool(1);
   Weights w = random_weights(QuantType::Q4_K, 4, 256, 1);
