@@ -120,19 +120,25 @@ struct Chunk {
 // Full cache, online: each row's query heads of a KV head in one call over
 // its visible positions, values read through the slot's page table.
 // keys_of(slot, kvh, a) points `a` at the key blocks of the slot from position 0.
+// With few (row, KV head) items for the threads (a decode step: 3 KV heads on
+// 2 threads would split 2:1), each query head is its own item instead; a
+// head's result does not depend on which heads share its call.
 template <class KeysOf>
 void attend_online_cache(const Chunk& c, const KeysOf& keys_of) {
   const KvCache& stored = c.cache;
+  const int64_t per_kv = c.m * c.nkv < 4 * c.pool.num_threads() ? c.group : 1;
+  const int64_t nq = c.group / per_kv;
   c.pool.parallel_for(
-      c.m * c.nkv, 1,
+      c.m * c.nkv * per_kv, 1,
       [&](int64_t begin, int64_t stop) {
         for (int64_t item = begin; item < stop; ++item) {
-          const int64_t t = c.row_of(item / c.nkv), kvh = item % c.nkv;
+          const int64_t pair = item / per_kv, sub = item % per_kv;
+          const int64_t t = c.row_of(pair / c.nkv), kvh = pair % c.nkv;
           const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
-          const int64_t at = t * c.q_size + kvh * c.group * c.d;
+          const int64_t at = t * c.q_size + (kvh * c.group + sub * nq) * c.d;
           OnlineAttention a{.q = &c.q[at],
                             .q_stride = c.d,
-                            .nq = c.group,
+                            .nq = nq,
                             .v_stride = c.kv_size,
                             .lane0 = lo % kKeyBlock,
                             .len = c.visible_end(t) - lo,
