@@ -3,7 +3,12 @@
 // and prefill (m = 512, GFLOP/s).
 //
 //   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]
+//                      [--shape NxK]
 //
+// --shape NxK: that shape instead of Qwen's (e.g. SmolLM2's 1536x576 gate/up).
+//
+// "i8p": the int8 mode on the weights' panels (QuantMatrix::panels, made at
+// load where the CPU has AVX512-VNNI), for the types that have them.
 // --tiled: the int8 mode also without its few-rows kernels (label "i8t":
 // for the K types the tiled path that decodes weights to an int16 buffer, for
 // the 32-weight block types the panel of 16 packed weight rows), for a
@@ -86,8 +91,9 @@ struct Options {
   int threads = 1;
   std::string type;
   int64_t m = 0;
-  bool hot = false;    // m = 1 on one copy of the weights (cache-resident: compute speed)
-  bool tiled = false;  // also time the int8 mode without the fused kernels
+  bool hot = false;      // m = 1 on one copy of the weights (cache-resident: compute speed)
+  bool tiled = false;    // also time the int8 mode without the fused kernels
+  int64_t n = 0, k = 0;  // --shape NxK
 };
 
 // Seconds per product over `copies` weight matrices used in turn.
@@ -148,7 +154,7 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
             raw[at + 4] = 8;
           }
         }
-        q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}};
+        q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}, nullptr};
       }
       const int64_t copies = m <= 16 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;
       std::vector<std::vector<uint8_t>> store(copies);
@@ -170,6 +176,12 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
         report(label.c_str(), s, m, q.bytes(), sec);
       }
       quant::set_int8_fused_allowed(true);
+      if (!quant_has_panel_layout(t)) continue;
+      for (QuantMatrix& mc : mats) attach_panels(mc);  // the int8 mode as a GGUF loads it
+      const double sec = bench(copies, budget, [&](int64_t c) {
+        quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8}, pool);
+      });
+      report((std::string(name) + " i8p").c_str(), s, m, q.bytes(), sec);
     }
   }
 }
@@ -193,17 +205,27 @@ int main(int argc, char** argv) {
       o.type = argv[++i];
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       o.m = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%lldx%lld", reinterpret_cast<long long*>(&o.n),
+                           reinterpret_cast<long long*>(&o.k)) == 2 &&
+               o.n > 0 && o.k > 0 && o.n * o.k <= (int64_t{1} << 30)) {
+      ++i;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m "
+                   "M] [--shape NxK]\n",
+                   argv[0]);
       return 2;
     }
   }
   ThreadPool pool(o.threads);
   std::printf("quant target: %s, matmul target: %s, threads: %d\n", quant_target_name(),
               matmul_target_name(), o.threads);
+  if (o.n > 0) {
+    const std::string name = std::to_string(o.n) + "x" + std::to_string(o.k);
+    run_shape({name.c_str(), o.n, o.k}, o, pool);
+    return 0;
+  }
   for (const Shape& s : kShapes) run_shape(s, o, pool);
   return 0;
 }

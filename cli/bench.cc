@@ -199,6 +199,7 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
       {"weight_bytes",
        info.weight_bytes > 0 ? info.weight_bytes : info.num_parameters * bytes_per_param},
       {"quantized_matrices", info.quantized_matrices},
+      {"panel_matrices", info.panel_matrices},
       {"max_kv_cache_bytes", max_cache_bytes},
       {"load_seconds", load_s},
       {"ttft_prompt_tokens", a.ttft_prompt},

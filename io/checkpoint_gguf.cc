@@ -111,6 +111,12 @@ TensorView Checkpoint::gguf_view(const GgufEntry& e) const {
   return v;
 }
 
+void Checkpoint::release(const std::string& name, uint64_t from, uint64_t to) const {
+  const auto g = gguf_where_.find(name);
+  if (g == gguf_where_.end() || g->second.owned || g->second.gguf_names.size() != 1) return;
+  if (const GgufTensorInfo* t = gguf_->find(g->second.gguf_names[0])) gguf_->release(*t, from, to);
+}
+
 void Checkpoint::gguf_release(const GgufEntry& e) const {
   if (e.owned) return;  // a copy: its pages are ours, kept while the checkpoint is
   for (const std::string& name : e.gguf_names) {

@@ -538,6 +538,16 @@ void GgufFile::release(const GgufTensorInfo& t) const {
   release_pages(data_ + t.offset, data_ + t.offset + t.nbytes);
 }
 
+void GgufFile::release(const GgufTensorInfo& t, uint64_t from, uint64_t to) const {
+  to = std::min<uint64_t>(to, t.nbytes);
+  if (!map_ || from >= to) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(data_ + t.offset);
+  // From the page holding `from`, but not below the tensor's first whole page.
+  const uintptr_t lo = std::max((first + from) / page * page, (first + page - 1) / page * page);
+  release_pages(reinterpret_cast<const uint8_t*>(lo), data_ + t.offset + to);
+}
+
 void GgufFile::release_pages(const uint8_t* begin, const uint8_t* end) const {
   if (!map_) return;  // parsed from the caller's memory: not ours to drop
   // Only whole pages inside the range: neighbours may share the edge pages.

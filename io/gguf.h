@@ -90,6 +90,10 @@ class GgufFile {
   const uint8_t* data(const GgufTensorInfo& t) const;
   // Tells the kernel the pages of a tensor are no longer needed.
   void release(const GgufTensorInfo& t) const;
+  // The same for its bytes [0, to) as they are read for the last time, a
+  // range at a time: the whole pages among them after `from` (a page holding
+  // bytes of the tensor before `from` was read before and goes too).
+  void release(const GgufTensorInfo& t, uint64_t from, uint64_t to) const;
 
  private:
   friend class GgufParser;

@@ -285,6 +285,38 @@ TEST(Gguf, DroppingTheMetadataReleasesTheHeaderPages) {
   EXPECT_EQ(std::memcmp(f->data(*w), bytes.data() + f->data_offset() + w->offset, w->nbytes), 0);
 }
 
+// A tensor's pages released a range at a time as a loader reads them for the
+// last time (attach_panels' `read`): the whole pages up to each `to`, from the
+// page holding `from`.
+TEST(Gguf, ReleasingARangeDropsItsWholePages) {
+  TempDir dir;
+  GgufSpec s = small_spec();
+  s.tensors.push_back({"big", {256 * 1024}, 0});  // 1 MiB of F32 after "w" and "b"
+  const std::string bytes = s.build();
+  std::ofstream(dir / "model.gguf", std::ios::binary) << bytes;
+  const auto f = GgufFile::open(dir / "model.gguf");
+  const GgufTensorInfo* big = f->find("big");
+  ASSERT_NE(big, nullptr);
+  const auto expect_intact = [&] {
+    for (const char* name : {"w", "b", "big"}) {
+      const GgufTensorInfo* t = f->find(name);
+      EXPECT_EQ(std::memcmp(f->data(*t), bytes.data() + f->data_offset() + t->offset, t->nbytes), 0)
+          << name;
+    }
+  };
+  expect_intact();  // every page of the mapping now resident
+  const int64_t all = mapping_rss_kb(f->data(*big));
+  ASSERT_GE(all, 1024);
+  f->release(*big, 0, 300 * 1024);  // about the first 300 KiB
+  f->release(*big, 300 * 1024, 700 * 1024);
+  const int64_t after = mapping_rss_kb(f->data(*big));
+  EXPECT_LE(after, all - 690);  // 700 KiB less at most one page either side
+  EXPECT_GE(after, all - 704);
+  f->release(*big, 700 * 1024, uint64_t{1} << 40);  // `to` past the end: up to the end
+  EXPECT_LE(mapping_rss_kb(f->data(*big)), all - 1016);
+  expect_intact();  // released pages of a private read-only mapping read back from the file
+}
+
 TEST(Gguf, FileErrors) {
   TempDir dir;
   expect_error<FileError>([&] { GgufFile::open(dir / "missing.gguf"); }, {"missing.gguf"});

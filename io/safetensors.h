@@ -98,6 +98,10 @@ class Checkpoint {
   const TensorInfo& info(const std::string& name) const;
   TensorView view(const std::string& name) const;
   void release(const std::string& name) const;
+  // The pages of `name`'s bytes [from, to) as GgufFile::release(t, from, to)
+  // does, for a GGUF tensor (elsewhere nothing: the caller releases the whole
+  // tensor when done).
+  void release(const std::string& name, uint64_t from, uint64_t to) const;
   // The file holding `name`, for error messages.
   const std::filesystem::path& file_of(const std::string& name) const;
 

@@ -120,7 +120,24 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   q->row_bytes = quant_row_bytes(q->type, k);
   q->data = static_cast<const uint8_t*>(ckpt_->view(name).data) + first_row * q->row_bytes;
   q->keep = ckpt_;
-  if (info.row_order.empty()) return q;
+  if (info.row_order.empty()) {
+    // The int8 kernels on AVX512-VNNI read panels (ops/quant.h): made here,
+    // once, the mapped rows' pages dropped as they are read: only the rare
+    // other readers (an embedding lookup of a tied matrix, another SIMD
+    // target) fault them back in.
+    if (numerics_.int8 && panels_allowed_ && quant_has_panel_layout(q->type) &&
+        quant_reads_panels()) {
+      const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);
+      uint64_t done = base;
+      attach_panels(*q, [&](int64_t rows) {
+        const uint64_t to = base + static_cast<uint64_t>(rows * q->row_bytes);
+        ckpt_->release(name, done, to);
+        done = to;
+      });
+      ++panels_;
+    }
+    return q;
+  }
   if (first_row != 0 || n != static_cast<int64_t>(info.row_order.size()))
     throw TensorMappingError("tensor '" + name + "': a row order on a stacked tensor");
   auto permuted = std::make_shared<QuantMatrix>(permute_rows(*q, info.row_order));
@@ -146,6 +163,15 @@ PackedMatrix WeightLoader::quantize_f32(const std::string& name, const std::vect
   auto q =
       std::make_shared<QuantMatrix>(quantize_matrix(*t, w.data(), n, k, *ThreadPool::shared(0)));
   return pack_quant({std::move(q)});
+}
+
+PackedMatrix WeightLoader::take_lookup_table(const std::string& name, int64_t n, int64_t k) {
+  struct Restore {
+    bool& flag;
+    ~Restore() { flag = true; }
+  } restore{panels_allowed_};
+  panels_allowed_ = false;
+  return take_packed(name, n, k);
 }
 
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {

@@ -65,6 +65,9 @@ class WeightLoader {
   // Takes a [n, k] linear weight and packs it for matmul; the mapped pages of
   // the original are released afterwards.
   PackedMatrix take_packed(const std::string& name, int64_t n, int64_t k);
+  // The same for a table only read a row at a time (an untied embedding):
+  // never kept as panels for the int8 kernels, which it never meets.
+  PackedMatrix take_lookup_table(const std::string& name, int64_t n, int64_t k);
   // Takes [ns[i], k] linear weights and packs them as one matrix, their rows
   // stacked in order (a fused projection); see pack_weights_concat.
   PackedMatrix take_packed_concat(const std::vector<std::string>& names,
@@ -90,6 +93,8 @@ class WeightLoader {
   const std::map<std::string, std::string>& ignored() const { return ignored_; }
   // Matrices taken block-quantized (from the file or quantized on load).
   int64_t quantized_matrices() const { return quantized_; }
+  // Of their parts, those also kept as panels for the int8 kernels (ops/quant.h).
+  int64_t panel_matrices() const { return panels_; }
   // Bytes of every weight taken, as kept for compute (packed, quantized or float32).
   int64_t bytes() const { return bytes_; }
 
@@ -111,6 +116,8 @@ class WeightLoader {
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   mutable int64_t quantized_ = 0;
+  mutable int64_t panels_ = 0;
+  bool panels_allowed_ = true;  // false inside take_lookup_table
   int64_t bytes_ = 0;
   bool bf16_fp32_only_ = false;
   QuantMixModel mix_model_;

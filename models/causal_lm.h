@@ -47,6 +47,7 @@ struct ModelInfo {
   int64_t num_parameters = 0;
   int64_t weight_bytes = 0;        // resident, as packed for compute
   int64_t quantized_matrices = 0;  // matrices kept block-quantized
+  int64_t panel_matrices = 0;      // of their parts, those the int8 kernels read as panels
   Numerics numerics;
   // Where the tokenizer comes from: the GGUF file, else the snapshot folder.
   const std::filesystem::path& tokenizer_source() const {

@@ -64,6 +64,7 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   info_.ignored_modules = ignored_modules;
   for (const LayerSpec& l : spec_.layers) info_.causal = info_.causal && !l.attn.bidirectional;
   info_.quantized_matrices = w.quantized_matrices();
+  info_.panel_matrices = w.panel_matrices();
   info_.weight_bytes = w.bytes();
   if (ctx.numerics.int8 && info_.quantized_matrices == 0) {
     throw ConfigError(
@@ -82,7 +83,7 @@ void Decoder::load_embeddings(const LoadContext& ctx, WeightLoader& w, const std
     w.ignore(head + ".weight", "tie_word_embeddings: lm_head shares " + m + "embed_tokens.weight");
   } else {
     if (w.quantized(m + "embed_tokens.weight")) {  // rows dequantized at lookup
-      embed_quantized_ = w.take_packed(m + "embed_tokens.weight", v, h);
+      embed_quantized_ = w.take_lookup_table(m + "embed_tokens.weight", v, h);
     } else {
       embed_tokens_ = w.take(m + "embed_tokens.weight", {v, h});
     }

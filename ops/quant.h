@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,12 @@ struct QuantMatrix {
   // x[k_perm[j]] as column j's input. Empty: identity.
   std::vector<int32_t> k_perm;
 
+  // Optional: the same blocks interleaved 16 rows at a time (the panel layout
+  // below), which the int8 kernels read instead of the rows on AVX512-VNNI.
+  // Null: rows only. The rows stay valid either way (every other path reads
+  // them), so a loader may release their resident pages once panels exist.
+  std::shared_ptr<const uint8_t[]> panels;
+
   int64_t bytes() const { return n * row_bytes; }
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
   // W[r, :] dequantized exactly (columns in stored order, k_perm not applied).
@@ -86,6 +93,30 @@ void quantize_row(QuantType t, const float* x, void* blocks, int64_t k);
 // Whether quantize_row implements t (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
 // Q5_K, Q6_K).
 bool can_quantize(QuantType t);
+
+// The panel layout of the 32-weight GGML types Q4_0, Q4_1, Q5_0, Q5_1 and
+// Q8_0: rows 16p .. 16p + 15 (rows past n zero) are panel p, and block b of
+// its rows is 16 * block_bytes bytes at ((p * (k / 32)) + b) * 16 * block_bytes:
+//   d[16] (fp16, row l's scale), then m[16] (fp16, Q4_1 / Q5_1's min), then
+//   (Q5) eight 64-bit masks: mask v < 4 has bit 4l + i = row l's high bit of
+//   element 4v + i, mask 4 + v that of element 16 + 4v + i; then the codes:
+//   4-bit types: four 64-byte vectors, vector v holding at bytes 4l .. 4l + 3
+//   row l's qs[4v .. 4v + 3] (low nibble element 4v + i, high 16 + 4v + i);
+//   Q8_0: eight 64-byte vectors, vector q holding at byte 4l + i row l's
+//   element 4q + i plus 128 (unsigned).
+// The same bytes as the rows (16 block_bytes per block of a panel), read as
+// one sequential stream with no gather or transposition per block.
+bool quant_has_panel_layout(QuantType t);
+// Bytes of w's panels: ceil(n / 16) * 16 * row_bytes.
+int64_t quant_panel_bytes(const QuantMatrix& w);
+// w.panels made from w's rows (a type with a panel layout). `read`, if set,
+// is called as the rows are read, with the count read so far (every 1024
+// rows, and n at the end): a loader drops their pages as it goes, so that
+// the rows and the panels of a large matrix are never all resident at once.
+void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read = {});
+// Whether this CPU's int8 kernels read panels (AVX512-VNNI, and a kernel
+// target that has them): a loader makes panels only then.
+bool quant_reads_panels();
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].
 QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);

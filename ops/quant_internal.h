@@ -90,6 +90,10 @@ struct Int8Row {
 };
 void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out);
 
+// Weight rows per panel of the int8 kernels of the 32-weight block types (and
+// of QuantMatrix::panels, quant.h): one per lane of their 16-float vectors.
+constexpr int64_t kPanelRows = 16;
+
 // Whether the int8 kernels may use AVX512-VNNI where the CPU has it (default
 // true); tests turn it off to cover the vpmaddwd path on such a CPU.
 bool int8_vnni_allowed();

@@ -536,13 +536,25 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
 
 #endif
 
+// The int8 kernels that read QuantMatrix::panels are the VNNI ones.
+bool ReadsPanels() {
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+  return UseVnni();
+#else
+  return false;
+#endif
+}
+
 // One part's share of a job of `tiles` chunks: the output split into
 // col_groups x row_groups tiles over columns (preferred: each thread streams
 // only its own weights) and rows, for `threads` threads.
+// Columns are cut at multiples of kNR rows, or of a panel's 16 where the
+// weights have panels.
 struct TileGrid {
-  int64_t col_blocks, col_groups, row_groups;
+  int64_t unit, col_blocks, col_groups, row_groups;
   TileGrid(const QuantMatmulArgs& a, int64_t threads)
-      : col_blocks((a.w->n + kNR - 1) / kNR),
+      : unit(a.w->panels ? quant::kPanelRows : kNR),
+        col_blocks((a.w->n + unit - 1) / unit),
         col_groups(std::min(col_blocks, threads)),
         row_groups(std::clamp<int64_t>(threads / col_groups, 1, a.m)) {}
   int64_t tiles() const { return col_groups * row_groups; }
@@ -569,8 +581,8 @@ void QuantMatmulParts(const QuantMatmulArgs* parts, quant::Int8Acts* const* acts
         if (t >= g.tiles()) continue;
         const int64_t n = a.w->n, rg = t / g.col_groups, cg = t % g.col_groups;
         const int64_t r0 = rg * m / g.row_groups, r1 = (rg + 1) * m / g.row_groups;
-        const int64_t n0 = std::min(n, cg * g.col_blocks / g.col_groups * kNR);
-        const int64_t n1 = std::min(n, (cg + 1) * g.col_blocks / g.col_groups * kNR);
+        const int64_t n0 = std::min(n, cg * g.col_blocks / g.col_groups * g.unit);
+        const int64_t n1 = std::min(n, (cg + 1) * g.col_blocks / g.col_groups * g.unit);
         if (r0 >= r1 || n0 >= n1) continue;
         if (acts) {
           Int8Range(a, *acts[i], r0, r1, n0, n1);
@@ -592,6 +604,7 @@ namespace hubzoo {
 HWY_EXPORT(QuantMatmulParts);
 HWY_EXPORT(QuantDispatchedTarget);
 HWY_EXPORT(QuantizeActivations);
+HWY_EXPORT(ReadsPanels);
 
 namespace {
 
@@ -722,6 +735,8 @@ void quant_matmul_reference(const QuantMatmulArgs& a) {
     quant::exact_scalar(a, 0, a.m, 0, a.w->n);
   }
 }
+
+bool quant_reads_panels() { return HWY_DYNAMIC_DISPATCH(ReadsPanels)(); }
 
 const char* quant_target_name() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(QuantDispatchedTarget)());

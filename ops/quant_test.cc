@@ -79,7 +79,7 @@ Weights random_weights(QuantType t, int64_t n, int64_t k, uint32_t seed) {
       b[f + 1] = static_cast<uint8_t>(h >> 8);
     }
   }
-  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}};
+  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}, nullptr};
   return out;
 }
 
@@ -134,6 +134,9 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
     const int64_t n = 37;
     for (int64_t k : {int64_t{512}, int64_t{quant_traits(t).block_elems == 256 ? 1280 : 1056}}) {
       const Weights w = random_weights(t, n, k, 1);
+      // The same blocks with panels (quant.h): what the VNNI kernels read then.
+      QuantMatrix wp = w.w;
+      if (quant_has_panel_layout(t)) attach_panels(wp);
       for (int64_t m : {1, 2, 3, 7, 16, 33}) {
         SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m));
         const Shape s{m, n, k};
@@ -142,16 +145,19 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
         for (QuantMode mode : kModes) {
           const auto ref = run(s, x, w.w, bias, mode, nullptr);
           every_target([&] {
-            expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-            // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
-            quant::set_int8_vnni_allowed(false);
-            expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-            quant::set_int8_vnni_allowed(true);
-            // The int8 mode's tiled path where few rows take the fused kernels.
-            if (mode == QuantMode::kInt8 && m <= 16) {
-              quant::set_int8_fused_allowed(false);
-              expect_same_bits(run(s, x, w.w, bias, mode, &pool), ref);
-              quant::set_int8_fused_allowed(true);
+            for (const QuantMatrix* wm : std::initializer_list<const QuantMatrix*>{&w.w, &wp}) {
+              SCOPED_TRACE(wm->panels ? "panels" : "rows");
+              expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
+              // Where the CPU has AVX512-VNNI, the int8 mode's vpmaddwd path as well.
+              quant::set_int8_vnni_allowed(false);
+              expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
+              quant::set_int8_vnni_allowed(true);
+              // The int8 mode's tiled path where few rows take the fused kernels.
+              if (mode == QuantMode::kInt8 && m <= 16) {
+                quant::set_int8_fused_allowed(false);
+                expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
+                quant::set_int8_fused_allowed(true);
+              }
             }
           });
         }
@@ -279,6 +285,7 @@ TEST(QuantMatmul, PartsEqualEachPartAlone) {
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(21));
   w[7].w.k_perm = perm;
+  for (int i : {0, 2, 5}) attach_panels(w[i].w);  // Q4_0, Q8_0 (no rows), Q5_0
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (int count : {1, 2, 3, kMaxQuantParts}) {

@@ -81,6 +81,7 @@ class PyCausalLM {
     d["gguf_file"] = i.gguf_file.string();
     d["config"] = i.config_json;
     d["quantized_matrices"] = i.quantized_matrices;
+    d["panel_matrices"] = i.panel_matrices;
     d["weight_bytes"] = i.weight_bytes;
     d["vocab_size"] = i.vocab_size;
     d["hidden_size"] = i.hidden_size;
