@@ -9,7 +9,9 @@
 // most 16 rows of x on AVX-512 (ops/quant_int8_fused-inl.h), and the 32-weight
 // block types either straight from the blocks (at most 4 rows of x) or from a
 // panel of 16 weight rows packed per call (ops/quant_int8_rows-inl.h), all in
-// the same orders.
+// the same orders. With AVX512-VNNI an int8 load also keeps Q4_0 .. Q8_0
+// matrices with 16 rows interleaved (QuantMatrix::panels, the panel layout
+// below), which those kernels then read instead of the rows.
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
 // and element j + 16 (high nibble).
 //
@@ -72,13 +74,16 @@ struct QuantMatrix {
 
   // Optional: the same blocks interleaved 16 rows at a time (the panel layout
   // below), which the int8 kernels read instead of the rows on AVX512-VNNI.
-  // Null: rows only. The rows stay valid either way (every other path reads
-  // them), so a loader may release their resident pages once panels exist.
+  // Null: rows only. The rows stay valid either way (the other kernels read
+  // them), so a loader may release their resident pages once panels exist;
+  // dequantize_row reads a row from the panels then.
   std::shared_ptr<const uint8_t[]> panels;
 
   int64_t bytes() const { return n * row_bytes; }
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
-  // W[r, :] dequantized exactly (columns in stored order, k_perm not applied).
+  // W[r, :] dequantized exactly (columns in stored order, k_perm not applied),
+  // from the panels where w has them (an embedding lookup of a tied matrix
+  // then never brings the released rows' pages back).
   void dequantize_row(int64_t r, float* out) const;
 };
 
@@ -114,6 +119,9 @@ int64_t quant_panel_bytes(const QuantMatrix& w);
 // rows, and n at the end): a loader drops their pages as it goes, so that
 // the rows and the panels of a large matrix are never all resident at once.
 void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read = {});
+// Row r's blocks (row_bytes bytes, as the rows hold them) read back from
+// w.panels.
+void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
 // Whether this CPU's int8 kernels read panels (AVX512-VNNI, and a kernel
 // target that has them): a loader makes panels only then.
 bool quant_reads_panels();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "ops/quant.h"
@@ -367,6 +368,12 @@ void QuantMatrix::dequantize_row(int64_t r, float* out) const {
   if (r < 0 || r >= n) {
     throw InvalidArgument("QuantMatrix::dequantize_row: row " + std::to_string(r) +
                           " outside [0, " + std::to_string(n) + ")");
+  }
+  if (panels) {
+    std::vector<uint8_t> blocks(static_cast<size_t>(row_bytes));
+    panel_row_blocks(*this, r, blocks.data());
+    hubzoo::dequantize_row(type, blocks.data(), out, k);
+    return;
   }
   hubzoo::dequantize_row(type, row(r), out, k);
 }

@@ -8,7 +8,9 @@
 // x, one conversion, one multiply and one fma for 16 outputs (llama.cpp's
 // repacked Q4_0 GEMM has the same shape). Elsewhere the panel holds the
 // signed int16 weights in column pairs (vpmaddwd). Integer sums are exact,
-// so both equal quant::int8_block_dot bit for bit.
+// so both equal quant::int8_block_dot bit for bit. Where the weights also
+// have QuantMatrix::panels (AVX512-VNNI int8 loads), DirectPanel and
+// PackQuadsFromPanels read those: the same vectors, one sequential stream.
 // Included by ops/quant_matmul.cc only, after ops/quant_int8_fused-inl.h.
 #if defined(HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_

@@ -547,9 +547,9 @@ bool ReadsPanels() {
 
 // One part's share of a job of `tiles` chunks: the output split into
 // col_groups x row_groups tiles over columns (preferred: each thread streams
-// only its own weights) and rows, for `threads` threads.
-// Columns are cut at multiples of kNR rows, or of a panel's 16 where the
-// weights have panels.
+// only its own weights) and rows, for `threads` threads. Columns are cut at
+// multiples of kNR weight rows, or of a panel's 16 where the weights have
+// panels.
 struct TileGrid {
   int64_t unit, col_blocks, col_groups, row_groups;
   TileGrid(const QuantMatmulArgs& a, int64_t threads)

@@ -1,5 +1,6 @@
 // The panel layout of the 32-weight block types (ops/quant.h): the rows'
 // blocks interleaved 16 rows at a time, made once at load.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -36,58 +37,85 @@ BlockParts block_parts(QuantType t) {
   }
 }
 
-// Block b of 16 rows (null: a zero row past the matrix) into a panel block.
-void pack_panel_block(QuantType t, const uint8_t* const* rows, int64_t b, uint8_t* out) {
-  const QuantTraits& tr = quant_traits(t);
-  const BlockParts parts = block_parts(t);
-  const int64_t at = b * tr.block_bytes;
-  std::memset(out, 0, static_cast<size_t>(kRows * tr.block_bytes));
-  uint8_t* p = out;
+// The 16 rows' block b (blocks[l], a zero block for rows past the matrix)
+// into one panel block, a row at a time (each row's block is contiguous).
+void pack_panel_block(QuantType t, const BlockParts& parts, const uint8_t* const* blocks,
+                      uint8_t* out) {
+  uint8_t* const d = out;
+  uint8_t* const m = out + 2 * kRows;
+  uint8_t* const masks_at = m + (parts.m >= 0 ? 2 * kRows : 0);
+  uint8_t* const codes = masks_at + (parts.qh >= 0 ? 64 : 0);
+  uint64_t masks[8] = {};
   for (int64_t l = 0; l < kRows; ++l) {
-    if (rows[l]) std::memcpy(p + 2 * l, rows[l] + at, 2);  // d
+    const uint8_t* blk = blocks[l];
+    std::memcpy(d + 2 * l, blk, 2);
+    if (parts.m >= 0) std::memcpy(m + 2 * l, blk + parts.m, 2);
+    if (parts.qh >= 0) {
+      uint32_t qh;
+      std::memcpy(&qh, blk + parts.qh, 4);
+      for (int v = 0; v < 4; ++v) {
+        masks[v] |= static_cast<uint64_t>((qh >> (4 * v)) & 0xF) << (4 * l);
+        masks[4 + v] |= static_cast<uint64_t>((qh >> (16 + 4 * v)) & 0xF) << (4 * l);
+      }
+    }
+    if (t == QuantType::Q8_0) {
+      for (int q = 0; q < 8; ++q) {
+        uint32_t word;
+        std::memcpy(&word, blk + parts.qs + 4 * q, 4);
+        word ^= 0x80808080u;  // int8 + 128, byte by byte
+        std::memcpy(codes + 64 * q + 4 * l, &word, 4);
+      }
+    } else {
+      for (int v = 0; v < 4; ++v) std::memcpy(codes + 64 * v + 4 * l, blk + parts.qs + 4 * v, 4);
+    }
   }
+  if (parts.qh >= 0) std::memcpy(masks_at, masks, sizeof(masks));
+}
+
+// Row l's block b back from its panel block: the inverse of pack_panel_block.
+void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* block) {
+  const BlockParts parts = block_parts(t);
+  const uint8_t* p = in;
+  std::memcpy(block, p + 2 * l, 2);
   p += 2 * kRows;
   if (parts.m >= 0) {
-    for (int64_t l = 0; l < kRows; ++l) {
-      if (rows[l]) std::memcpy(p + 2 * l, rows[l] + at + parts.m, 2);
-    }
+    std::memcpy(block + parts.m, p + 2 * l, 2);
     p += 2 * kRows;
   }
   if (parts.qh >= 0) {
-    uint64_t masks[8] = {};
-    for (int64_t l = 0; l < kRows; ++l) {
-      if (!rows[l]) continue;
-      uint32_t qh;
-      std::memcpy(&qh, rows[l] + at + parts.qh, 4);
-      for (int v = 0; v < 4; ++v) {
-        for (int i = 0; i < 4; ++i) {
-          masks[v] |= static_cast<uint64_t>((qh >> (4 * v + i)) & 1) << (4 * l + i);
-          masks[4 + v] |= static_cast<uint64_t>((qh >> (16 + 4 * v + i)) & 1) << (4 * l + i);
-        }
+    uint64_t masks[8];
+    std::memcpy(masks, p, sizeof(masks));
+    uint32_t qh = 0;
+    for (int v = 0; v < 4; ++v) {
+      for (int i = 0; i < 4; ++i) {
+        qh |= static_cast<uint32_t>((masks[v] >> (4 * l + i)) & 1) << (4 * v + i);
+        qh |= static_cast<uint32_t>((masks[4 + v] >> (4 * l + i)) & 1) << (16 + 4 * v + i);
       }
     }
-    std::memcpy(p, masks, sizeof(masks));
+    std::memcpy(block + parts.qh, &qh, 4);
     p += sizeof(masks);
   }
   if (t == QuantType::Q8_0) {
     for (int q = 0; q < 8; ++q) {
-      for (int64_t l = 0; l < kRows; ++l) {
-        for (int i = 0; i < 4; ++i) {
-          const uint8_t code = rows[l] ? rows[l][at + parts.qs + 4 * q + i] : 0;
-          p[64 * q + 4 * l + i] = static_cast<uint8_t>(code ^ 0x80);  // int8 + 128
-        }
+      for (int i = 0; i < 4; ++i) {
+        block[parts.qs + 4 * q + i] = static_cast<uint8_t>(p[64 * q + 4 * l + i] ^ 0x80);
       }
     }
     return;
   }
-  for (int v = 0; v < 4; ++v) {
-    for (int64_t l = 0; l < kRows; ++l) {
-      if (rows[l]) std::memcpy(p + 64 * v + 4 * l, rows[l] + at + parts.qs + 4 * v, 4);
-    }
-  }
+  for (int v = 0; v < 4; ++v) std::memcpy(block + parts.qs + 4 * v, p + 64 * v + 4 * l, 4);
 }
 
 }  // namespace
+
+void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out) {
+  const QuantTraits& tr = quant_traits(w.type);
+  const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
+  const uint8_t* panel = w.panels.get() + r / kRows * nb * panel_block;
+  for (int64_t b = 0; b < nb; ++b) {
+    unpack_panel_block(w.type, panel + b * panel_block, r % kRows, out + b * tr.block_bytes);
+  }
+}
 
 bool quant_has_panel_layout(QuantType t) {
   switch (t) {
@@ -115,16 +143,33 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
     throw InvalidArgument("attach_panels: the matrix's rows are not valid blocks");
   }
   const QuantTraits& tr = quant_traits(w.type);
+  const BlockParts parts = block_parts(w.type);
   const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
+  const int64_t panels = (w.n + kRows - 1) / kRows;
   std::shared_ptr<uint8_t[]> out(new uint8_t[static_cast<size_t>(quant_panel_bytes(w))]);
-  for (int64_t p = 0; p * kRows < w.n; ++p) {
-    const uint8_t* rows[kRows];
-    for (int64_t l = 0; l < kRows; ++l)
-      rows[l] = p * kRows + l < w.n ? w.row(p * kRows + l) : nullptr;
-    for (int64_t b = 0; b < nb; ++b) {
-      pack_panel_block(w.type, rows, b, out.get() + (p * nb + b) * panel_block);
+  const uint8_t zero[64] = {};  // a row past the matrix: zero blocks
+  const auto pack = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* rows[kRows];
+      for (int64_t l = 0; l < kRows; ++l)
+        rows[l] = p * kRows + l < w.n ? w.row(p * kRows + l) : nullptr;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blocks[kRows];
+        for (int64_t l = 0; l < kRows; ++l)
+          blocks[l] = rows[l] ? rows[l] + b * tr.block_bytes : zero;
+        pack_panel_block(w.type, parts, blocks, out.get() + (p * nb + b) * panel_block);
+      }
     }
-    if (read && (p + 1) % kReportPanels == 0) read(std::min(w.n, (p + 1) * kRows));
+  };
+  // Both halves of a load's work (reading the rows, writing the panels) are
+  // memory-bound page faults and copies: the threads of the shared pool split
+  // each run of kReportPanels panels per thread, then `read` hears of it.
+  ThreadPool& pool = *ThreadPool::shared(0);
+  const int64_t run = kReportPanels * pool.num_threads();
+  for (int64_t p0 = 0; p0 < panels; p0 += run) {
+    const int64_t p1 = std::min(panels, p0 + run);
+    pool.parallel_for(p1 - p0, kReportPanels, [&](int64_t a, int64_t b) { pack(p0 + a, p0 + b); });
+    if (read) read(std::min(w.n, p1 * kRows));
   }
   if (read) read(w.n);
   w.panels = std::move(out);

@@ -381,6 +381,54 @@ TEST(QuantMatmul, BadArguments) {
   EXPECT_THROW(w.w.dequantize_row(4, x.data()), InvalidArgument);
 }
 
+// Panels hold the rows' bytes: every row read back from them is its blocks,
+// bit for bit (Q5's high bits, Q8_0's offset codes, the rows of a last
+// partial panel), and dequantize_row reads them then.
+TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
+  for (QuantType t : kAll) {
+    if (!quant_has_panel_layout(t)) {
+      QuantMatrix w = random_weights(t, 3, 256, 1).w;
+      EXPECT_THROW(attach_panels(w), InvalidArgument);
+      continue;
+    }
+    SCOPED_TRACE(std::string(quant_name(t)));
+    Weights w = random_weights(t, 37, 96, 30);
+    QuantMatrix wp = w.w;
+    int64_t reported = 0;
+    attach_panels(wp, [&](int64_t rows) { reported = rows; });
+    EXPECT_EQ(reported, 37);
+    EXPECT_EQ(quant_panel_bytes(wp), 48 * wp.row_bytes);
+    std::vector<uint8_t> row(wp.row_bytes);
+    std::vector<float> a(96), b(96);
+    for (int64_t r = 0; r < 37; ++r) {
+      panel_row_blocks(wp, r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;
+      w.w.dequantize_row(r, a.data());
+      wp.dequantize_row(r, b.data());
+      expect_same_bits(b, a);
+    }
+  }
+}
+
+// A matrix of many runs of panels (made in parallel, `read` after each run):
+// the counts grow to n, and every row reads back.
+TEST(QuantMatrix, PanelsOfALargeMatrixReportTheirRows) {
+  const int64_t n = 16 * 300 + 5;
+  Weights w = random_weights(QuantType::Q5_1, n, 64, 31);
+  QuantMatrix wp = w.w;
+  std::vector<int64_t> reported;
+  attach_panels(wp, [&](int64_t rows) { reported.push_back(rows); });
+  ASSERT_GE(reported.size(), 3u);
+  EXPECT_EQ(reported.back(), n);
+  EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
+  EXPECT_LE(reported[0], 1024 * ThreadPool::shared(0)->num_threads());  // 1024 rows a thread
+  std::vector<uint8_t> row(wp.row_bytes);
+  for (int64_t r = 0; r < n; ++r) {
+    panel_row_blocks(wp, r, row.data());
+    ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;
+  }
+}
+
 TEST(Quantize, RoundTripAndMatrix) {
   ThreadPool pool(2);
   std::mt19937 rng(3);
