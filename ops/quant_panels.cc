@@ -109,6 +109,12 @@ void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* bloc
 }  // namespace
 
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out) {
+  if (!w.panels || r < 0 || r >= w.n) {
+    throw InvalidArgument("panel_row_blocks: " +
+                          std::string(w.panels ? "row " + std::to_string(r) + " outside [0, " +
+                                                     std::to_string(w.n) + ")"
+                                               : "the matrix has no panels"));
+  }
   const QuantTraits& tr = quant_traits(w.type);
   const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
   const uint8_t* panel = w.panels.get() + r / kRows * nb * panel_block;

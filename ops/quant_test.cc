@@ -398,6 +398,8 @@ TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
     attach_panels(wp, [&](int64_t rows) { reported = rows; });
     EXPECT_EQ(reported, 37);
     EXPECT_EQ(quant_panel_bytes(wp), 48 * wp.row_bytes);
+    EXPECT_THROW(panel_row_blocks(w.w, 0, nullptr), InvalidArgument);  // no panels
+    EXPECT_THROW(panel_row_blocks(wp, 37, nullptr), InvalidArgument);
     std::vector<uint8_t> row(wp.row_bytes);
     std::vector<float> a(96), b(96);
     for (int64_t r = 0; r < 37; ++r) {
