@@ -122,9 +122,9 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   q->keep = ckpt_;
   if (info.row_order.empty()) {
     // The int8 kernels on AVX512-VNNI read panels (ops/quant.h): made here,
-    // once, the mapped rows' pages dropped as they are read: only the rare
-    // other readers (an embedding lookup of a tied matrix, another SIMD
-    // target) fault them back in.
+    // once, the mapped rows' pages dropped as they are read. A tied
+    // embedding's lookups read the panels too; only a path that reads rows
+    // (another SIMD target in a test, the reference) faults them back in.
     if (numerics_.int8 && panels_allowed_ && quant_has_panel_layout(q->type) &&
         quant_reads_panels()) {
       const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);
