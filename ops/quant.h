@@ -111,7 +111,10 @@ bool can_quantize(QuantType t);
 //   element 4q + i plus 128 (unsigned).
 // The same bytes as the rows (16 block_bytes per block of a panel), read as
 // one sequential stream with no gather or transposition per block.
-bool quant_has_panel_layout(QuantType t);
+constexpr bool quant_has_panel_layout(QuantType t) {
+  return t == QuantType::Q4_0 || t == QuantType::Q4_1 || t == QuantType::Q5_0 ||
+         t == QuantType::Q5_1 || t == QuantType::Q8_0;
+}
 // Bytes of w's panels: ceil(n / 16) * 16 * row_bytes.
 int64_t quant_panel_bytes(const QuantMatrix& w);
 // w.panels made from w's rows (a type with a panel layout). `read`, if set,

@@ -486,8 +486,7 @@ HWY_INLINE __m512i Dot4Broadcast(__m512i acc, __m512i w, const int8_t* x) {
 // load and each column quad's codes one vector, as the quad panel holds them.
 
 template <QuantType t>
-constexpr bool kHasPanels = t == QuantType::Q4_0 || t == QuantType::Q4_1 || t == QuantType::Q5_0 ||
-                            t == QuantType::Q5_1 || t == QuantType::Q8_0;
+constexpr bool kHasPanels = quant_has_panel_layout(t);
 template <QuantType t>
 constexpr bool kPanelMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
 template <QuantType t>

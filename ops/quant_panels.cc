@@ -123,19 +123,6 @@ void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out) {
   }
 }
 
-bool quant_has_panel_layout(QuantType t) {
-  switch (t) {
-    case QuantType::Q4_0:
-    case QuantType::Q4_1:
-    case QuantType::Q5_0:
-    case QuantType::Q5_1:
-    case QuantType::Q8_0:
-      return true;
-    default:
-      return false;
-  }
-}
-
 int64_t quant_panel_bytes(const QuantMatrix& w) {
   return (w.n + kRows - 1) / kRows * kRows * w.row_bytes;
 }
