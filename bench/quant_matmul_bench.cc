@@ -154,7 +154,7 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
             raw[at + 4] = 8;
           }
         }
-        q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}, nullptr};
+        q = {t, s.n, s.k, quant_row_bytes(t, s.k), raw.data(), nullptr, {}, {}, nullptr};
       }
       const int64_t copies = m <= 16 ? std::max<int64_t>(1, cold / q.bytes() + 1) : 1;
       std::vector<std::vector<uint8_t>> store(copies);

@@ -109,7 +109,8 @@ std::vector<float> WeightLoader::read_f32(const std::string& name, const TensorI
 }
 
 // A quantized checkpoint tensor as a QuantMatrix: a view of the mapped blocks
-// (kept alive by the checkpoint), or a copy with its rows reordered.
+// (kept alive by the checkpoint), in a row order where it has panels, or else
+// a copy with its rows reordered.
 std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& name,
                                                             const TensorInfo& info, int64_t n,
                                                             int64_t k, int64_t first_row) const {
@@ -120,13 +121,14 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   q->row_bytes = quant_row_bytes(q->type, k);
   q->data = static_cast<const uint8_t*>(ckpt_->view(name).data) + first_row * q->row_bytes;
   q->keep = ckpt_;
+  // The int8 kernels on AVX512-VNNI read panels (ops/quant.h): made here,
+  // once, the mapped rows' pages dropped as they are read. A tied
+  // embedding's lookups read the panels too; only a path that reads rows
+  // (another SIMD target in a test, the reference) faults them back in.
+  const bool panels =
+      numerics_.int8 && panels_allowed_ && quant_has_panel_layout(q->type) && quant_reads_panels();
   if (info.row_order.empty()) {
-    // The int8 kernels on AVX512-VNNI read panels (ops/quant.h): made here,
-    // once, the mapped rows' pages dropped as they are read. A tied
-    // embedding's lookups read the panels too; only a path that reads rows
-    // (another SIMD target in a test, the reference) faults them back in.
-    if (numerics_.int8 && panels_allowed_ && quant_has_panel_layout(q->type) &&
-        quant_reads_panels()) {
+    if (panels) {
       const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);
       uint64_t done = base;
       attach_panels(*q, [&](int64_t rows) {
@@ -140,6 +142,16 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   }
   if (first_row != 0 || n != static_cast<int64_t>(info.row_order.size()))
     throw TensorMappingError("tensor '" + name + "': a row order on a stacked tensor");
+  if (panels && n <= INT32_MAX) {
+    // Reordered rows (llama.cpp's q/k) as a row order over the mapped view:
+    // the panels hold them in that order, and no reordered copy is made. The
+    // rows are read out of order, so their pages go once all are read.
+    q->row_order.assign(info.row_order.begin(), info.row_order.end());
+    attach_panels(*q, nullptr);
+    ckpt_->release(name);
+    ++panels_;
+    return q;
+  }
   auto permuted = std::make_shared<QuantMatrix>(permute_rows(*q, info.row_order));
   ckpt_->release(name);  // the reordered copy is the only one read
   return permuted;

@@ -71,6 +71,11 @@ struct QuantMatrix {
   // Optional input permutation (GPTQ desc_act): the product uses
   // x[k_perm[j]] as column j's input. Empty: identity.
   std::vector<int32_t> k_perm;
+  // Optional row order: row r is stored row row_order[r] of `data`, every
+  // entry in [0, n) (a GGUF's q/k rows in transformers' order without a
+  // reordered copy; the loader only sets it where it also attaches panels,
+  // which hold the rows in this order). Empty: identity.
+  std::vector<int32_t> row_order;
 
   // Optional: the same blocks interleaved 16 rows at a time (the panel layout
   // below), which the int8 kernels read instead of the rows on AVX512-VNNI.
@@ -80,7 +85,9 @@ struct QuantMatrix {
   std::shared_ptr<const uint8_t[]> panels;
 
   int64_t bytes() const { return n * row_bytes; }
-  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+  const uint8_t* row(int64_t r) const {
+    return data + (row_order.empty() ? r : row_order[r]) * row_bytes;
+  }
   // W[r, :] dequantized exactly (columns in stored order, k_perm not applied),
   // from the panels where w has them (an embedding lookup of a tied matrix
   // then never brings the released rows' pages back).

@@ -389,6 +389,7 @@ QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts) {
       throw InvalidArgument("concat_quant: parts differ in type or k");
     }
     if (!p->k_perm.empty()) throw InvalidArgument("concat_quant: a part has a k permutation");
+    if (!p->row_order.empty()) throw InvalidArgument("concat_quant: a part has a row order");
     if (p->n > 0 && !p->data) throw InvalidArgument("concat_quant: a part has no data");
     out.n += p->n;
   }

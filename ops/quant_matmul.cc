@@ -627,6 +627,10 @@ void check_args(const QuantMatmulArgs& a) {
                           std::to_string(a.ldx) + " < k " + std::to_string(w.k) + " or ldy " +
                           std::to_string(a.ldy) + " < n " + std::to_string(w.n) + ")");
   }
+  if (!w.row_order.empty() && static_cast<int64_t>(w.row_order.size()) != w.n) {
+    throw InvalidArgument("quant_matmul: row_order has " + std::to_string(w.row_order.size()) +
+                          " entries, expected n = " + std::to_string(w.n));
+  }
   if (!w.k_perm.empty()) {
     if (static_cast<int64_t>(w.k_perm.size()) != w.k) {
       throw InvalidArgument("quant_matmul: k_perm has " + std::to_string(w.k_perm.size()) +

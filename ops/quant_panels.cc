@@ -135,6 +135,11 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
   if (w.row_bytes != quant_row_bytes(w.type, w.k) || w.n < 0 || (w.n > 0 && !w.data)) {
     throw InvalidArgument("attach_panels: the matrix's rows are not valid blocks");
   }
+  if (!w.row_order.empty()) {
+    bool valid = static_cast<int64_t>(w.row_order.size()) == w.n;
+    for (int64_t i = 0; valid && i < w.n; ++i) valid = w.row_order[i] >= 0 && w.row_order[i] < w.n;
+    if (!valid) throw InvalidArgument("attach_panels: row_order is not n rows of the matrix");
+  }
   const QuantTraits& tr = quant_traits(w.type);
   const BlockParts parts = block_parts(w.type);
   const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;

@@ -79,7 +79,7 @@ Weights random_weights(QuantType t, int64_t n, int64_t k, uint32_t seed) {
       b[f + 1] = static_cast<uint8_t>(h >> 8);
     }
   }
-  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}, nullptr};
+  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}, {}, nullptr};
   return out;
 }
 
@@ -429,6 +429,70 @@ TEST(QuantMatrix, PanelsOfALargeMatrixReportTheirRows) {
     panel_row_blocks(wp, r, row.data());
     ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;
   }
+}
+
+// A row order reads the stored rows through it, as the reordered copy
+// permute_rows makes: the same bytes per row, the same panels, and products
+// equal to the copy's bit for bit on every target, from the rows and from the
+// panels (the loader's GGUF q/k in int8 mode).
+TEST(QuantMatrix, RowOrderReadsLikeAReorderedCopy) {
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q4_K}) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const int64_t n = 40, k = 512;
+    const Weights w = random_weights(t, n, k, 32);
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = (i % 2) * (n / 2) + i / 2;  // llama's interleave
+    const QuantMatrix copy = permute_rows(w.w, order);
+    QuantMatrix ordered = w.w;
+    ordered.row_order.assign(order.begin(), order.end());
+    for (int64_t r = 0; r < n; ++r)
+      ASSERT_EQ(std::memcmp(ordered.row(r), copy.row(r), w.w.row_bytes), 0) << "row " << r;
+    std::vector<const QuantMatrix*> kinds{&ordered};
+    QuantMatrix panels = ordered;
+    if (quant_has_panel_layout(t)) {
+      attach_panels(panels);
+      std::vector<uint8_t> row(w.w.row_bytes);
+      for (int64_t r = 0; r < n; ++r) {
+        panel_row_blocks(panels, r, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), copy.row(r), w.w.row_bytes), 0) << "row " << r;
+      }
+      kinds.push_back(&panels);
+    }
+    for (int64_t m : {1, 3, 20}) {
+      const Shape s{m, n, k};
+      const auto x = test::spread_values(m * s.ldx(), 4 + m, -6, 6);
+      const auto bias = test::spread_values(n, 5, -4, 4);
+      for (QuantMode mode : kModes) {
+        const auto ref = run(s, x, copy, bias, mode, nullptr);
+        expect_same_bits(run(s, x, ordered, bias, mode, nullptr), ref);
+        every_target([&] {
+          for (const QuantMatrix* wm : kinds)
+            expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
+        });
+      }
+    }
+  }
+}
+
+TEST(QuantMatrix, RowOrderMustCoverTheRows) {
+  ThreadPool pool(1);
+  const Weights w = random_weights(QuantType::Q8_0, 4, 64, 33);
+  QuantMatrix short_order = w.w;
+  short_order.row_order = {0, 1, 2};
+  const Shape s{1, 4, 64};
+  const auto x = test::spread_values(s.ldx(), 1, -1, 1);
+  const auto bias = test::spread_values(4, 2, -1, 1);
+  EXPECT_THROW(run(s, x, short_order, bias, QuantMode::kInt8, &pool), InvalidArgument);
+  EXPECT_THROW(attach_panels(short_order), InvalidArgument);
+  QuantMatrix outside = w.w;
+  outside.row_order = {0, 1, 4, 3};
+  EXPECT_THROW(attach_panels(outside), InvalidArgument);
+  outside.row_order = {0, -1, 2, 3};
+  EXPECT_THROW(attach_panels(outside), InvalidArgument);
+  QuantMatrix ordered = w.w;
+  ordered.row_order = {3, 2, 1, 0};
+  EXPECT_THROW(concat_quant({&ordered, &w.w}), InvalidArgument);
 }
 
 TEST(Quantize, RoundTripAndMatrix) {

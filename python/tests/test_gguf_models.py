@@ -109,9 +109,9 @@ def test_int8_mode_keeps_panels_of_the_32_weight_types(hz, tiny_gguf, qtype):
     exact = hz.CausalLM.from_pretrained(path).info
     assert exact["panel_matrices"] == 0
     panels = hz._hubzoo.quant.reads_panels() and qtype in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
-    # llama's q/k rows are reordered on load (an owned copy, kept as rows); v, o and the MLP's
-    # three are views of the file, 5 per layer, and the tied embedding is the logits' matrix.
-    assert int8["panel_matrices"] == (5 * gm.LAYERS + 1 if panels else 0), int8["panel_matrices"]
+    # q, k (llama's reordered rows, through a row order), v, o and the MLP's three: 7 per
+    # layer, and the tied embedding is the logits' matrix.
+    assert int8["panel_matrices"] == (7 * gm.LAYERS + 1 if panels else 0), int8["panel_matrices"]
 
 
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
