@@ -153,11 +153,9 @@ void QuantizeActivations(const float* HWY_RESTRICT x, int64_t k, int64_t block, 
     auto vmax = hn::Zero(df);
     for (int64_t i = b0; i < b0 + block; i += n)
       vmax = hn::Max(hn::Abs(hn::LoadU(df, x + i)), vmax);
-    // Max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does.
-    float amax = 0.0f;
-    alignas(64) float lanes[hn::MaxLanes(df)];
-    hn::Store(vmax, df, lanes);
-    for (int64_t l = 0; l < n; ++l) amax = std::max(amax, lanes[l]);
+    // Max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does:
+    // the lanes are never NaN (nor -0), so their max has no order.
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
     const float d = amax / 127.0f;
     const auto id = hn::Set(df, d != 0.0f ? 1.0f / d : 0.0f);
     dx[b0 / block] = d;
@@ -656,7 +654,7 @@ void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& 
   acts.qx.resize(a.m * acts.k);
   acts.dx.resize(a.m * (acts.k / acts.block));
   const auto rows = [&](int64_t r0, int64_t r1) {
-    std::vector<float> xg(acts.k);
+    std::vector<float> xg(a.w->k_perm.empty() ? 0 : acts.k);  // gathered_row's buffer
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = quant::gathered_row(a, r, xg.data());
       const quant::Int8Row row = acts.row(r);
