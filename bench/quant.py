@@ -6,14 +6,14 @@
 Files: the real GGUFs that setup prepares (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M,
 Gemma-3-270M Q4_K_M) and Q8_0 / Q4_0 / Q4_K files llama.cpp's own llama-quantize makes from
 SmolLM2's F32 GGUF (bench/build_llama_cpp.sh). Engines, each a fresh process per figure and
-round, rounds alternating the engines so a change in machine load hits all alike:
+round, the engines' order reversed every other round so a change in machine load hits all alike:
   hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
   hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
   llama.cpp      llama-bench and llama-batched-bench on the same file
 Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time (hubzoo's
 own), seconds from starting a server (`hubzoo serve`, `llama-server`) to its first 200 from
 /health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (file bytes read per token /
-read bandwidth measured in the same run by build/bench/machine_bench).
+read bandwidth measured by build/bench/machine_bench just before each engine's run).
 Writes bench/results/quant.{json,md}.
 """
 
@@ -116,26 +116,31 @@ def main():
         engines = {f"hubzoo {m}": (lambda m=m, p=path: hubzoo_gguf(build, p, m, a)) for m in modes}
         engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a, ready=True)
         runs = {e: [] for e in engines}
-        read_gbs = []  # the bandwidth of each round, measured beside its engines
+        # The read bandwidth just before each engine's run: a shared machine's moves within a
+        # round (37-70 GB/s in one), and an engine's run takes tens of seconds.
+        read_gbs = {e: [] for e in engines}
+        order = list(engines)
         for rnd in range(a.rounds):
-            read_gbs.append(read_bandwidth(build, a.threads))
-            for e, fn in engines.items():
+            for e in (order if rnd % 2 == 0 else order[::-1]):  # alternating the engines' order
                 log(f"{name}: round {rnd + 1}/{a.rounds}: {e}")
+                read_gbs[e].append(read_bandwidth(build, a.threads))
                 try:
-                    runs[e].append(fn())
+                    runs[e].append(engines[e]())
                 except RuntimeError as err:  # recorded, not hidden: the table shows the failure
                     runs[e].append({"error": str(err)[-2000:]})
         med = {}
         for e, r in runs.items():
             ok = [x for x in r if "error" not in x]
             med[e] = median_engine(ok) if ok else {"error": r[0]["error"]}
-            # decode b1 against the bound of its own round, then the median over rounds
+            # decode b1 against the bound measured just before its run, then the median over rounds
             ratios = [fig(x, "decode", "batch", 1) * path.stat().st_size / (gbs * 1e9)
-                      for x, gbs in zip(r, read_gbs) if "error" not in x and fig(x, "decode", "batch", 1)]
+                      for x, gbs in zip(r, read_gbs[e]) if "error" not in x and fig(x, "decode", "batch", 1)]
             if ratios:
                 med[e]["bound_ratio"] = statistics.median(ratios)
+                med[e]["bound_ratio_rounds"] = ratios
         report["files"][name] = {"path": str(path), "bytes": path.stat().st_size, "engines": med,
-                                 "read_gbs_rounds": read_gbs}
+                                 "read_gbs_runs": read_gbs,
+                                 "read_gbs_rounds": [g for gs in read_gbs.values() for g in gs]}
     report["load_average_end"] = os.getloadavg()
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -186,9 +191,9 @@ def write_markdown(r: dict, path: Path) -> None:
                 + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | "
                 + (f"{x['bound_ratio']:.2f} |" if "bound_ratio" in x else f"{ratio(d[0], bound)} |"))
     lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step); "
-              "b1 / bandwidth bound is the median over rounds of each round's decode against the "
-              "bandwidth measured at the start of that round (a shared machine's bandwidth moves "
-              "between rounds: " + "; ".join(
+              "b1 / bandwidth bound is the median over rounds of each run's decode against the "
+              "bandwidth measured just before that run (a shared machine's bandwidth moves "
+              "between runs: " + "; ".join(
                   f"{n} {min(f['read_gbs_rounds']):.1f}-{max(f['read_gbs_rounds']):.1f} GB/s"
                   for n, f in r["files"].items() if f.get("read_gbs_rounds")) + "). "
               "RSS / (file + KV): peak resident memory of the whole run over the file's size plus the "
