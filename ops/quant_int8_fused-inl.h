@@ -97,6 +97,20 @@ HWY_INLINE __m512i NibblesByHalf(__m256i v) {
   return _mm512_and_si512(_mm512_srlv_epi16(both, shift), _mm512_set1_epi8(0x0F));
 }
 
+// acc + a * b lane by lane, where every lane of a and b holds an int16 value
+// (its high half the sign or zero): one vpdpwssd (AVX512-VNNI) or vpmaddwd +
+// vpaddd, the high halves' product being 0. The same exact integers as
+// vpmulld + vpaddd, in one or two single-uop instructions.
+template <bool kVnni>
+HWY_INLINE __m512i MulAdd16(__m512i acc, __m512i a, __m512i b) {
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  }
+}
+
 // The quad sums of x's 64 bytes.
 template <bool kVnni>
 HWY_INLINE __m512i QuadSums(__m512i x) {
@@ -137,18 +151,28 @@ HWY_INLINE __m512i KSpanCodes(const uint8_t* b, int c) {
   }
 }
 
-// UnpackK4 in registers: bytes 0-7 the 6-bit scales, 8-15 the mins (bytes
-// stored one by one and read back as a vector would stall store forwarding).
+// UnpackK4 in registers: bytes 0-7 the 6-bit scales, 8-15 the mins, from the
+// 12 scale bytes at s (s[0..3]: scales 0-3, their top bits those of scales
+// 4-7; s[4..7] the same for the mins; s[8..11]: the low 4 bits of scales 4-7
+// and, above them, of mins 4-7). Reads 16 bytes (a block has 128 more after).
+// Byte shuffles and masks: the scalar form with four inserts from
+// general-purpose registers was half of Q4_K's decode time.
 HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, s, 4);
-  std::memcpy(&u1, s + 4, 4);
-  std::memcpy(&u2, s + 8, 4);
-  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
-  const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
-  const uint32_t m_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
-  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(u1 & k6), static_cast<int>(sc_hi),
-                       static_cast<int>(u0 & k6));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  // Bytes: s0-3 | s8-11 | s4-7 | s8-11 (the low 6 bits or the nibbles)...
+  const __m128i a =
+      _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  // ... and nothing | s0-3 | nothing | s4-7 (their top 2 bits).
+  const __m128i b =
+      _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  // Bytes 12-15 take the high nibbles of s8-11 (a 16-bit shift: each byte's
+  // bits 4-7 come down, the masks below drop what crosses from its neighbour).
+  const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xF000, a, _mm_srli_epi16(a, 4)),
+                                    _mm_setr_epi8(0x3F, 0x3F, 0x3F, 0x3F, 0x0F, 0x0F, 0x0F, 0x0F,
+                                                  0x3F, 0x3F, 0x3F, 0x3F, 0x0F, 0x0F, 0x0F, 0x0F));
+  // The top 2 bits (6-7) of s0-7 as bits 4-5.
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+  return _mm_or_si128(low, high);
 }
 
 // The K types (256-weight blocks), R rows of x from r against the weight
@@ -187,13 +211,16 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
       if (prefetch && ahead) {
         for (int64_t p = 0; p < kBytes; p += 64) hwy::Prefetch(blk + ahead + p);
       }
+      // Scales (and mins) one per int32 lane with a zero high half, for
+      // MulAdd16: Q4_K's are 0..63; Q6_K's int8 sign-extended to 16 bits.
       __m512i sc, mn = _mm512_setzero_si512();
       if constexpr (kMin) {
         const __m128i k4 = K4ScaleBytes(blk + 4);
         sc = _mm512_cvtepu8_epi32(k4);
         mn = _mm512_cvtepu8_epi32(_mm_srli_si128(k4, 8));
       } else {
-        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+        sc = _mm512_cvtepu16_epi32(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192))));
       }
       __m512i ii[R], jj[R];
       for (int i = 0; i < R; ++i) ii[i] = jj[i] = _mm512_setzero_si512();
@@ -205,9 +232,11 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
         if constexpr (kMin) mnc = _mm512_permutexvar_epi32(group[c], mn);
 #pragma GCC unroll 4
         for (int i = 0; i < R; ++i) {
+          // p, a lane's 4 codes against x, is within int16 (|p| <= 4 * 15 * 127 on Q4_K,
+          // 4 * 32 * 127 on Q6_K, whose w = u - 32), as are x's quad sums (|.| <= 4 * 127).
           const __m512i p = Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[i][c], u, xv[i][c]);
-          ii[i] = _mm512_add_epi32(ii[i], _mm512_mullo_epi32(p, scc));
-          if constexpr (kMin) jj[i] = _mm512_add_epi32(jj[i], _mm512_mullo_epi32(sums[i][c], mnc));
+          ii[i] = MulAdd16<kVnni>(ii[i], p, scc);
+          if constexpr (kMin) jj[i] = MulAdd16<kVnni>(jj[i], sums[i][c], mnc);
         }
       }
       const __m512 av = _mm512_set1_ps(Fp16(blk + (kMin ? 0 : 208)));
