@@ -1,6 +1,6 @@
 """Quantized weights, side by side (issue 16): hubzoo and llama.cpp on the same GGUF files.
 
-    .venv/bin/python bench/quant.py                 # every file, 3 rounds (~40 min on 2 cores)
+    .venv/bin/python bench/quant.py                 # every file, 3 rounds (~8 min on 2 cores)
     .venv/bin/python bench/quant.py --quick         # one round, fewer figures (smoke test)
 
 Files: the real GGUFs that setup prepares (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M,
