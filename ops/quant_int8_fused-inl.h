@@ -98,17 +98,11 @@ HWY_INLINE __m512i NibblesByHalf(__m256i v) {
 }
 
 // acc + a * b lane by lane, where every lane of a and b holds an int16 value
-// (its high half the sign or zero): one vpdpwssd (AVX512-VNNI) or vpmaddwd +
-// vpaddd, the high halves' product being 0. The same exact integers as
-// vpmulld + vpaddd, in one or two single-uop instructions.
+// with a high half of sign (a) or zero (b): PairSums, whose second pair's
+// product is then 0. The same exact integers as vpmulld + vpaddd.
 template <bool kVnni>
 HWY_INLINE __m512i MulAdd16(__m512i acc, __m512i a, __m512i b) {
-  if constexpr (kVnni) {
-    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-  } else {
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
-  }
+  return PairSums<kVnni>(hn::Vec<DI16>{a}, hn::Vec<DI16>{b}, hn::Vec<DI32>{acc}).raw;
 }
 
 // The quad sums of x's 64 bytes.
