@@ -6,6 +6,7 @@
 #include "base/test_util.h"
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 
@@ -125,6 +126,31 @@ TEST(Safetensors, ViewIsZeroCopyAndReleaseKeepsDataReadable) {
   EXPECT_EQ(std::memcmp(va.data, small.data(), 40), 0);
   expect_error<TensorMappingError>([&] { f->view("nope"); }, {"m.safetensors", "'nope'"});
   expect_error<TensorMappingError>([&] { f->release("nope"); }, {"'nope'"});
+}
+
+// The file's mapping is advised against huge pages (io/mapped_file.cc): the
+// VmFlags of its range in /proc/self/smaps carry "nh".
+TEST(Safetensors, MappingIsNotHugePaged) {
+  TempDir dir;
+  std::vector<float> w(3 * 4096, 1.0f);
+  const fs::path p = dir / "m.safetensors";
+  write_safetensors(p, {{"w", {DType::F32, {static_cast<int64_t>(w.size())}, w.data()}}});
+  auto f = SafetensorsFile::open(p);
+  const auto at = reinterpret_cast<uintptr_t>(f->view("w").data);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line, flags;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) {  // a mapping's first line
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      flags = line;
+      break;
+    }
+  }
+  ASSERT_FALSE(flags.empty()) << "no VmFlags for the mapping in /proc/self/smaps";
+  EXPECT_NE((flags + " ").find(" nh "), std::string::npos) << flags;
 }
 
 TEST(Safetensors, MissingFileIsFileError) {
