@@ -19,7 +19,7 @@ constexpr int64_t kReportPanels = 1024 / kRows;  // attach_panels' `read` every 
 struct BlockParts {
   int64_t m = -1, qh = -1, qs = 2;
 };
-BlockParts block_parts(QuantType t) {
+constexpr BlockParts block_parts(QuantType t) {
   switch (t) {
     case QuantType::Q4_0:
       return {-1, -1, 2};
@@ -37,42 +37,69 @@ BlockParts block_parts(QuantType t) {
   }
 }
 
-// The 16 rows' block b (blocks[l], a zero block for rows past the matrix)
-// into one panel block, a row at a time (each row's block is contiguous).
-void pack_panel_block(QuantType t, const BlockParts& parts, const uint8_t* const* blocks,
-                      uint8_t* out) {
-  uint8_t* const d = out;
-  uint8_t* const m = out + 2 * kRows;
-  uint8_t* const masks_at = m + (parts.m >= 0 ? 2 * kRows : 0);
-  uint8_t* const codes = masks_at + (parts.qh >= 0 ? 64 : 0);
-  uint64_t masks[8] = {};
-  for (int64_t l = 0; l < kRows; ++l) {
-    const uint8_t* blk = blocks[l];
-    std::memcpy(d + 2 * l, blk, 2);
-    if (parts.m >= 0) std::memcpy(m + 2 * l, blk + parts.m, 2);
-    if (parts.qh >= 0) {
+// Row l of a panel, its nb blocks (`row`, or one zero block again and again
+// for a row past the matrix: row_step 0), into its slots of the panel's nb
+// panel blocks. A row at a time, not a block of all 16 rows at a time: the
+// source is then read as one sequential stream (the loader's mapped file,
+// mostly not in any cache) while the panel, tens of KB, stays in cache; 16
+// interleaved 34-byte streams left the packing waiting on memory (~2.5x the
+// time of a copy of the same bytes). The qh masks of the Q5 types are OR-ed
+// in, so the caller zeroes them first.
+template <QuantType T>
+void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
+                    int64_t block_bytes, uint8_t* panel) {
+  constexpr BlockParts parts = block_parts(T);
+  const int64_t panel_block = kRows * block_bytes;
+  for (int64_t b = 0; b < nb; ++b, row += row_step) {
+    uint8_t* const d = panel + b * panel_block;
+    uint8_t* const m = d + 2 * kRows;
+    uint8_t* const masks_at = m + (parts.m >= 0 ? 2 * kRows : 0);
+    uint8_t* const codes = masks_at + (parts.qh >= 0 ? 64 : 0);
+    std::memcpy(d + 2 * l, row, 2);
+    if constexpr (parts.m >= 0) std::memcpy(m + 2 * l, row + parts.m, 2);
+    if constexpr (parts.qh >= 0) {
       uint32_t qh;
-      std::memcpy(&qh, blk + parts.qh, 4);
-      for (int v = 0; v < 4; ++v) {
-        masks[v] |= static_cast<uint64_t>((qh >> (4 * v)) & 0xF) << (4 * l);
-        masks[4 + v] |= static_cast<uint64_t>((qh >> (16 + 4 * v)) & 0xF) << (4 * l);
+      std::memcpy(&qh, row + parts.qh, 4);
+      for (int v = 0; v < 8; ++v) {
+        uint64_t mask;
+        std::memcpy(&mask, masks_at + 8 * v, 8);
+        mask |= static_cast<uint64_t>((qh >> (4 * (v % 4) + 16 * (v / 4))) & 0xF) << (4 * l);
+        std::memcpy(masks_at + 8 * v, &mask, 8);
       }
     }
-    if (t == QuantType::Q8_0) {
+    if constexpr (T == QuantType::Q8_0) {
       for (int q = 0; q < 8; ++q) {
         uint32_t word;
-        std::memcpy(&word, blk + parts.qs + 4 * q, 4);
+        std::memcpy(&word, row + parts.qs + 4 * q, 4);
         word ^= 0x80808080u;  // int8 + 128, byte by byte
         std::memcpy(codes + 64 * q + 4 * l, &word, 4);
       }
     } else {
-      for (int v = 0; v < 4; ++v) std::memcpy(codes + 64 * v + 4 * l, blk + parts.qs + 4 * v, 4);
+      for (int v = 0; v < 4; ++v) std::memcpy(codes + 64 * v + 4 * l, row + parts.qs + 4 * v, 4);
     }
   }
-  if (parts.qh >= 0) std::memcpy(masks_at, masks, sizeof(masks));
 }
 
-// Row l's block b back from its panel block: the inverse of pack_panel_block.
+// Panel p of w (rows 16p .. 16p + 15, zero blocks past w.n) into `panel`.
+template <QuantType T>
+void pack_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes, uint8_t* panel) {
+  constexpr BlockParts parts = block_parts(T);
+  if constexpr (parts.qh >= 0) {
+    const int64_t masks_at = 2 * kRows + (parts.m >= 0 ? 2 * kRows : 0);
+    for (int64_t b = 0; b < nb; ++b) std::memset(panel + b * kRows * block_bytes + masks_at, 0, 64);
+  }
+  static constexpr uint8_t kZero[64] = {};  // a row past the matrix: zero blocks
+  for (int64_t l = 0; l < kRows; ++l) {
+    const int64_t r = p * kRows + l;
+    if (r < w.n) {
+      pack_panel_row<T>(w.row(r), block_bytes, l, nb, block_bytes, panel);
+    } else {
+      pack_panel_row<T>(kZero, 0, l, nb, block_bytes, panel);
+    }
+  }
+}
+
+// Row l's block b back from its panel block: the inverse of pack_panel_row.
 void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* block) {
   const BlockParts parts = block_parts(t);
   const uint8_t* p = in;
@@ -141,23 +168,30 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
     if (!valid) throw InvalidArgument("attach_panels: row_order is not n rows of the matrix");
   }
   const QuantTraits& tr = quant_traits(w.type);
-  const BlockParts parts = block_parts(w.type);
   const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
   const int64_t panels = (w.n + kRows - 1) / kRows;
   std::shared_ptr<uint8_t[]> out(new uint8_t[static_cast<size_t>(quant_panel_bytes(w))]);
-  const uint8_t zero[64] = {};  // a row past the matrix: zero blocks
+  using PackPanel = void (*)(const QuantMatrix&, int64_t, int64_t, int64_t, uint8_t*);
+  PackPanel pack_one = nullptr;
+  switch (w.type) {
+    case QuantType::Q4_0:
+      pack_one = pack_panel<QuantType::Q4_0>;
+      break;
+    case QuantType::Q4_1:
+      pack_one = pack_panel<QuantType::Q4_1>;
+      break;
+    case QuantType::Q5_0:
+      pack_one = pack_panel<QuantType::Q5_0>;
+      break;
+    case QuantType::Q5_1:
+      pack_one = pack_panel<QuantType::Q5_1>;
+      break;
+    default:  // Q8_0, the last type with a panel layout (checked above)
+      pack_one = pack_panel<QuantType::Q8_0>;
+  }
   const auto pack = [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* rows[kRows];
-      for (int64_t l = 0; l < kRows; ++l)
-        rows[l] = p * kRows + l < w.n ? w.row(p * kRows + l) : nullptr;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blocks[kRows];
-        for (int64_t l = 0; l < kRows; ++l)
-          blocks[l] = rows[l] ? rows[l] + b * tr.block_bytes : zero;
-        pack_panel_block(w.type, parts, blocks, out.get() + (p * nb + b) * panel_block);
-      }
-    }
+    for (int64_t p = p0; p < p1; ++p)
+      pack_one(w, p, nb, tr.block_bytes, out.get() + p * nb * panel_block);
   };
   // Both halves of a load's work (reading the rows, writing the panels) are
   // memory-bound page faults and copies: the threads of the shared pool split
