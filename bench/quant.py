@@ -1,6 +1,6 @@
 """Quantized weights, side by side (issue 16): hubzoo and llama.cpp on the same GGUF files.
 
-    .venv/bin/python bench/quant.py                 # every file, 3 rounds (~8 min on 2 cores)
+    .venv/bin/python bench/quant.py                 # every file, 3 rounds (~10 min on 2 cores)
     .venv/bin/python bench/quant.py --quick         # one round, fewer figures (smoke test)
 
 Files: the real GGUFs that setup prepares (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M,
@@ -85,7 +85,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prefill", default="512")
     ap.add_argument("--decode-batch", default="1,4,16")
-    ap.add_argument("--decode-tokens", type=int, default=32)
+    # 128, not 32: a 32-token run is ~80 ms of decode, short enough for a neighbour's burst
+    # on a shared machine to move one run's figure by 30% (0.59-0.93 of the bound in one
+    # file's five rounds); the same count goes to llama-bench and llama-batched-bench.
+    ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--files", default="", help="comma list of file stems (default: all)")
     ap.add_argument("--modes", default="fused,int8")
     ap.add_argument("--quick", action="store_true")
