@@ -1,4 +1,4 @@
-// Highway kernels of ops/dot_axpy.h and their scalar references.
+// Highway kernels of ops/dot_axpy.h and their scalar references (and argmax).
 //
 // Every product is rounded on its own, as in the scalar code
 // (ops/rounded_product-inl.h: GCC would otherwise contract it with the
@@ -52,6 +52,45 @@ int64_t AxpyVectors(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
   return i;
 }
 
+// argmax_simd: whole vectors first (the largest value, and whether any is
+// NaN), then the first element equal to that value; a NaN anywhere sends the
+// caller to the first NaN instead.
+int64_t ArgmaxVectors(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  float best = x[0];
+  bool nan = best != best;
+  int64_t i = 0;
+  if (n >= lanes) {
+    auto m = hn::LoadU(d, x);
+    auto bad = hn::IsNaN(m);
+    for (i = lanes; i + lanes <= n; i += lanes) {
+      const auto v = hn::LoadU(d, x + i);
+      bad = hn::Or(bad, hn::IsNaN(v));
+      m = hn::Max(m, v);
+    }
+    nan = !hn::AllFalse(d, bad);
+    best = hn::GetLane(hn::MaxOfLanes(d, m));
+  }
+  for (; i < n; ++i) {
+    nan |= x[i] != x[i];
+    best = x[i] > best ? x[i] : best;
+  }
+  if (nan) {
+    for (i = 0; x[i] == x[i];) ++i;
+    return i;
+  }
+  // The first index holding the maximum (== also matches -0.0 to +0.0: the
+  // first of either, as a scan with > keeps the first).
+  const auto want = hn::Set(d, best);
+  for (i = 0; i + lanes <= n; i += lanes) {
+    const intptr_t lane = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, x + i), want));
+    if (lane >= 0) return i + lane;
+  }
+  for (; x[i] != best;) ++i;
+  return i;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace hubzoo
 HWY_AFTER_NAMESPACE();
@@ -62,6 +101,7 @@ namespace hubzoo {
 HWY_EXPORT(DotAxpyTarget);
 HWY_EXPORT(DotLanes);
 HWY_EXPORT(AxpyVectors);
+HWY_EXPORT(ArgmaxVectors);
 
 namespace {
 inline float combine_lanes(const float (&s)[8]) {
@@ -96,6 +136,10 @@ void axpy_simd(float a, const float* x, float* y, int64_t n) {
 
 void axpy_reference(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+int64_t argmax_simd(const float* x, int64_t n) {
+  return n > 0 ? HWY_DYNAMIC_DISPATCH(ArgmaxVectors)(x, n) : 0;
 }
 
 const char* dot_axpy_target_name() {

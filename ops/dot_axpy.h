@@ -19,6 +19,11 @@ float dot_reference(const float* a, const float* b, int64_t n);
 void axpy_simd(float a, const float* x, float* y, int64_t n);
 void axpy_reference(float a, const float* x, float* y, int64_t n);
 
+// The body of ops/elementwise.h's argmax() for n > 0: the first index of the
+// maximum, or of the first NaN if there is one (the greedy sampler's pick
+// over a vocabulary, ~20 us per 49152 logits as a scalar loop).
+int64_t argmax_simd(const float* x, int64_t n);
+
 // Name of the SIMD target these kernels dispatch to (tests, reports).
 const char* dot_axpy_target_name();
 

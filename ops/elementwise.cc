@@ -106,6 +106,11 @@ void softmax_inplace(float* x, int64_t n) {
 
 int64_t argmax(const float* x, int64_t n) {
   if (n <= 0) throw InvalidArgument("argmax of an empty array");
+  return argmax_simd(x, n);
+}
+
+int64_t argmax_reference(const float* x, int64_t n) {
+  if (n <= 0) throw InvalidArgument("argmax of an empty array");
   int64_t best = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (std::isnan(x[i])) return i;

@@ -30,6 +30,8 @@ void softmax_inplace(float* x, int64_t n);
 // First index of the maximum, as torch.argmax (a NaN counts as the maximum).
 // Throws InvalidArgument when n <= 0.
 int64_t argmax(const float* x, int64_t n);
+// The same as a scalar scan (the test's reference).
+int64_t argmax_reference(const float* x, int64_t n);
 
 // sum_i a[i] * b[i] in a fixed order.
 float dot(const float* a, const float* b, int64_t n);
