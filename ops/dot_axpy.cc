@@ -52,6 +52,20 @@ int64_t AxpyVectors(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
   return i;
 }
 
+// out[i] = w[i] * (x[i] * s) over whole vectors (two products, each rounded:
+// nothing to fuse); returns how many elements it did.
+int64_t ScaleVectors(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, float s,
+                     float* HWY_RESTRICT out, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto sv = hn::Set(d, s);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Mul(hn::LoadU(d, w + i), hn::Mul(hn::LoadU(d, x + i), sv)), d, out + i);
+  }
+  return i;
+}
+
 // argmax_simd: whole vectors first (the largest value, and whether any is
 // NaN), then the first element equal to that value; a NaN anywhere sends the
 // caller to the first NaN instead.
@@ -102,6 +116,7 @@ HWY_EXPORT(DotAxpyTarget);
 HWY_EXPORT(DotLanes);
 HWY_EXPORT(AxpyVectors);
 HWY_EXPORT(ArgmaxVectors);
+HWY_EXPORT(ScaleVectors);
 
 namespace {
 inline float combine_lanes(const float (&s)[8]) {
@@ -136,6 +151,15 @@ void axpy_simd(float a, const float* x, float* y, int64_t n) {
 
 void axpy_reference(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale_mul_simd(const float* w, const float* x, float s, float* out, int64_t n) {
+  const int64_t done = n > 0 ? HWY_DYNAMIC_DISPATCH(ScaleVectors)(w, x, s, out, n) : 0;
+  for (int64_t i = done; i < n; ++i) out[i] = w[i] * (x[i] * s);
+}
+
+void scale_mul_reference(const float* w, const float* x, float s, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * s);
 }
 
 int64_t argmax_simd(const float* x, int64_t n) {

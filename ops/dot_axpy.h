@@ -19,6 +19,10 @@ float dot_reference(const float* a, const float* b, int64_t n);
 void axpy_simd(float a, const float* x, float* y, int64_t n);
 void axpy_reference(float a, const float* x, float* y, int64_t n);
 
+// out[i] = w[i] * (x[i] * s), each product rounded (rms_norm's scaling).
+void scale_mul_simd(const float* w, const float* x, float s, float* out, int64_t n);
+void scale_mul_reference(const float* w, const float* x, float s, float* out, int64_t n);
+
 // The body of ops/elementwise.h's argmax() for n > 0: the first index of the
 // maximum, or of the first NaN if there is one (the greedy sampler's pick
 // over a vocabulary, ~20 us per 49152 logits as a scalar loop).

@@ -50,6 +50,29 @@ TEST(DotAxpy, DotBitIdenticalToReferenceOnEveryTarget) {
   });
 }
 
+// rms_norm's scaling, and rms_norm itself against its scalar form (the sum
+// of squares in dot_reference's order, then w * (x * inv_rms)), bit for bit.
+TEST(DotAxpy, ScaleMulAndRmsNormBitIdenticalToScalarOnEveryTarget) {
+  every_target([] {
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 576, 1001}) {
+      const auto x = random_values(n + 3, 11 + n), w = random_values(n + 3, 12 + n);
+      for (int off : {0, 1, 3}) {
+        std::vector<float> got(n), want(n);
+        scale_mul_simd(w.data() + off, x.data() + off, 0.37f, got.data(), n);
+        scale_mul_reference(w.data() + off, x.data() + off, 0.37f, want.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[i]), bits(want[i])) << "n=" << n;
+        const float* xs = x.data() + off;
+        const float inv =
+            1.0f / std::sqrt(dot_reference(xs, xs, n) / static_cast<float>(n) + 1e-6f);
+        for (int64_t i = 0; i < n; ++i) want[i] = w[off + i] * (xs[i] * inv);
+        rms_norm(xs, w.data() + off, 1e-6f, n, got.data());
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(bits(got[i]), bits(want[i])) << "rms_norm n=" << n << " off=" << off;
+      }
+    }
+  });
+}
+
 // The SIMD argmax against the scalar scan: every length up to a few vectors
 // and a vocabulary's, with ties, signed zeros, infinities and NaNs placed
 // in the vectors' body and in the tail, on every target (4, 8, 16 lanes).
