@@ -84,14 +84,19 @@ int64_t ArgmaxVectors(const float* HWY_RESTRICT x, int64_t n) {
       m = hn::Max(m, v);
     }
     nan = !hn::AllFalse(d, bad);
-    best = hn::GetLane(hn::MaxOfLanes(d, m));
+    // The lanes' largest in scalar code: Highway's emulated MaxOfLanes starts
+    // from -FLT_MAX, so a row of -inf would have no element equal to it.
+    HWY_ALIGN float lane[hn::MaxLanes(d)];
+    hn::Store(m, d, lane);
+    best = lane[0];
+    for (int64_t j = 1; j < lanes; ++j) best = lane[j] > best ? lane[j] : best;
   }
   for (; i < n; ++i) {
     nan |= x[i] != x[i];
     best = x[i] > best ? x[i] : best;
   }
   if (nan) {
-    for (i = 0; x[i] == x[i];) ++i;
+    for (i = 0; i < n && x[i] == x[i];) ++i;
     return i;
   }
   // The first index holding the maximum (== also matches -0.0 to +0.0: the
@@ -101,8 +106,10 @@ int64_t ArgmaxVectors(const float* HWY_RESTRICT x, int64_t n) {
     const intptr_t lane = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, x + i), want));
     if (lane >= 0) return i + lane;
   }
-  for (; x[i] != best;) ++i;
-  return i;
+  for (; i < n; ++i) {
+    if (x[i] == best) return i;
+  }
+  return 0;  // not reached: best is one of x's values
 }
 
 }  // namespace HWY_NAMESPACE
