@@ -15,9 +15,14 @@ constexpr int64_t kRows = quant::kPanelRows;
 constexpr int64_t kReportPanels = 1024 / kRows;  // attach_panels' `read` every 1024 rows
 
 // Where a GGML block keeps its parts: the fp16 scale d at 0, the fp16 min m
-// (Q4_1 / Q5_1), the 32 high bits qh (Q5), and the codes qs.
+// (Q4_1 / Q5_1), the 32 high bits qh (Q5), and the codes qs. A panel block
+// holds the 16 rows' d, then their m, then the qh bits as 8 masks, then the
+// codes: panel_m(), panel_masks() and panel_codes() are where.
 struct BlockParts {
   int64_t m = -1, qh = -1, qs = 2;
+  static constexpr int64_t panel_m() { return 2 * kRows; }
+  constexpr int64_t panel_masks() const { return panel_m() + (m >= 0 ? 2 * kRows : 0); }
+  constexpr int64_t panel_codes() const { return panel_masks() + (qh >= 0 ? 64 : 0); }
 };
 constexpr BlockParts block_parts(QuantType t) {
   switch (t) {
@@ -52,9 +57,9 @@ void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
   const int64_t panel_block = kRows * block_bytes;
   for (int64_t b = 0; b < nb; ++b, row += row_step) {
     uint8_t* const d = panel + b * panel_block;
-    uint8_t* const m = d + 2 * kRows;
-    uint8_t* const masks_at = m + (parts.m >= 0 ? 2 * kRows : 0);
-    uint8_t* const codes = masks_at + (parts.qh >= 0 ? 64 : 0);
+    uint8_t* const m = d + parts.panel_m();
+    uint8_t* const masks_at = d + parts.panel_masks();
+    uint8_t* const codes = d + parts.panel_codes();
     std::memcpy(d + 2 * l, row, 2);
     if constexpr (parts.m >= 0) std::memcpy(m + 2 * l, row + parts.m, 2);
     if constexpr (parts.qh >= 0) {
@@ -85,8 +90,8 @@ template <QuantType T>
 void pack_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes, uint8_t* panel) {
   constexpr BlockParts parts = block_parts(T);
   if constexpr (parts.qh >= 0) {
-    const int64_t masks_at = 2 * kRows + (parts.m >= 0 ? 2 * kRows : 0);
-    for (int64_t b = 0; b < nb; ++b) std::memset(panel + b * kRows * block_bytes + masks_at, 0, 64);
+    for (int64_t b = 0; b < nb; ++b)
+      std::memset(panel + b * kRows * block_bytes + parts.panel_masks(), 0, 64);
   }
   static constexpr uint8_t kZero[64] = {};  // a row past the matrix: zero blocks
   for (int64_t l = 0; l < kRows; ++l) {
@@ -102,16 +107,11 @@ void pack_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes
 // Row l's block b back from its panel block: the inverse of pack_panel_row.
 void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* block) {
   const BlockParts parts = block_parts(t);
-  const uint8_t* p = in;
-  std::memcpy(block, p + 2 * l, 2);
-  p += 2 * kRows;
-  if (parts.m >= 0) {
-    std::memcpy(block + parts.m, p + 2 * l, 2);
-    p += 2 * kRows;
-  }
+  std::memcpy(block, in + 2 * l, 2);
+  if (parts.m >= 0) std::memcpy(block + parts.m, in + parts.panel_m() + 2 * l, 2);
   if (parts.qh >= 0) {
     uint64_t masks[8];
-    std::memcpy(masks, p, sizeof(masks));
+    std::memcpy(masks, in + parts.panel_masks(), sizeof(masks));
     uint32_t qh = 0;
     for (int v = 0; v < 4; ++v) {
       for (int i = 0; i < 4; ++i) {
@@ -120,8 +120,8 @@ void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* bloc
       }
     }
     std::memcpy(block + parts.qh, &qh, 4);
-    p += sizeof(masks);
   }
+  const uint8_t* const p = in + parts.panel_codes();
   if (t == QuantType::Q8_0) {
     for (int q = 0; q < 8; ++q) {
       for (int i = 0; i < 4; ++i) {
