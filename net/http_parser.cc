@@ -120,8 +120,11 @@ size_t RequestParser::take_line(std::string_view data, size_t max, int status, c
   const size_t lf = data.find('\n');
   const size_t take = lf == std::string_view::npos ? data.size() : lf;
   if (line_.size() + take > max) {
+    // Consumed up to the limit, not past it: the counts of what the head
+    // took (head_bytes) stay within the limits even when the rest of the
+    // connection's bytes came in the same feed.
     fail(status, std::string(what) + " exceeds " + std::to_string(max) + " bytes");
-    return take;
+    return max - line_.size();
   }
   line_.append(data.data(), take);
   if (lf == std::string_view::npos) return take;
