@@ -469,6 +469,15 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
     const int64_t cost = ((panels + cg - 1) / cg) * ((row_blocks + rg - 1) / rg);
     if (best < 0 || cost < best) best = cost, col_groups = cg, row_groups = rg;
   }
+  if (a.m <= kMR && row_groups == 1 && col_groups > 1 && col_groups == pool.num_threads()) {
+    // A decode step's columns: the panels handed out by
+    // parallel_for_balanced, so a thread slowed down on a shared machine
+    // leaves the back of its share to the other (ops/quant_matmul.cc).
+    const int64_t r1 = a.m;
+    pool.parallel_for_balanced(
+        panels, 1, [&](int64_t p0, int64_t p1) HWY_ATTR { MatmulTile(a, 0, r1, p0, p1); });
+    return;
+  }
   pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t rg = t / col_groups, cg = t % col_groups;

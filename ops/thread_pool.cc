@@ -53,6 +53,22 @@ void chunk_range(int64_t n, int64_t grain, int chunks, int c, int64_t* begin, in
 
 constexpr uint64_t kChunkMask = 0xffff;
 
+// A balanced job's share: grains [next, end) and the low bits of the job's
+// generation, so that a thread still looking at an earlier job's shares
+// cannot claim from a later one's (the tag would have to come round again,
+// 2^24 jobs, between one thread's load and its compare-exchange).
+constexpr int kShareBits = 20;
+constexpr int64_t kMaxGrains = int64_t{1} << kShareBits;
+constexpr uint64_t kShareMask = kMaxGrains - 1;
+uint64_t share_tag(uint64_t gen) { return gen & 0xffffff; }
+uint64_t share(uint64_t gen, int64_t next, int64_t end) {
+  return share_tag(gen) << (2 * kShareBits) | static_cast<uint64_t>(end) << kShareBits |
+         static_cast<uint64_t>(next);
+}
+uint64_t share_gen(uint64_t s) { return s >> (2 * kShareBits); }
+int64_t share_next(uint64_t s) { return static_cast<int64_t>(s & kShareMask); }
+int64_t share_end(uint64_t s) { return static_cast<int64_t>(s >> kShareBits & kShareMask); }
+
 uint64_t ticket_gen(uint64_t t) { return t >> 32; }
 int ticket_chunks(uint64_t t) { return static_cast<int>((t >> 16) & kChunkMask); }
 int ticket_next(uint64_t t) { return static_cast<int>(t & kChunkMask); }
@@ -70,7 +86,8 @@ int resolve_threads(int num_threads) {
 ThreadPool::ThreadPool(int num_threads) {
   num_threads_ = resolve_threads(num_threads);
   threads_.reserve(num_threads_ - 1);
-  for (int i = 0; i + 1 < num_threads_; ++i) threads_.emplace_back([this] { worker(); });
+  shares_ = std::make_unique<Share[]>(num_threads_);
+  for (int i = 1; i < num_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -108,26 +125,90 @@ void ThreadPool::run_chunks(uint64_t gen) {
     const int chunks = ticket_chunks(t);
     int64_t begin, end;
     chunk_range(job_n_, job_grain_, chunks, ticket_next(t), &begin, &end);
-    if (begin < end) {
-      const bool was_in_job = t_in_job;
-      t_in_job = true;
-      try {
-        (*job_)(begin, end);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-      t_in_job = was_in_job;
-    }
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_one();
-    }
+    if (begin < end) run_range(begin, end);
+    finish(1, chunks);
     t = ticket_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::worker() {
+void ThreadPool::finish(int done, int total) {
+  if (done_.fetch_add(done, std::memory_order_acq_rel) + done == total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_done_.notify_one();
+  }
+}
+
+// Runs grains [g0, g1) of the balanced job; the caller has claimed them, so
+// the job (and its fields) lives until they are reported done.
+void ThreadPool::run_grains(int64_t g0, int64_t g1) {
+  run_range(g0 * job_grain_, std::min(job_n_, g1 * job_grain_));
+  finish(static_cast<int>(g1 - g0), job_chunks_);
+}
+
+// fn(begin, end) of the current job, its exception kept for the caller.
+void ThreadPool::run_range(int64_t begin, int64_t end) {
+  const bool was_in_job = t_in_job;
+  t_in_job = true;
+  try {
+    (*job_)(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  t_in_job = was_in_job;
+}
+
+// The caller saw generation `gen` announced, so every share of that job was
+// set before: a share with another tag belongs to a job before or after it
+// and is left alone.
+void ThreadPool::run_shares(uint64_t gen, int self) {
+  std::atomic<uint64_t>& own = shares_[self].range;
+  uint64_t s = own.load(std::memory_order_acquire);
+  for (;;) {
+    const int64_t next = share_next(s), end = share_end(s);
+    if (share_gen(s) != share_tag(gen) || next >= end) {
+      if (!steal_into(gen, self)) return;
+      s = own.load(std::memory_order_acquire);
+      continue;
+    }
+    const int64_t take = (end - next + 1) / 2;
+    if (!own.compare_exchange_weak(s, share(gen, next + take, end), std::memory_order_acq_rel,
+                                   std::memory_order_acquire)) {
+      continue;  // s reloaded: a thief took the back
+    }
+    run_grains(next, next + take);
+    s = own.load(std::memory_order_acquire);
+  }
+}
+
+// Moves the back half of the largest other share of job `gen` into thread
+// self's share; false when none is left.
+bool ThreadPool::steal_into(uint64_t gen, int self) {
+  for (;;) {
+    int victim = -1;
+    uint64_t vs = 0;
+    int64_t most = 0;
+    for (int t = 0; t < num_threads_; ++t) {
+      const uint64_t s = shares_[t].range.load(std::memory_order_acquire);
+      if (t != self && share_gen(s) == share_tag(gen) && share_end(s) - share_next(s) > most) {
+        most = share_end(s) - share_next(s);
+        victim = t;
+        vs = s;
+      }
+    }
+    if (victim < 0) return false;
+    const int64_t next = share_next(vs), end = share_end(vs), take = (end - next + 1) / 2;
+    if (shares_[victim].range.compare_exchange_strong(vs, share(gen, next, end - take),
+                                                      std::memory_order_acq_rel)) {
+      // The job lives until the stolen grains are done, and while this
+      // thread's share is empty no one else writes it.
+      shares_[self].range.store(share(gen, end - take, end), std::memory_order_release);
+      return true;
+    }
+  }
+}
+
+void ThreadPool::worker(int self) {
   uint64_t seen = 0;
   for (;;) {
     const auto started = [&] {
@@ -138,8 +219,13 @@ void ThreadPool::worker() {
       cv_start_.wait(lock, started);
     }
     if (stop_.load()) return;
-    seen = ticket_gen(ticket_.load(std::memory_order_acquire));
-    run_chunks(seen);
+    const uint64_t t = ticket_.load(std::memory_order_acquire);
+    seen = ticket_gen(t);
+    if (ticket_chunks(t) > 0) {
+      run_chunks(seen);
+    } else {  // a balanced job
+      run_shares(seen, self);
+    }
   }
 }
 
@@ -162,6 +248,28 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chun
     return;
   }
 
+  run_job(fn, n, grain, chunks, false);
+}
+
+void ThreadPool::parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t grains = (n + grain - 1) / grain;
+  if (grains >= kMaxGrains) {  // coarser grains, still multiples of the caller's
+    grain *= (grains + kMaxGrains - 2) / (kMaxGrains - 1);
+    grains = (n + grain - 1) / grain;
+  }
+  if (num_threads_ <= 1 || grains <= 1 || t_in_job) {
+    fn(0, n);
+    return;
+  }
+
+  run_job(fn, n, grain, static_cast<int>(grains), true);
+}
+
+// Announces the job (`count` chunks, or grains of a balanced job), takes part
+// in it, waits for every part, then rethrows the first exception.
+void ThreadPool::run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced) {
   std::lock_guard<std::mutex> call_lock(call_mu_);
   uint64_t gen;
   {
@@ -169,14 +277,27 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chun
     job_ = &fn;
     job_n_ = n;
     job_grain_ = grain;
-    job_chunks_ = chunks;
+    job_chunks_ = count;
     error_ = nullptr;
     done_.store(0, std::memory_order_relaxed);
     gen = ticket_gen(ticket_.load(std::memory_order_relaxed)) + 1;
-    ticket_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
+    uint64_t chunks = static_cast<uint64_t>(count) << 16;
+    if (balanced) {
+      for (int t = 0; t < num_threads_; ++t) {
+        shares_[t].range.store(
+            share(gen, int64_t{count} * t / num_threads_, int64_t{count} * (t + 1) / num_threads_),
+            std::memory_order_relaxed);
+      }
+      chunks = 0;  // none: the workers go to their shares, set before (release)
+    }
+    ticket_.store(gen << 32 | chunks, std::memory_order_release);
   }
   cv_start_.notify_all();
-  run_chunks(gen);
+  if (balanced) {
+    run_shares(gen, 0);
+  } else {
+    run_chunks(gen);
+  }
   wait_for_chunks();
 
   std::exception_ptr error;

@@ -64,11 +64,31 @@ class ThreadPool {
   // thread slowed down (by memory, or the OS) then takes fewer of them.
   void parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chunks = 0);
 
+  // parallel_for for a stream of independent work on threads that may run at
+  // unequal speeds (on a shared machine one core can have a busy neighbour):
+  // each thread owns the contiguous share parallel_for would give it and
+  // claims it front to back, half of what is left at a time; a thread whose
+  // share is done takes the back half of the largest share left and goes on
+  // with that as its own. Each thread still reads its share as one stream,
+  // and nobody waits for a slowed-down thread's whole share. fn(begin, end)
+  // is called once per claimed piece (about log2 of a share's grains per
+  // thread), pieces starting on multiples of grain. The rest is as
+  // parallel_for: results must not depend on the pieces, exceptions are
+  // rethrown, nested calls run inline.
+  void parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn);
+
  private:
   // Implementation detail, see thread_pool.cc.
-  void worker();
+  void worker(int self);
   // Claims and runs chunks of the job of generation `gen` until none is left.
   void run_chunks(uint64_t gen);
+  // The balanced job of generation `gen`: thread self's share, then stolen ones.
+  void run_shares(uint64_t gen, int self);
+  bool steal_into(uint64_t gen, int self);
+  void run_grains(int64_t g0, int64_t g1);
+  void run_range(int64_t begin, int64_t end);
+  void run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced);
+  void finish(int done, int total);
   void wait_for_chunks();
 
   int num_threads_ = 1;
@@ -88,8 +108,16 @@ class ThreadPool {
   // caller included) claims the next chunk by compare-exchange, so a worker
   // the OS has not scheduled yet delays nothing: the others take its chunks.
   std::atomic<uint64_t> ticket_{0};
-  std::atomic<int> done_{0};  // chunks of the current job finished
+  std::atomic<int> done_{0};  // chunks (a balanced job: grains) of the current job finished
   std::atomic<bool> stop_{false};
+
+  // A balanced job's share of each thread: grains [next, end) of the job,
+  // tagged with the job's generation (share() in thread_pool.cc), claimed by
+  // compare-exchange: by its owner from the front, by others from the back.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+  };
+  std::unique_ptr<Share[]> shares_;
 };
 
 }  // namespace hubzoo

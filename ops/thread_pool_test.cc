@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -130,17 +132,25 @@ TEST(ThreadPool, PropagatesExceptionFromInlineRun) {
                std::logic_error);
 }
 
+// Plain and balanced jobs, each inside the other and inside itself.
 TEST(ThreadPool, NestedParallelForRunsInline) {
   ThreadPool pool(2);
-  std::vector<std::atomic<int>> hits(8 * 8);
-  pool.parallel_for(8, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
-        for (int64_t j = b; j < e; ++j) hits[i * 8 + j].fetch_add(1);
+  const auto run = [&](bool balanced, int64_t n, const RangeFn& fn) {
+    balanced ? pool.parallel_for_balanced(n, 1, fn) : pool.parallel_for(n, 1, fn);
+  };
+  for (int outer = 0; outer < 2; ++outer) {
+    for (int inner = 0; inner < 2; ++inner) {
+      std::vector<std::atomic<int>> hits(8 * 8);
+      run(outer, 8, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          run(inner, 8, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j) hits[i * 8 + j].fetch_add(1);
+          });
+        }
       });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1) << "outer " << outer << " inner " << inner;
     }
-  });
-  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
 }
 
 TEST(ThreadPool, SharedPoolIsOnePerSize) {
@@ -165,12 +175,16 @@ TEST(ThreadPool, TwoCallersAtOnceOnOneSharedPool) {
   auto caller = [&](int64_t n, int64_t scale, std::vector<int64_t>& sums) {
     std::vector<int64_t> out(n);
     for (int job = 0; job < kJobs; ++job) {
-      pool->parallel_for(
-          n, 1,
-          [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) out[i] = scale * i + job;
-          },
-          job % 2 ? 8 : 0);
+      const auto fill = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) out[i] = scale * i + job;
+      };
+      // Balanced jobs among the others: a thread still in one job's shares
+      // never claims from another's.
+      if (job % 3 == 2) {
+        pool->parallel_for_balanced(n, 1, fill);
+      } else {
+        pool->parallel_for(n, 1, fill, job % 2 ? 8 : 0);
+      }
       sums[job] = std::accumulate(out.begin(), out.end(), int64_t{0});
     }
   };
@@ -205,6 +219,108 @@ TEST(ThreadPool, TwoCallersAtOnceWithExceptions) {
   b.join();
   // Only the failing caller's jobs throw, every one of them.
   EXPECT_EQ(thrown.load(), 500);
+}
+
+// parallel_for_balanced: every index once, pieces on multiples of grain.
+void expect_balanced_cover(ThreadPool& pool, int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> hits(n);
+  pool.parallel_for_balanced(n, grain, [&](int64_t begin, int64_t end) {
+    EXPECT_LT(begin, end);
+    EXPECT_EQ(begin % grain, 0) << "n=" << n << " grain=" << grain;
+    if (end != n) {
+      EXPECT_EQ(end % grain, 0) << "n=" << n << " grain=" << grain;
+    }
+    for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i << " n=" << n;
+}
+
+TEST(ThreadPool, BalancedCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 3, 7, 64, 100, 1001}) {
+      for (int64_t grain : {1, 3, 16, 2000}) expect_balanced_cover(pool, n, grain);
+    }
+  }
+}
+
+// More grains than a share's 20-bit counters hold: the grain is coarsened to
+// a multiple of the caller's.
+TEST(ThreadPool, BalancedCoarsensTooManyGrains) {
+  ThreadPool pool(2);
+  const int64_t n = (int64_t{1} << 21) + 7;
+  std::atomic<int64_t> covered{0};
+  pool.parallel_for_balanced(n, 2, [&](int64_t begin, int64_t end) {
+    EXPECT_EQ(begin % 2, 0);
+    if (end != n) {
+      EXPECT_EQ(end % 2, 0);
+    }
+    covered.fetch_add(end - begin);
+  });
+  EXPECT_EQ(covered.load(), n);
+}
+
+// Each thread claims its own share front to back, halving: with nobody slow,
+// two threads cut 64 grains into pieces of 16, 8, 4, 2, 1, 1 per share (or
+// take a piece of the other's back when one finishes first).
+TEST(ThreadPool, BalancedClaimsHalfOfWhatIsLeft) {
+  ThreadPool pool(1);
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  pool.parallel_for_balanced(64, 1, [&](int64_t b, int64_t e) { pieces.emplace_back(b, e); });
+  ASSERT_EQ(pieces.size(), 1u);  // one thread: one call
+  ThreadPool two(2);
+  std::mutex mu;
+  pieces.clear();
+  two.parallel_for_balanced(64, 1, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    pieces.emplace_back(b, e);
+  });
+  int64_t largest = 0;
+  for (const auto& [b, e] : pieces) largest = std::max(largest, e - b);
+  EXPECT_EQ(largest, 16);  // half of a 32-grain share, never the whole share
+  EXPECT_GE(pieces.size(), 12u);
+}
+
+// The caller's share is stuck (its first piece waits until the worker has
+// done everything else): the worker takes the rest of the caller's share,
+// half of what is left at a time, instead of stopping at its own half.
+TEST(ThreadPool, BalancedWorkerTakesTheShareOfAStuckThread) {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int64_t> by_worker{0};
+  std::atomic<bool> timed_out{false};
+  pool.parallel_for_balanced(64, 1, [&](int64_t begin, int64_t end) {
+    if (std::this_thread::get_id() != caller) {
+      by_worker.fetch_add(end - begin);
+      return;
+    }
+    EXPECT_EQ(begin, 0);  // the caller's first piece: half of its share
+    EXPECT_EQ(end, 16);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (by_worker.load() < 48) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  EXPECT_FALSE(timed_out.load());
+  EXPECT_EQ(by_worker.load(), 48);
+}
+
+TEST(ThreadPool, BalancedPropagatesExceptionsAndStaysUsable) {
+  ThreadPool pool(3);
+  for (int64_t bad : {0, 31, 63}) {
+    EXPECT_THROW(pool.parallel_for_balanced(64, 1,
+                                            [&](int64_t begin, int64_t end) {
+                                              if (begin <= bad && bad < end)
+                                                throw std::runtime_error("bad index");
+                                            }),
+                 std::runtime_error);
+    expect_balanced_cover(pool, 100, 1);
+    expect_exact_cover(pool, 50, 1);
+  }
 }
 
 }  // namespace
