@@ -13,6 +13,7 @@
 // buffer between k ranges (the chains continue, the order is unchanged).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -56,6 +57,9 @@ struct Int8Acts {
   int64_t k = 0, block = 0;
   std::vector<int8_t> qx;
   std::vector<float> dx;
+  // Unique to each quantization (quantize_rows), 0 for none: what a kernel's
+  // per-thread cache of sums over these activations (BlockSums) is keyed by.
+  uint64_t version = 0;
   Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / block)}; }
 };
 
@@ -688,6 +692,8 @@ void check_args(const QuantMatmulArgs& a) {
 // Every row of x (after k_perm) quantized for the int8 mode, into acts. Its
 // vectors only grow, so a caller that keeps acts allocates once per size.
 void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& acts) {
+  static std::atomic<uint64_t> versions{0};
+  acts.version = versions.fetch_add(1, std::memory_order_relaxed) + 1;
   acts.k = a.w->k;
   acts.block = quant_traits(a.w->type).block_elems;
   acts.qx.resize(a.m * acts.k);
