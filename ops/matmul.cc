@@ -449,6 +449,18 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
 
 constexpr int64_t kMinDecodeBytesPerThread = 160 * 1024;
 
+// What panel p of a PackedMatrix (ctx) reads first: its K x kPanel weights
+// and those after it, at most kPrefetchNextBytes (as ops/quant_matmul.cc).
+constexpr int64_t kPrefetchNextBytes = 128 * 1024;
+ThreadPool::Region PanelStart(const void* ctx, int64_t p) {
+  const PackedMatrix& w = *static_cast<const PackedMatrix*>(ctx);
+  const int64_t panel_bytes = w.k * kPanel * (w.is_bf16() ? 2 : 4);
+  const char* base = w.is_bf16() ? reinterpret_cast<const char*>(w.bf16.get())
+                                 : reinterpret_cast<const char*>(w.data.get());
+  if (!base || p >= w.num_panels()) return {};
+  return {base + p * panel_bytes, std::min(kPrefetchNextBytes, (w.num_panels() - p) * panel_bytes)};
+}
+
 // Splits the output into at most num_threads tiles of whole row blocks and
 // whole panels, minimising the largest tile (prefer splitting columns: each
 // thread then streams only its own weights).
@@ -473,9 +485,12 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
     // A decode step's columns: the panels handed out by
     // parallel_for_balanced, so a thread slowed down on a shared machine
     // leaves the back of its share to the other (ops/quant_matmul.cc).
+    // The pool fetches the start of a worker's share of the product after
+    // this one while it waits (ThreadPool::StreamHint, ops/quant_matmul.cc).
     const int64_t r1 = a.m;
     pool.parallel_for_balanced(
-        panels, 1, [&](int64_t p0, int64_t p1) HWY_ATTR { MatmulTile(a, 0, r1, p0, p1); });
+        panels, 1, [&](int64_t p0, int64_t p1) HWY_ATTR { MatmulTile(a, 0, r1, p0, p1); },
+        {.key = a.w, .ctx = a.w, .where = &PanelStart});
     return;
   }
   pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {

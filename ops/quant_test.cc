@@ -318,6 +318,49 @@ TEST(QuantMatmul, PartsEqualEachPartAlone) {
   }
 }
 
+// A decode step's product tells the pool what it streams (StreamHint): after
+// product A then B, the pool's next stream for A is where each thread's
+// share of B starts: B's first part's panels (the int8 kernels, where they
+// read panels) or rows, and the second part's rows from the unit the second
+// share starts at, to the end of that part, at most 128 KiB.
+TEST(QuantMatmul, DecodeProductsHintTheWeightsTheyStream) {
+  const int64_t k = 512, n = 256;
+  Weights a = random_weights(QuantType::Q8_0, n, k, 30);
+  Weights b0 = random_weights(QuantType::Q4_0, n, k, 31);
+  const Weights b1 = random_weights(QuantType::Q4_K, n, k, 32);
+  attach_panels(a.w);
+  attach_panels(b0.w);
+  const auto x = test::spread_values(k, 33, -6, 6);
+  std::vector<float> ya(n), yb(2 * n);
+  for (QuantMode mode : kModes) {
+    SCOPED_TRACE(mode == QuantMode::kInt8 ? "int8" : "exact");
+    ThreadPool pool(2);
+    const QuantMatmulArgs pa{x.data(), 1, k, &a.w, nullptr, ya.data(), n, mode};
+    const QuantMatmulArgs pb[] = {{x.data(), 1, k, &b0.w, nullptr, yb.data(), 2 * n, mode},
+                                  {x.data(), 1, k, &b1.w, nullptr, yb.data() + n, 2 * n, mode}};
+    quant_matmul(pa, pool);
+    quant_matmul_parts(pb, 2, pool);
+    const auto next = pool.next_stream(&a.w);
+    ASSERT_EQ(next.size(), 2u);
+    // Units: B's first part 16 panels of 16 rows, its second 64 of 4 rows
+    // (no panels); the worker's share starts at unit 40, the second part's row 96.
+    ASSERT_EQ(pool.balanced_share_begin(16 + 64, 1, 1), 40);
+    const bool panels = mode == QuantMode::kInt8 && quant_reads_panels();
+    EXPECT_EQ(next[0].at, panels ? b0.w.panels.get() : b0.w.data);
+    EXPECT_EQ(next[0].bytes, n * b0.w.row_bytes);
+    EXPECT_EQ(next[1].at, b1.w.data + 96 * b1.w.row_bytes);
+    EXPECT_EQ(next[1].bytes, (n - 96) * b1.w.row_bytes);
+    // The other way round, B's successor is A, whose first share is over 128 KiB.
+    quant_matmul(pa, pool);
+    const auto after_b = pool.next_stream(&b0.w);
+    ASSERT_EQ(after_b.size(), 2u);
+    EXPECT_EQ(after_b[0].at, panels ? a.w.panels.get() : a.w.data);
+    EXPECT_EQ(after_b[1].at, (panels ? a.w.panels.get() : a.w.data) + 128 * a.w.row_bytes);
+    EXPECT_EQ(after_b[0].bytes, 128 * 1024);  // the cap (the whole part is 139264 bytes)
+    EXPECT_EQ(after_b[1].bytes, 128 * a.w.row_bytes);
+  }
+}
+
 TEST(QuantMatmul, PartsMustShareTheirInput) {
   ThreadPool pool(2);
   Weights a = random_weights(QuantType::Q4_0, 4, 256, 1),

@@ -61,6 +61,17 @@ constexpr int kShareBits = 20;
 constexpr int64_t kMaxGrains = int64_t{1} << kShareBits;
 constexpr uint64_t kShareMask = kMaxGrains - 1;
 uint64_t share_tag(uint64_t gen) { return gen & 0xffffff; }
+
+// A balanced job's grain and number of grains: with kMaxGrains or more, the
+// grains are made coarser, still multiples of the caller's.
+void balanced_grains(int64_t n, int64_t& grain, int64_t& grains) {
+  grain = std::max<int64_t>(1, grain);
+  grains = (n + grain - 1) / grain;
+  if (grains >= kMaxGrains) {
+    grain *= (grains + kMaxGrains - 2) / (kMaxGrains - 1);
+    grains = (n + grain - 1) / grain;
+  }
+}
 uint64_t share(uint64_t gen, int64_t next, int64_t end) {
   return share_tag(gen) << (2 * kShareBits) | static_cast<uint64_t>(end) << kShareBits |
          static_cast<uint64_t>(next);
@@ -164,10 +175,12 @@ void ThreadPool::run_range(int64_t begin, int64_t end) {
 void ThreadPool::run_shares(uint64_t gen, int self) {
   std::atomic<uint64_t>& own = shares_[self].range;
   uint64_t s = own.load(std::memory_order_acquire);
+  Region after;
+  bool claimed = false;
   for (;;) {
     const int64_t next = share_next(s), end = share_end(s);
     if (share_gen(s) != share_tag(gen) || next >= end) {
-      if (!steal_into(gen, self)) return;
+      if (!steal_into(gen, self)) break;
       s = own.load(std::memory_order_acquire);
       continue;
     }
@@ -176,9 +189,17 @@ void ThreadPool::run_shares(uint64_t gen, int self) {
                                    std::memory_order_acquire)) {
       continue;  // s reloaded: a thief took the back
     }
+    if (!claimed) {  // the job lives until these grains are done: `after` is its own
+      after = shares_[self].after;
+      claimed = true;
+    }
     run_grains(next, next + take);
     s = own.load(std::memory_order_acquire);
   }
+  // The caller leaves at once (its `after` is empty); a worker fetches ahead
+  // while it would otherwise wait for the next job.
+  const char* p = static_cast<const char*>(after.at);
+  for (int64_t i = 0; i < after.bytes; i += 64) __builtin_prefetch(p + i);
 }
 
 // Moves the back half of the largest other share of job `gen` into thread
@@ -252,25 +273,59 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chun
 }
 
 void ThreadPool::parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn) {
+  parallel_for_balanced(n, grain, fn, StreamHint{});
+}
+
+void ThreadPool::parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn,
+                                       const StreamHint& hint) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
-  int64_t grains = (n + grain - 1) / grain;
-  if (grains >= kMaxGrains) {  // coarser grains, still multiples of the caller's
-    grain *= (grains + kMaxGrains - 2) / (kMaxGrains - 1);
-    grains = (n + grain - 1) / grain;
-  }
+  int64_t grains;
+  balanced_grains(n, grain, grains);
   if (num_threads_ <= 1 || grains <= 1 || t_in_job) {
     fn(0, n);
     return;
   }
 
-  run_job(fn, n, grain, static_cast<int>(grains), true);
+  run_job(fn, n, grain, static_cast<int>(grains), true, hint.where ? &hint : nullptr);
+}
+
+int64_t ThreadPool::balanced_share_begin(int64_t n, int64_t grain, int t) const {
+  int64_t grains;
+  balanced_grains(n, grain, grains);
+  return std::min(n, grains * t / num_threads_ * grain);
+}
+
+std::vector<ThreadPool::Region> ThreadPool::next_stream(const void* key) const {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  const auto it = next_streams_.find(key);
+  return it == next_streams_.end() ? std::vector<Region>{} : it->second;
+}
+
+void ThreadPool::plan_prefetch(int64_t n, int64_t grain, int64_t grains, const StreamHint* hint) {
+  for (int t = 0; t < num_threads_; ++t) shares_[t].after = Region{};
+  if (!hint) return;
+  stream_starts_.resize(num_threads_);
+  for (int t = 0; t < num_threads_; ++t) {
+    stream_starts_[t] = hint->where(hint->ctx, std::min(n, grains * t / num_threads_ * grain));
+  }
+  if (last_stream_key_) {
+    if (next_streams_.size() >= kMaxStreamKeys && !next_streams_.count(last_stream_key_)) {
+      next_streams_.clear();  // bounded: forget all rather than grow
+    }
+    next_streams_[last_stream_key_] = stream_starts_;
+  }
+  last_stream_key_ = hint->key;
+  const auto it = next_streams_.find(hint->key);
+  if (it == next_streams_.end()) return;
+  for (int t = 1; t < num_threads_; ++t) shares_[t].after = it->second[t];
 }
 
 // Announces the job (`count` chunks, or grains of a balanced job), takes part
 // in it, waits for every part, then rethrows the first exception.
-void ThreadPool::run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced) {
+void ThreadPool::run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced,
+                         const StreamHint* hint) {
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  if (balanced) plan_prefetch(n, grain, count, hint);
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(mu_);

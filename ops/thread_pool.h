@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace hubzoo {
@@ -77,6 +78,38 @@ class ThreadPool {
   // rethrown, nested calls run inline.
   void parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn);
 
+  // Bytes a piece of work reads from memory first.
+  struct Region {
+    const void* at = nullptr;
+    int64_t bytes = 0;
+  };
+  // What a balanced job streams, for fetching ahead between jobs (a decode
+  // step's products read their weights once each, in the same order every
+  // step, with serial work between them during which a worker waits and the
+  // memory idles). `key` stands for the job's work, the same each time it
+  // runs (its weights, say); where(ctx, i) is what index i's work reads
+  // first, and how much of it from there on is worth fetching ahead.
+  struct StreamHint {
+    const void* key = nullptr;
+    const void* ctx = nullptr;
+    Region (*where)(const void* ctx, int64_t index) = nullptr;
+  };
+  // parallel_for_balanced with a hint. The pool remembers which hinted job
+  // followed which (the last one seen per key, for up to kMaxStreamKeys
+  // keys); a worker whose part of a job is done then prefetches (a hint to
+  // the CPU, never a load that can fault) the start of its own share of the
+  // job that followed this one last time, while the caller goes on. Results
+  // do not depend on it: a wrong guess costs only the bytes fetched.
+  void parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn, const StreamHint& hint);
+  static constexpr size_t kMaxStreamKeys = 4096;
+
+  // The first index of thread t's share in parallel_for_balanced(n, grain, ...)
+  // before any is stolen (where a StreamHint's region of that thread starts).
+  int64_t balanced_share_begin(int64_t n, int64_t grain, int t) const;
+  // The regions (one per thread) remembered for the job that followed the
+  // hinted job `key`; empty if none (tests, diagnostics).
+  std::vector<Region> next_stream(const void* key) const;
+
  private:
   // Implementation detail, see thread_pool.cc.
   void worker(int self);
@@ -87,14 +120,20 @@ class ThreadPool {
   bool steal_into(uint64_t gen, int self);
   void run_grains(int64_t g0, int64_t g1);
   void run_range(int64_t begin, int64_t end);
-  void run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced);
+  void run_job(const RangeFn& fn, int64_t n, int64_t grain, int count, bool balanced,
+               const StreamHint* hint = nullptr);
+  // Learns `hint` as the job after the previous hinted one; sets each
+  // thread's Share::after to the start of its share of the job that followed
+  // `hint`'s last time (none without a hint). Under call_mu_, before the
+  // job is announced.
+  void plan_prefetch(int64_t n, int64_t grain, int64_t grains, const StreamHint* hint);
   void finish(int done, int total);
   void wait_for_chunks();
 
   int num_threads_ = 1;
   std::vector<std::thread> threads_;
-  std::mutex call_mu_;  // one parallel_for at a time per pool
-  std::mutex mu_;       // guards the sleeping side of the job hand-off
+  mutable std::mutex call_mu_;  // one parallel_for at a time per pool
+  std::mutex mu_;               // guards the sleeping side of the job hand-off
   std::condition_variable cv_start_, cv_done_;
 
   // The job being run; written before ticket_ announces it (release), read
@@ -114,10 +153,20 @@ class ThreadPool {
   // A balanced job's share of each thread: grains [next, end) of the job,
   // tagged with the job's generation (share() in thread_pool.cc), claimed by
   // compare-exchange: by its owner from the front, by others from the back.
+  // Share::after: what the thread prefetches once its part of the job is
+  // done; written before the job is announced, read by its thread only
+  // while it holds a claimed piece of the job (so never while rewritten).
   struct alignas(64) Share {
     std::atomic<uint64_t> range{0};
+    Region after;
   };
   std::unique_ptr<Share[]> shares_;
+
+  // Hinted jobs (guarded by call_mu_): key -> each thread's region of the
+  // hinted job that followed it last; the key of the last hinted job.
+  std::unordered_map<const void*, std::vector<Region>> next_streams_;
+  const void* last_stream_key_ = nullptr;
+  std::vector<Region> stream_starts_;  // scratch, one per thread
 };
 
 }  // namespace hubzoo

@@ -182,6 +182,13 @@ TEST(ThreadPool, TwoCallersAtOnceOnOneSharedPool) {
       // never claims from another's.
       if (job % 3 == 2) {
         pool->parallel_for_balanced(n, 1, fill);
+      } else if (job % 5 == 1) {  // hinted: both callers' jobs learn and prefetch
+        pool->parallel_for_balanced(
+            n, 1, fill,
+            {.key = &sums[job % 4], .ctx = out.data(), .where = [](const void* ctx, int64_t i) {
+               const auto* p = static_cast<const int64_t*>(ctx);
+               return ThreadPool::Region{p + i, 64};
+             }});
       } else {
         pool->parallel_for(n, 1, fill, job % 2 ? 8 : 0);
       }
@@ -321,6 +328,96 @@ TEST(ThreadPool, BalancedPropagatesExceptionsAndStaysUsable) {
     expect_balanced_cover(pool, 100, 1);
     expect_exact_cover(pool, 50, 1);
   }
+}
+
+// A StreamHint's where() over a fake address space: index i reads from
+// base + 1000 * i, `bytes` of it (never dereferenced: only prefetched).
+struct FakeStream {
+  const char* base;
+  int64_t bytes;
+  static ThreadPool::Region where(const void* ctx, int64_t i) {
+    const auto& f = *static_cast<const FakeStream*>(ctx);
+    return {f.base + 1000 * i, f.bytes};
+  }
+};
+
+std::vector<const void*> starts_of(const std::vector<ThreadPool::Region>& regions) {
+  std::vector<const void*> out;
+  for (const auto& r : regions) out.push_back(r.at);
+  return out;
+}
+
+// The pool learns which hinted job follows which: after A then B, A's next
+// stream is where B's shares start, one region per thread; an unhinted job
+// in between changes nothing; a later successor replaces the earlier one.
+TEST(ThreadPool, StreamHintLearnsTheJobThatFollows) {
+  ThreadPool pool(3);
+  std::vector<char> mem(1 << 20);
+  const FakeStream fa{mem.data(), 64}, fb{mem.data() + 1, 128}, fc{mem.data() + 2, 256};
+  int a = 0, b = 0, c = 0;
+  const auto noop = [](int64_t, int64_t) {};
+  const auto run = [&](const void* key, const FakeStream& f, int64_t n, int64_t grain) {
+    pool.parallel_for_balanced(n, grain, noop,
+                               {.key = key, .ctx = &f, .where = &FakeStream::where});
+  };
+  run(&a, fa, 90, 1);
+  EXPECT_TRUE(pool.next_stream(&a).empty());  // nothing followed A yet
+  pool.parallel_for(64, 1, noop);
+  pool.parallel_for_balanced(64, 1, noop);  // unhinted: not a successor
+  run(&b, fb, 30, 2);
+  const auto next_a = pool.next_stream(&a);
+  ASSERT_EQ(next_a.size(), 3u);
+  for (int t = 0; t < 3; ++t) {
+    const int64_t begin = pool.balanced_share_begin(30, 2, t);
+    EXPECT_EQ(begin, std::vector<int64_t>({0, 10, 20})[t]);  // 15 grains of 2: 5 each
+    EXPECT_EQ(next_a[t].at, fb.base + 1000 * begin) << "thread " << t;
+    EXPECT_EQ(next_a[t].bytes, 128);
+  }
+  run(&a, fa, 90, 1);
+  run(&c, fc, 90, 1);
+  EXPECT_EQ(starts_of(pool.next_stream(&b)),  // A followed B: 90 grains, 30 a thread
+            std::vector<const void*>({fa.base, fa.base + 30000, fa.base + 60000}));
+  const auto next_a2 = pool.next_stream(&a);  // now C followed A
+  ASSERT_EQ(next_a2.size(), 3u);
+  EXPECT_EQ(next_a2[1].at, fc.base + 30000);
+  EXPECT_EQ(next_a2[1].bytes, 256);
+}
+
+// Each thread's share starts where balanced_share_begin says (some piece
+// starts there, whoever runs it), also where the grain is coarsened.
+TEST(ThreadPool, BalancedShareBeginIsWhereASharePieceStarts) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (const auto& [n, grain] : std::vector<std::pair<int64_t, int64_t>>{
+             {100, 1}, {101, 7}, {(int64_t{1} << 21) + 7, 2}}) {
+      std::mutex mu;
+      std::vector<int64_t> begins;
+      pool.parallel_for_balanced(n, grain, [&](int64_t begin, int64_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        begins.push_back(begin);
+      });
+      for (int t = 0; t < threads; ++t) {
+        const int64_t at = pool.balanced_share_begin(n, grain, t);
+        EXPECT_NE(std::find(begins.begin(), begins.end(), at), begins.end())
+            << "thread " << t << " n=" << n << " grain=" << grain << " begin " << at;
+      }
+    }
+  }
+}
+
+// The table of successors is bounded: past kMaxStreamKeys keys it starts
+// over, so a stream of ever-new keys (models loaded and freed) cannot grow it.
+TEST(ThreadPool, StreamHintKeysAreBounded) {
+  ThreadPool pool(2);
+  std::vector<char> mem(16);
+  const FakeStream f{mem.data(), 64};
+  std::vector<int> keys(ThreadPool::kMaxStreamKeys + 10);
+  for (int& key : keys) {
+    pool.parallel_for_balanced(8, 1, [](int64_t, int64_t) {},
+                               {.key = &key, .ctx = &f, .where = &FakeStream::where});
+  }
+  EXPECT_TRUE(pool.next_stream(&keys[0]).empty());  // forgotten when the table filled
+  EXPECT_EQ(pool.next_stream(&keys[keys.size() - 2]).size(), 2u);  // learnt since
 }
 
 }  // namespace
