@@ -1,0 +1,119 @@
+"""The worker's prefetch of the next product (ThreadPool::StreamHint) on and off in one process.
+
+    .venv/bin/python bench/stream_hint_ab.py                # every case, 3 runs each (~6 min)
+    .venv/bin/python bench/stream_hint_ab.py --runs 1 --cases q8_0
+
+A few percent is below what separate processes resolve on a shared machine (paired rounds of
+`hubzoo bench` move by +-10% from one process to the next). So this builds hubzoo from HEAD
+with bench/patches/stream_hint_ab.patch applied (source and build under
+~/.cache/hubzoo/stream_hint_ab), which switches the prefetch on and off every
+HUBZOO_AB_PERIOD hinted jobs (484: 4 tokens of SmolLM2 at batch 1) and sums the time from
+each hinted job to the next per setting. Reported per case: the median over runs of
+(seconds per job off) / (seconds per job on), i.e. the speedup the prefetch gives.
+Writes bench/results/stream_hint_ab.{json,md}. A benchmark, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import ROOT, log, machine_description  # noqa: E402
+
+GGUF = Path.home() / ".cache/hubzoo/gguf"
+SMOL = "SmolLM2-135M-Instruct-832db0699007"
+# name: (model, hubzoo bench arguments)
+CASES = {
+    "q8_0": (GGUF / f"{SMOL}-q8_0.gguf", ["--dtype", "float32", "--mode", "int8"]),
+    "q4_0": (GGUF / f"{SMOL}-q4_0.gguf", ["--dtype", "float32", "--mode", "int8"]),
+    "q4_k": (GGUF / f"{SMOL}-q4_k.gguf", ["--dtype", "float32", "--mode", "int8"]),
+    "q8_0 batch 4": (GGUF / f"{SMOL}-q8_0.gguf",
+                     ["--dtype", "float32", "--mode", "int8", "--decode-batch", "4"]),
+    "q8_0 exact": (GGUF / f"{SMOL}-q8_0.gguf", ["--dtype", "float32"]),
+    "bf16dot": (ROOT / "models/SmolLM2-135M-Instruct", ["--dtype", "bfloat16", "--mode", "bf16dot"]),
+    "qwen q4_k_m": (ROOT / "models/gguf/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+                    ["--dtype", "float32", "--mode", "int8"]),
+}
+LINE = re.compile(r"stream_hint_ab off_s=([\d.]+) off_jobs=(\d+) on_s=([\d.]+) on_jobs=(\d+)")
+
+
+def build_patched() -> Path:
+    """hubzoo from HEAD with the patch, in a fixed folder (so that ccache hits from run to run)."""
+    root = Path.home() / ".cache/hubzoo/stream_hint_ab"
+    src, build = root / "src", root / "build"
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-m", "-C", str(src)], input=archive, check=True)
+    subprocess.run(["git", "apply", str(ROOT / "bench/patches/stream_hint_ab.patch")], cwd=src, check=True)
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DHUBZOO_TESTS=OFF", "-DHUBZOO_PYTHON=OFF",
+                    "-DHUBZOO_BENCH=OFF"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "--target", "hubzoo"], check=True, capture_output=True)
+    return build / "hubzoo"
+
+
+def run_case(binary: Path, model: Path, extra: list[str], tokens: int, threads: int) -> dict:
+    cmd = [str(binary), "bench", "-m", str(model), "--threads", str(threads), "--prefill", "",
+           "--decode-tokens", str(tokens), "--repeats", "1"] + extra
+    if "--decode-batch" not in extra:
+        cmd += ["--decode-batch", "1"]
+    p = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    m = LINE.search(p.stderr)
+    if not m:
+        raise RuntimeError(f"no stream_hint_ab line from {' '.join(cmd)}:\n{p.stderr[-2000:]}")
+    off_s, off_jobs, on_s, on_jobs = float(m[1]), int(m[2]), float(m[3]), int(m[4])
+    return {"off_s": off_s, "off_jobs": off_jobs, "on_s": on_s, "on_jobs": on_jobs,
+            "speedup": (off_s / off_jobs) / (on_s / on_jobs),
+            "decode_tok_s": json.loads(p.stdout)["decode"][0]["tok_s"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cases", default=",".join(CASES), help="comma list of: " + ", ".join(CASES))
+    ap.add_argument("--out", default=str(ROOT / "bench/results/stream_hint_ab"))
+    a = ap.parse_args()
+    log("building hubzoo with bench/patches/stream_hint_ab.patch")
+    binary = build_patched()
+    report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "machine": machine_description(),
+              "tokens": a.tokens, "threads": a.threads, "cases": {}}
+    for name in a.cases.split(","):
+        model, extra = CASES[name]
+        runs = []
+        for r in range(a.runs):
+            log(f"{name}: run {r + 1}/{a.runs}")
+            runs.append(run_case(binary, model, extra, a.tokens, a.threads))
+        report["cases"][name] = {"model": str(model), "args": extra, "runs": runs,
+                                 "speedup_median": statistics.median(x["speedup"] for x in runs)}
+    out = Path(a.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    m = report["machine"]
+    lines = ["# Prefetching the next product's weights (ThreadPool::StreamHint), on vs off in one process", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores; hubzoo {m['git_commit']}; {a.threads} threads, "
+             f"{a.tokens}-token decode, the prefetch switched every 484 hinted jobs. "
+             f"`{report['command']}`", "",
+             "| case | speedup (median) | runs | decode tok/s (mixed) |", "|---|---|---|---|"]
+    for name, c in report["cases"].items():
+        runs = ", ".join(f"{x['speedup']:.3f}" for x in c["runs"])
+        tok = statistics.median(x["decode_tok_s"] for x in c["runs"])
+        lines.append(f"| {name} | {c['speedup_median']:.3f}x | {runs} | {tok:.1f} |")
+    lines += ["", "Speedup: seconds per hinted job (a product and the work up to the next one) with the "
+              "prefetch off, over the same with it on."]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
