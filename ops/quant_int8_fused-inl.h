@@ -1,6 +1,6 @@
 // Per-target part of ops/quant_matmul.cc, split off for size: the int8
 // mode's pair sums and its fused kernels for few rows of x (decode) of the
-// K types (Q4_K, Q6_K), which read the weight blocks straight into
+// K types (Q4_K, Q5_K, Q6_K), which read the weight blocks straight into
 // registers. The 32-weight block types have their own (quant_int8_rows-inl.h). Included by
 // ops/quant_matmul.cc only, after ops/quant_decode-inl.h, once per target.
 #if defined(HUBZOO_OPS_QUANT_INT8_FUSED_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -122,7 +122,7 @@ HWY_INLINE void StoreRows(const __m512 (&acc)[kNR], const QuantMatmulArgs& a, in
   }
 }
 
-// The codes u of span c (64 columns) of a Q4_K / Q6_K block.
+// The codes u of span c (64 columns) of a Q4_K / Q5_K / Q6_K block.
 template <QuantType t>
 HWY_INLINE __m512i KSpanCodes(const uint8_t* b, int c) {
   const auto load32 = [](const uint8_t* p) {
@@ -130,6 +130,14 @@ HWY_INLINE __m512i KSpanCodes(const uint8_t* b, int c) {
   };
   if constexpr (t == QuantType::Q4_K) {  // qs[32c ..]: low nibbles 64c + 0..31, high 64c + 32..63
     return NibblesByHalf(load32(b + 16 + 32 * c));
+  } else if constexpr (t == QuantType::Q5_K) {  // Q4_K's nibbles from qs, bit 4 from qh
+    // Column 64c + l takes bit 2c of qh[l] (l < 32), 64c + 32 + l bit 2c + 1.
+    const __m256i qh = load32(b + 16);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                             _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(both, shift), _mm512_set1_epi8(1));
+    return _mm512_or_si512(NibblesByHalf(load32(b + 48 + 32 * c)), _mm512_slli_epi16(high, 4));
   } else {  // Q6_K: ql bits 0-3 (64 bytes, high nibbles for odd c), qh bits 4-5
     const int h = c / 2, odd = c % 2;
     const __m512i ql = _mm512_loadu_si512(b + 64 * h);
@@ -177,7 +185,7 @@ template <QuantType t, bool kVnni, int R>
 HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                                const __m512i (&group)[4], const uint8_t* const* rows, int64_t ahead,
                                bool prefetch, int64_t r, int64_t n, int64_t nr) {
-  constexpr bool kMin = t == QuantType::Q4_K;
+  constexpr bool kMin = t != QuantType::Q6_K;  // Q4_K, Q5_K: w = d sc u - dmin m
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
   const int64_t nb = a.w->k / 256;
   quant::Int8Row x[R];
@@ -227,7 +235,8 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
 #pragma GCC unroll 4
         for (int i = 0; i < R; ++i) {
           // p, a lane's 4 codes against x, is within int16 (|p| <= 4 * 15 * 127 on Q4_K,
-          // 4 * 32 * 127 on Q6_K, whose w = u - 32), as are x's quad sums (|.| <= 4 * 127).
+          // 4 * 31 * 127 on Q5_K, 4 * 32 * 127 on Q6_K, whose w = u - 32), as are x's quad
+          // sums (|.| <= 4 * 127).
           const __m512i p = Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[i][c], u, xv[i][c]);
           ii[i] = MulAdd16<kVnni>(ii[i], p, scc);
           if constexpr (kMin) jj[i] = MulAdd16<kVnni>(jj[i], sums[i][c], mnc);
@@ -252,12 +261,12 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
 template <QuantType t, bool kVnni>
 HWY_NOINLINE void Int8FusedK(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
                              int64_t r1, int64_t n0, int64_t n1) {
-  // Per-lane group of span c: Q4_K 32-column groups (2c + L / 8), Q6_K
-  // 16-column groups (4c + L / 4).
+  // Per-lane group of span c: Q4_K / Q5_K 32-column groups (2c + L / 8),
+  // Q6_K 16-column groups (4c + L / 4).
   __m512i group[4];
   for (int c = 0; c < 4; ++c) {
     alignas(64) int32_t g[16];
-    for (int l = 0; l < 16; ++l) g[l] = t == QuantType::Q4_K ? 2 * c + l / 8 : 4 * c + l / 4;
+    for (int l = 0; l < 16; ++l) g[l] = t != QuantType::Q6_K ? 2 * c + l / 8 : 4 * c + l / 4;
     group[c] = _mm512_load_si512(g);
   }
   const QuantMatrix& w = *a.w;
@@ -286,6 +295,8 @@ bool Int8FusedRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
   switch (a.w->type) {
     case QuantType::Q4_K:
       return Int8FusedK<QuantType::Q4_K, kVnni>(a, acts, r0, r1, n0, n1), true;
+    case QuantType::Q5_K:
+      return Int8FusedK<QuantType::Q5_K, kVnni>(a, acts, r0, r1, n0, n1), true;
     case QuantType::Q6_K:
       return Int8FusedK<QuantType::Q6_K, kVnni>(a, acts, r0, r1, n0, n1), true;
     default:
