@@ -576,8 +576,9 @@ constexpr int64_t kBalancedRows = 4;
 
 // Between a decode step's products (norms, rope, attention run in between)
 // a worker prefetches this much of its share of the product that comes next
-// (ThreadPool::StreamHint): SmolLM2 at batch 1, paired rounds, 1.025x (Q8_0),
-// 1.04x (Q4_0), 1.015x (Q4_K) over none; 512 KiB was slower than 128.
+// (ThreadPool::StreamHint): SmolLM2 at batch 1, on vs off within one process
+// (bench/results/stream_hint_ab.md), 1.045x (Q8_0), 1.048x (Q4_0), 1.031x
+// (the Q4_K file); 32-512 KiB all gained, 128-256 KiB most.
 constexpr int64_t kPrefetchNextBytes = 128 * 1024;
 
 // A balanced job's parts as one range of units (StreamHint::where's ctx).
