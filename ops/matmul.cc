@@ -450,15 +450,14 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
 constexpr int64_t kMinDecodeBytesPerThread = 160 * 1024;
 
 // What panel p of a PackedMatrix (ctx) reads first: its K x kPanel weights
-// and those after it, at most kPrefetchNextBytes (as ops/quant_matmul.cc).
-constexpr int64_t kPrefetchNextBytes = 128 * 1024;
+// and those after it.
 ThreadPool::Region PanelStart(const void* ctx, int64_t p) {
   const PackedMatrix& w = *static_cast<const PackedMatrix*>(ctx);
   const int64_t panel_bytes = w.k * kPanel * (w.is_bf16() ? 2 : 4);
   const char* base = w.is_bf16() ? reinterpret_cast<const char*>(w.bf16.get())
                                  : reinterpret_cast<const char*>(w.data.get());
   if (!base || p >= w.num_panels()) return {};
-  return {base + p * panel_bytes, std::min(kPrefetchNextBytes, (w.num_panels() - p) * panel_bytes)};
+  return {base + p * panel_bytes, (w.num_panels() - p) * panel_bytes};
 }
 
 // Splits the output into at most num_threads tiles of whole row blocks and

@@ -574,13 +574,6 @@ struct TileGrid {
 // depends on them.
 constexpr int64_t kBalancedRows = 4;
 
-// Between a decode step's products (norms, rope, attention run in between)
-// a worker prefetches this much of its share of the product that comes next
-// (ThreadPool::StreamHint): SmolLM2 at batch 1, on vs off within one process
-// (bench/results/stream_hint_ab.md), 1.045x (Q8_0), 1.048x (Q4_0), 1.031x
-// (the Q4_K file); 32-512 KiB all gained, 128-256 KiB most.
-constexpr int64_t kPrefetchNextBytes = 128 * 1024;
-
 // A balanced job's parts as one range of units (StreamHint::where's ctx).
 struct JointUnits {
   const QuantMatmulArgs* parts;
@@ -592,8 +585,7 @@ struct JointUnits {
 
 // What unit `index` of the joint range reads first: from its panel (the int8
 // kernels, where the weights have panels) or its rows on, to the end of its
-// part, at most kPrefetchNextBytes; nothing where rows are stored in another
-// order (no one stream to fetch).
+// part; nothing where rows are stored in another order (no one stream).
 ThreadPool::Region JointUnitStart(const void* ctx, int64_t index) {
   const JointUnits& j = *static_cast<const JointUnits*>(ctx);
   int i = 0;
@@ -612,7 +604,7 @@ ThreadPool::Region JointUnitStart(const void* ctx, int64_t index) {
     return {};
   }
   if (row >= rows) return {};
-  return {base + row * w.row_bytes, std::min(kPrefetchNextBytes, (rows - row) * w.row_bytes)};
+  return {base + row * w.row_bytes, (rows - row) * w.row_bytes};
 }
 
 void QuantMatmulParts(const QuantMatmulArgs* parts, quant::Int8Acts* const* acts, int count,

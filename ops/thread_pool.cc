@@ -307,6 +307,7 @@ void ThreadPool::plan_prefetch(int64_t n, int64_t grain, int64_t grains, const S
   stream_starts_.resize(num_threads_);
   for (int t = 0; t < num_threads_; ++t) {
     stream_starts_[t] = hint->where(hint->ctx, std::min(n, grains * t / num_threads_ * grain));
+    stream_starts_[t].bytes = std::min(stream_starts_[t].bytes, kPrefetchAheadBytes);
   }
   if (last_stream_key_) {
     if (next_streams_.size() >= kMaxStreamKeys && !next_streams_.count(last_stream_key_)) {

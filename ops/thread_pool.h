@@ -88,7 +88,7 @@ class ThreadPool {
   // step, with serial work between them during which a worker waits and the
   // memory idles). `key` stands for the job's work, the same each time it
   // runs (its weights, say); where(ctx, i) is what index i's work reads
-  // first, and how much of it from there on is worth fetching ahead.
+  // first: from `at` on, `bytes` of one stream.
   struct StreamHint {
     const void* key = nullptr;
     const void* ctx = nullptr;
@@ -97,11 +97,16 @@ class ThreadPool {
   // parallel_for_balanced with a hint. The pool remembers which hinted job
   // followed which (the last one seen per key, for up to kMaxStreamKeys
   // keys); a worker whose part of a job is done then prefetches (a hint to
-  // the CPU, never a load that can fault) the start of its own share of the
-  // job that followed this one last time, while the caller goes on. Results
-  // do not depend on it: a wrong guess costs only the bytes fetched.
+  // the CPU, never a load that can fault) the first kPrefetchAheadBytes of
+  // its own share of the job that followed this one last time, while the
+  // caller goes on. Results do not depend on it: a wrong guess costs only
+  // the bytes fetched.
   void parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn, const StreamHint& hint);
   static constexpr size_t kMaxStreamKeys = 4096;
+  // SmolLM2 decode, on vs off within one process (bench/results/
+  // stream_hint_ab.md): 1.045x Q8_0, 1.048x Q4_0, 1.031x the Q4_K file;
+  // 32-512 KiB all gained, 128-256 KiB most.
+  static constexpr int64_t kPrefetchAheadBytes = 128 * 1024;
 
   // The first index of thread t's share in parallel_for_balanced(n, grain, ...)
   // before any is stolen (where a StreamHint's region of that thread starts).
