@@ -36,17 +36,14 @@
 //   AVX2 holds them in two vectors.
 // - int8: weights read as integers w16 with per-block float scales a (and c
 //   with per-group integers mn16 for the types with a min, see
-//   ops/quant_internal.h). Per block b (in k order), exact int32 sums
-//   I = sum w16 * qx and J = sum mn16 * qx, then acc = fma(a * dx,
-//   float(I), acc) and, with a min, acc = fma(c * dx, float(J), acc):
-//   - 32-weight block types: one chain per output over its blocks (the sums
-//     over the whole block), from 0.0f, then + bias. A kernel keeps one
-//     output per vector lane.
-//   - K types (256-weight blocks): the same 16 lanes as exact mode, lane L
-//     owning the column quads (4L .. 4L+3) of every 64-column span, the sums
-//     over the lane's columns in the block; same tree, then bias.
-//   The quad sums are what vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd
-//   compute lane by lane on bytes.
+//   ops/quant_internal.h). One float chain per output over its blocks (32
+//   weights, or 256 for the K types) in k order from 0.0f: per block b,
+//   exact int32 sums I = sum w16 * qx and J = sum mn16 * qx over the whole
+//   block, then acc = fma(a * dx, float(I), acc) and, with a min,
+//   acc = fma(c * dx, float(J), acc); then + bias. (llama.cpp's order per
+//   block.) Integer sums have no order, so a kernel may form them in any
+//   grouping: one output per vector lane (the panel kernels), or lanes of
+//   partial sums added up per block (the row kernels).
 #pragma once
 
 #include <cstdint>
@@ -106,9 +103,10 @@ void quantize_row(QuantType t, const float* x, void* blocks, int64_t k);
 // Q5_K, Q6_K).
 bool can_quantize(QuantType t);
 
-// The panel layout of the 32-weight GGML types Q4_0, Q4_1, Q5_0, Q5_1 and
-// Q8_0: rows 16p .. 16p + 15 (rows past n zero) are panel p, and block b of
-// its rows is 16 * block_bytes bytes at ((p * (k / 32)) + b) * 16 * block_bytes:
+// The panel layouts: rows 16p .. 16p + 15 (rows past n zero) are panel p,
+// and block b of its rows is 16 * block_bytes bytes at
+// ((p * (k / block_elems)) + b) * 16 * block_bytes. The 32-weight GGML types
+// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0:
 //   d[16] (fp16, row l's scale), then m[16] (fp16, Q4_1 / Q5_1's min), then
 //   (Q5) eight 64-bit masks: mask v < 4 has bit 4l + i = row l's high bit of
 //   element 4v + i, mask 4 + v that of element 16 + 4v + i; then the codes:
@@ -116,11 +114,22 @@ bool can_quantize(QuantType t);
 //   row l's qs[4v .. 4v + 3] (low nibble element 4v + i, high 16 + 4v + i);
 //   Q8_0: eight 64-byte vectors, vector q holding at byte 4l + i row l's
 //   element 4q + i plus 128 (unsigned).
+// The K types Q4_K, Q5_K, Q6_K: their fp16 fields as 16 halves (row l's at
+// 2l), and their byte arrays as runs of 64-byte vectors, vector w of a run
+// holding at bytes 4l .. 4l + 3 row l's bytes 4w .. 4w + 3 of the array:
+//   Q4_K: d at 0, dmin at 32, scales[12] 3 vectors at 64, qs[128] 32 at 256;
+//   Q5_K: d at 0, dmin at 32, scales 3 vectors at 64, qh[32] 8 at 256,
+//         qs 32 at 768;
+//   Q6_K: d at 0, scales[16] 4 vectors at 32, then per quarter p = 2h + qq
+//         (h, qq in 0..1) at 288 + 768p: qh vectors 8h + 4qq .. + 3, ql
+//         vectors 16h + 4qq .. + 3, ql vectors 16h + 8 + 4qq .. + 3 (the
+//         order the kernel reads them: one sequential stream).
 // The same bytes as the rows (16 block_bytes per block of a panel), read as
 // one sequential stream with no gather or transposition per block.
 constexpr bool quant_has_panel_layout(QuantType t) {
   return t == QuantType::Q4_0 || t == QuantType::Q4_1 || t == QuantType::Q5_0 ||
-         t == QuantType::Q5_1 || t == QuantType::Q8_0;
+         t == QuantType::Q5_1 || t == QuantType::Q8_0 || t == QuantType::Q4_K ||
+         t == QuantType::Q5_K || t == QuantType::Q6_K;
 }
 // Bytes of w's panels: ceil(n / 16) * 16 * row_bytes.
 int64_t quant_panel_bytes(const QuantMatrix& w);

@@ -299,35 +299,12 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
   }
 }
 
-float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
-                    const float* c, int64_t k, int64_t block) {
-  float acc[16] = {};
-  for (int64_t b = 0; b < k / block; ++b) {
-    const float ad = a[b] * x.dx[b];
-    const float cd = mn16 ? c[b] * x.dx[b] : 0.0f;
-    int32_t i[16] = {}, j[16] = {};
-    bool in_block[16] = {};
-    for (int64_t e = b * block; e < (b + 1) * block; ++e) {
-      const int64_t lane = e % 64 / 4;  // column quads of each 64-column span
-      in_block[lane] = true;
-      i[lane] += w16[e] * x.qx[e];
-      if (mn16) j[lane] += mn16[e] * x.qx[e];
-    }
-    for (int lane = 0; lane < 16; ++lane) {
-      if (!in_block[lane]) continue;
-      acc[lane] = std::fma(ad, static_cast<float>(i[lane]), acc[lane]);
-      if (mn16) acc[lane] = std::fma(cd, static_cast<float>(j[lane]), acc[lane]);
-    }
-  }
-  return lane_tree(acc);
-}
-
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
-                     const float* c, int64_t k) {
+                     const float* c, int64_t k, int64_t block) {
   float acc = 0.0f;
-  for (int64_t b = 0; b < k / 32; ++b) {
+  for (int64_t b = 0; b < k / block; ++b) {
     int32_t i = 0, j = 0;
-    for (int64_t e = b * 32; e < (b + 1) * 32; ++e) {
+    for (int64_t e = b * block; e < (b + 1) * block; ++e) {
       i += w16[e] * x.qx[e];
       if (mn16) j += mn16[e] * x.qx[e];
     }

@@ -11,6 +11,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "hwy/cache_control.h"
@@ -111,15 +112,13 @@ HWY_INLINE __m512i QuadSums(__m512i x) {
   return Dot4<kVnni>(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
 }
 
-// The lanes of acc reduced by the tree (+ bias) into y[n .. n + nr).
-HWY_INLINE void StoreRows(const __m512 (&acc)[kNR], const QuantMatmulArgs& a, int64_t r, int64_t n,
-                          int64_t nr) {
-  for (int64_t j = 0; j < nr; ++j) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc[j]);
-    const float s = quant::lane_tree(lanes);
-    a.y[r * a.ldy + n + j] = a.bias ? s + a.bias[n + j] : s;
-  }
+// The sum of an int32 vector's lanes (exact: integer addition has no order).
+HWY_INLINE int32_t SumLanes(__m512i v) {
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4E));
+  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
+  return _mm_cvtsi128_si32(q);
 }
 
 // The codes u of span c (64 columns) of a Q4_K / Q5_K / Q6_K block.
@@ -179,8 +178,8 @@ HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
 
 // The K types (256-weight blocks), R rows of x from r against the weight
 // rows rows[] (a group of kNR at n): per block and weight row, I (and J)
-// summed over the 4 spans in registers, then the two fmas of the order; each
-// span's codes are decoded once for the R rows.
+// summed over the 4 spans in 16 lanes of registers, added up (exact), then
+// the two fmas of the order; each span's codes are decoded once for the R rows.
 template <QuantType t, bool kVnni, int R>
 HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                                const __m512i (&group)[4], const uint8_t* const* rows, int64_t ahead,
@@ -189,14 +188,10 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
   constexpr int64_t kBytes = kTraitsOf<t>.block_bytes;
   const int64_t nb = a.w->k / 256;
   quant::Int8Row x[R];
-  __m512 acc[R][kNR];
-  for (int i = 0; i < R; ++i) {
-    x[i] = acts.row(r + i);
-    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
-  }
+  float acc[R][kNR] = {};
+  for (int i = 0; i < R; ++i) x[i] = acts.row(r + i);
   for (int64_t b = 0; b < nb; ++b) {
     __m512i xv[R][4], sums[R][4];
-    __m512 dxv[R];
     for (int i = 0; i < R; ++i) {
       for (int c = 0; c < 4; ++c) {
         xv[i][c] = _mm512_loadu_si512(x[i].qx + b * 256 + 64 * c);
@@ -205,7 +200,6 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
         if (!kMin)
           sums[i][c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[i][c], 5));
       }
-      dxv[i] = _mm512_set1_ps(x[i].dx[b]);
     }
 #pragma GCC unroll 16
     for (int j = 0; j < kNR; ++j) {
@@ -242,20 +236,21 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
           if constexpr (kMin) jj[i] = MulAdd16<kVnni>(jj[i], sums[i][c], mnc);
         }
       }
-      const __m512 av = _mm512_set1_ps(Fp16(blk + (kMin ? 0 : 208)));
-      [[maybe_unused]] __m512 cv;
-      if constexpr (kMin) cv = _mm512_set1_ps(-Fp16(blk + 2));
+      const float av = Fp16(blk + (kMin ? 0 : 208));
+      [[maybe_unused]] float cv;
+      if constexpr (kMin) cv = -Fp16(blk + 2);
       for (int i = 0; i < R; ++i) {
-        acc[i][j] =
-            _mm512_fmadd_ps(_mm512_mul_ps(av, dxv[i]), _mm512_cvtepi32_ps(ii[i]), acc[i][j]);
-        if constexpr (kMin) {
-          acc[i][j] =
-              _mm512_fmadd_ps(_mm512_mul_ps(cv, dxv[i]), _mm512_cvtepi32_ps(jj[i]), acc[i][j]);
-        }
+        const float dx = x[i].dx[b];
+        acc[i][j] = std::fma(av * dx, static_cast<float>(SumLanes(ii[i])), acc[i][j]);
+        if constexpr (kMin)
+          acc[i][j] = std::fma(cv * dx, static_cast<float>(SumLanes(jj[i])), acc[i][j]);
       }
     }
   }
-  for (int i = 0; i < R; ++i) StoreRows(acc[i], a, r + i, n, nr);
+  for (int i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < nr; ++j)
+      a.y[(r + i) * a.ldy + n + j] = a.bias ? acc[i][j] + a.bias[n + j] : acc[i][j];
+  }
 }
 
 template <QuantType t, bool kVnni>

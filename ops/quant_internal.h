@@ -94,6 +94,10 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
 // of QuantMatrix::panels, quant.h): one per lane of their 16-float vectors.
 constexpr int64_t kPanelRows = 16;
 
+// Blocks [b0, b0 + nb) of row r read back from w.panels (unchecked: the
+// caller has panels, r < n and the blocks in the row).
+void panel_row_range(const QuantMatrix& w, int64_t r, int64_t b0, int64_t nb, uint8_t* out);
+
 // Whether the int8 kernels may use AVX512-VNNI where the CPU has it (default
 // true); tests turn it off to cover the vpmaddwd path on such a CPU.
 bool int8_vnni_allowed();
@@ -103,32 +107,15 @@ void set_int8_vnni_allowed(bool allowed);
 bool int8_fused_allowed();
 void set_int8_fused_allowed(bool allowed);
 
-// The int8-mode order of one output element for the 256-weight (K) types
-// (quant.h), in scalar code: 16 float lanes; lane L owns the column quads
-// (4L .. 4L + 3) of every 64-column span. Per block b and each lane L with
-// columns in b, exact integers
-//   I = sum over the lane's columns in the block of w16 * qx,
-//   J = the same with mn16,
-// then acc[L] = fma(a * dx, float(I), acc[L]) and, with a min,
-// acc[L] = fma(c * dx, float(J), acc[L]); blocks in k order. The lanes are
-// reduced by lane_tree, then + bias.
-float int8_lane_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
-                    const float* c, int64_t k, int64_t block);
-// The int8-mode order for the 32-weight block types, in scalar code: one
-// float chain from 0.0f over the blocks in k order; per block b, exact
-// integers I = sum over its 32 columns of w16 * qx (J the same with mn16),
-// then acc = fma(a * dx, float(I), acc) and, with a min,
-// acc = fma(c * dx, float(J), acc). No lanes: a kernel keeps one output per
-// vector lane (ops/quant_int8_rows-inl.h). Then + bias.
+// The int8-mode order (quant.h), in scalar code: one float chain from 0.0f
+// over the blocks of `block` columns (32, or 256 for the K types) in k
+// order; per block b, exact integers I = sum over its columns of w16 * qx
+// (J the same with mn16), then acc = fma(a * dx, float(I), acc) and, with a
+// min, acc = fma(c * dx, float(J), acc). No lanes: a kernel keeps one output
+// per vector lane (ops/quant_int8_rows-inl.h, ops/quant_int8_kpanels-inl.h)
+// or reduces a block's integers first. Then + bias.
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
-                     const float* c, int64_t k);
-// The int8-mode order of t's blocks: int8_block_dot for 32-weight blocks,
-// int8_lane_dot for the K types.
-inline float int8_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
-                      const float* c, int64_t k, int64_t block) {
-  return block == 32 ? int8_block_dot(x, w16, mn16, a, c, k)
-                     : int8_lane_dot(x, w16, mn16, a, c, k, block);
-}
+                     const float* c, int64_t k, int64_t block);
 
 // The exact-mode per-element order of quant.h, in scalar code: 16 lane chains
 // (lane = column mod 16) with std::fma, reduced by the fixed tree.

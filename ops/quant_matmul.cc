@@ -111,8 +111,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
   for (int64_t n = n0; n < n1; ++n) {
     decode_rows_int8(*a.w, n, 1, 0, k, wd);
     for (int64_t r = r0; r < r1; ++r) {
-      const float s = int8_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
-                               wd.a.data(), wd.c.data(), k, acts.block);
+      const float s = int8_block_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
+                                     wd.a.data(), wd.c.data(), k, acts.block);
       a.y[r * a.ldy + n] = a.bias ? s + a.bias[n] : s;
     }
   }
@@ -131,6 +131,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "ops/quant_int8_fused-inl.h"
 // The int8 kernels of the 32-weight block types (a lane per weight row).
 #include "ops/quant_int8_rows-inl.h"
+// The int8 decode kernels of the K types over their panels.
+#include "ops/quant_int8_kpanels-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -300,55 +302,16 @@ constexpr int kMR8 = 1;
 constexpr int kMR8 = 2;
 #endif
 
-// The tiled int8 path gets quant.h's quads from vpmaddwd's pairs by a
-// layout: columns are taken in groups of kG (two int16 vectors), and each
-// group is stored as [its even column pairs, its odd column pairs] (pairs
-// (4L, 4L+1) then (4L+2, 4L+3)). Pair sums of the two halves, added lane by
-// lane, are then the quad sums of lane L of that group: kV groups make one
-// 64-column span. Weights (decoded per tile) and rows of x (once per range)
-// are laid out alike. Only the K types take this path: their rows and k
-// ranges are whole 256-column blocks, so whole groups.
+// The tiled int8 path (the K types; the 32-weight block types have their own
+// kernels): a block's integers are exact whatever the pairing, so rows of x
+// and decoded weights are read as they are, kH int16 lanes at a time.
 constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // int16 lanes per vector
-constexpr int64_t kG = 2 * kH;                                      // columns per group
-static_assert(256 % kG == 0 && kKC % 256 == 0, "K-type blocks must be whole groups");
-
-// Rows [r0, r1) of the quantized activations in the group layout, row stride k.
-void PairLayoutActs(const quant::Int8Acts& acts, int64_t r0, int64_t r1, std::vector<int8_t>& out) {
-  const hn::Repartition<uint8_t, DF> du8;
-  const hn::Repartition<uint16_t, DF> du16;
-  const int64_t k = acts.k;
-  out.resize((r1 - r0) * k);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int8_t* src = acts.qx.data() + r * k;
-    int8_t* dst = out.data() + (r - r0) * k;
-    for (int64_t g = 0; g < k; g += kG) {
-      const auto v = hn::BitCast(du16, hn::LoadU(du8, reinterpret_cast<const uint8_t*>(src + g)));
-      const auto pairs =
-          hn::ConcatLowerLower(du16, hn::ConcatOdd(du16, v, v), hn::ConcatEven(du16, v, v));
-      hn::StoreU(hn::BitCast(du8, pairs), du8, reinterpret_cast<uint8_t*>(dst + g));
-    }
-  }
-}
-
-// kNR rows of kc int16 (stride kc) into the group layout (same stride).
-void PairLayoutWeights(const int16_t* src, int64_t kc, int16_t* dst) {
-  const DI16 d16;
-  const DI32 d32;
-  for (int64_t j = 0; j < kNR; ++j) {
-    for (int64_t g = 0; g < kc; g += kG) {
-      const int16_t* p = src + j * kc + g;
-      const auto lo = hn::BitCast(d32, hn::LoadU(d16, p));
-      const auto hi = hn::BitCast(d32, hn::LoadU(d16, p + kH));
-      hn::StoreU(hn::BitCast(d16, hn::ConcatEven(d32, hi, lo)), d16, dst + j * kc + g);
-      hn::StoreU(hn::BitCast(d16, hn::ConcatOdd(d32, hi, lo)), d16, dst + j * kc + g + kH);
-    }
-  }
-}
+static_assert(256 % kH == 0 && kKC % 256 == 0, "K-type blocks must be whole vectors");
 
 struct Int8TileIn {
-  const int8_t* const* qx;  // MR activation rows at k0, group layout
+  const int8_t* const* qx;  // MR activation rows at k0
   const float* const* dx;   // their block scales at k0 / block
-  const int16_t* w16;       // kNR rows, stride kc, group layout
+  const int16_t* w16;       // kNR rows, stride kc
   const int16_t* mn16;      // kNR rows, stride kc (kMin only)
   const float* a;           // kNR rows, stride kc / block
   const float* c;
@@ -365,90 +328,74 @@ bool UseVnni() {
 #endif
 }
 
+// The chains continue from o.acc (slot (r * kNR + j) * 16) unless first; the
+// last range stores y (+ bias).
 template <int MR, bool kMin, bool kVnni>
 HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
   const DF df;
   const DI16 d16;
   const DI32 d32;
   const hn::Rebind<int8_t, DI16> d8;
-  V acc[MR][kNR][kV];
+  float acc[MR][kNR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kNR; ++j) acc[r][j] = o.first ? 0.0f : o.acc[(r * kNR + j) * 16];
+  }
+  // A unit is one K-type block (four 64-column spans; the 32-weight block
+  // types have their own kernels, ops/quant_int8_rows-inl.h), its integers
+  // summed in the lanes of I and J and then added up (exact).
+  const int64_t nb = in.kc / in.block, unit = in.block;
+  for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
+    hn::Vec<DI32> I[MR][kNR], J[MR][kNR];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) I[r][j] = J[r][j] = hn::Zero(d32);
+    }
+    for (int64_t off = u0; off < u0 + unit; off += kH) {
+      hn::Vec<DI16> xv[MR];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + off));
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) {
+        const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + off);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) I[r][j] = PairSums<kVnni>(wv, xv[r], I[r][j]);
+        if (kMin) {
+          const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + off);
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) J[r][j] = PairSums<kVnni>(mv, xv[r], J[r][j]);
+        }
+      }
+    }
+    // a * dx and c * dx rounded once, as the reference's.
+    const int64_t b0 = u0 / in.block;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const float dx = in.dx[r][b0];
+#pragma GCC unroll 16
+      for (int j = 0; j < kNR; ++j) {
+        const float i_sum = static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, I[r][j])));
+        acc[r][j] = std::fma(in.a[j * nb + b0] * dx, i_sum, acc[r][j]);
+        if (kMin) {
+          const float j_sum = static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, J[r][j])));
+          acc[r][j] = std::fma(in.c[j * nb + b0] * dx, j_sum, acc[r][j]);
+        }
+      }
+    }
+  }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 16
     for (int j = 0; j < kNR; ++j) {
-#pragma GCC unroll 16
-      for (int v = 0; v < kV; ++v) {
-        acc[r][j][v] = o.first ? hn::Zero(df) : hn::Load(df, o.acc + (r * kNR + j) * 16 + v * kN);
+      if (!o.last) {
+        o.acc[(r * kNR + j) * 16] = acc[r][j];
+      } else if (j < o.n_valid) {
+        o.y[r * o.ldy + j] = o.bias ? acc[r][j] + o.bias[j] : acc[r][j];
       }
     }
   }
-  // A unit is one K-type block (four 64-column spans; the 32-weight block
-  // types have their own kernels, ops/quant_int8_rows-inl.h). Group q of each
-  // span sums into the quads of lanes q * kN ...
-  const int64_t nb = in.kc / in.block, unit = in.block;
-  for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
-    hn::Vec<DI32> I[MR][kNR][kV], J[MR][kNR][kV];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 16
-      for (int j = 0; j < kNR; ++j) {
-#pragma GCC unroll 16
-        for (int q = 0; q < kV; ++q) I[r][j][q] = J[r][j][q] = hn::Zero(d32);
-      }
-    }
-    for (int64_t s = u0; s < u0 + unit; s += 64) {
-#pragma GCC unroll 16
-      for (int q = 0; q < kV; ++q) {
-#pragma GCC unroll 2
-        for (int64_t off = s + q * kG; off < s + (q + 1) * kG; off += kH) {
-          hn::Vec<DI16> xv[MR];
-#pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) xv[r] = hn::PromoteTo(d16, hn::LoadU(d8, in.qx[r] + off));
-#pragma GCC unroll 16
-          for (int j = 0; j < kNR; ++j) {
-            const auto wv = hn::LoadU(d16, in.w16 + j * in.kc + off);
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; ++r) I[r][j][q] = PairSums<kVnni>(wv, xv[r], I[r][j][q]);
-            if (kMin) {
-              const auto mv = hn::LoadU(d16, in.mn16 + j * in.kc + off);
-#pragma GCC unroll 16
-              for (int r = 0; r < MR; ++r) J[r][j][q] = PairSums<kVnni>(mv, xv[r], J[r][j][q]);
-            }
-          }
-        }
-      }
-    }
-    // Every lane the block's scales. a * dx and c * dx are vector products
-    // (the same single rounding as the reference's scalar ones).
-    const int64_t b0 = u0 / in.block;
-    V av[kNR][kV], cv[kNR][kV], dxv[MR][kV];
-#pragma GCC unroll 16
-    for (int q = 0; q < kV; ++q) {
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) dxv[r][q] = hn::Set(df, in.dx[r][b0]);
-#pragma GCC unroll 16
-      for (int j = 0; j < kNR; ++j) {
-        av[j][q] = hn::Set(df, in.a[j * nb + b0]);
-        if (kMin) cv[j][q] = hn::Set(df, in.c[j * nb + b0]);
-      }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 16
-      for (int j = 0; j < kNR; ++j) {
-#pragma GCC unroll 16
-        for (int q = 0; q < kV; ++q) {
-          acc[r][j][q] =
-              hn::MulAdd(hn::Mul(av[j][q], dxv[r][q]), hn::ConvertTo(df, I[r][j][q]), acc[r][j][q]);
-          if (kMin) {
-            acc[r][j][q] = hn::MulAdd(hn::Mul(cv[j][q], dxv[r][q]), hn::ConvertTo(df, J[r][j][q]),
-                                      acc[r][j][q]);
-          }
-        }
-      }
-    }
-  }
-  StoreTile<MR>(acc, o);
 }
 
 using Int8TileFn = void (*)(const Int8TileIn&, const TileOut&);
@@ -475,38 +422,48 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
     return Int8Rows32Range(a, acts, r0, r1, n0, n1, vnni && w.row_bytes <= INT32_MAX / 16);
   }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (vnni && Int8KPanelsRange(a, acts, r0, r1, n0, n1)) return;
   if (vnni ? Int8FusedRange<true>(a, acts, r0, r1, n0, n1)
            : Int8FusedRange<false>(a, acts, r0, r1, n0, n1)) {
     return;
   }
 #endif
   thread_local quant::Int8Weights wd;
-  thread_local std::vector<int16_t> w16, mn16;
-  thread_local std::vector<int8_t> xp;
+  thread_local std::vector<uint8_t> from_panels;
   thread_local std::vector<float> accbuf;
   accbuf.resize(kRows8 * kNR * 16 + 16);
   float* ab = AlignUp(accbuf.data());
-  PairLayoutActs(acts, r0, r1, xp);
   for (int64_t rc = r0; rc < r1; rc += kRows8) {
     const int64_t rc_end = std::min(r1, rc + kRows8);
     for (int64_t n = n0; n < n1; n += kNR) {
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
         const int64_t kc = std::min(kKC, k - k0);
-        DecodeRowsInt8(w, n, n1, k0, kc, wd);
-        w16.resize(kNR * kc);
-        PairLayoutWeights(wd.w16.data(), kc, w16.data());
-        if (has_min) {
-          mn16.resize(kNR * kc);
-          PairLayoutWeights(wd.mn16.data(), kc, mn16.data());
+        if (w.panels) {  // the rows' blocks from the panels (a loader may have released the rows)
+          const QuantTraits& tr = quant_traits(w.type);
+          const int64_t rows = std::min(kNR, n1 - n), nbc = kc / tr.block_elems;
+          from_panels.resize(rows * nbc * tr.block_bytes);
+          for (int64_t j = 0; j < rows; ++j) {
+            quant::panel_row_range(w, n + j, k0 / tr.block_elems, nbc,
+                                   from_panels.data() + j * nbc * tr.block_bytes);
+          }
+          QuantMatrix part;
+          part.type = w.type;
+          part.n = rows;
+          part.k = kc;
+          part.row_bytes = nbc * tr.block_bytes;
+          part.data = from_panels.data();
+          DecodeRowsInt8(part, 0, rows, 0, kc, wd);
+        } else {
+          DecodeRowsInt8(w, n, n1, k0, kc, wd);
         }
-        const Int8TileIn base{nullptr,     nullptr,     w16.data(), mn16.data(),
-                              wd.a.data(), wd.c.data(), kc,         block};
+        const Int8TileIn base{nullptr,     nullptr, wd.w16.data(), wd.mn16.data(), wd.a.data(),
+                              wd.c.data(), kc,      block};
         for (int64_t rb = rc; rb < rc_end; rb += kMR8) {
           const int64_t mr = std::min<int64_t>(kMR8, rc_end - rb);
           const int8_t* qx[kMR8];
           const float* dx[kMR8];
           for (int64_t r = 0; r < mr; ++r) {
-            qx[r] = xp.data() + (rb + r - r0) * k + k0;
+            qx[r] = acts.row(rb + r).qx + k0;
             dx[r] = acts.row(rb + r).dx + k0 / block;
           }
           Int8TileIn in = base;
@@ -520,9 +477,6 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
       }
     }
   }
-  // A prompt's rows (r1 - r0 up to the whole prompt, ~0.8 MB a thread at 512
-  // rows of k = 1536) are not kept resident for the thread's lifetime.
-  if (r1 - r0 > 64) std::vector<int8_t>().swap(xp);
 }
 
 #else  // no native FMA: the scalar chains of the reference

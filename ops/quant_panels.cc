@@ -1,7 +1,10 @@
-// The panel layout of the 32-weight block types (ops/quant.h): the rows'
-// blocks interleaved 16 rows at a time, made once at load.
+// The panel layouts (ops/quant.h): the rows' blocks interleaved 16 rows at a
+// time, made once at load. The 32-weight types have their own; the K types
+// (Q4_K, Q5_K, Q6_K) are copied part by part: fp16 fields as 16 halves, the
+// rest as runs of dwords, dword w of a run one 64-byte vector of the 16 rows.
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "base/error.h"
@@ -133,7 +136,115 @@ void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* bloc
   for (int v = 0; v < 4; ++v) std::memcpy(block + parts.qs + 4 * v, p + 64 * v + 4 * l, 4);
 }
 
+// A K type's block as parts: fp16 fields (block offset -> panel offset of
+// the 16 halves) and runs of dwords (block offset, dwords -> panel offset of
+// the run's first vector).
+struct KField {
+  int64_t at, panel_at;
+};
+struct KRun {
+  int64_t at, dwords, panel_at;
+};
+struct KParts {
+  KField half[2];
+  int halves;
+  KRun run[13];
+  int runs;
+};
+// Q6_K's runs in the order its kernel reads them: the scales, then per
+// quarter p = 2h + qq of the block (h: which 128 columns, qq: which half of
+// their 32-byte runs) four vectors of qh, four of ql's low nibbles' bytes and
+// four of the high ones' (quant.h).
+constexpr KParts q6k_parts() {
+  KParts p{{{208, 0}, {}}, 1, {{192, 4, 32}}, 1};
+  for (int h = 0; h < 2; ++h) {
+    for (int qq = 0; qq < 2; ++qq) {
+      const int64_t at = 288 + 768 * (2 * h + qq);
+      p.run[p.runs++] = {128 + 4 * (8 * h + 4 * qq), 4, at};
+      p.run[p.runs++] = {4 * (16 * h + 4 * qq), 4, at + 256};
+      p.run[p.runs++] = {4 * (16 * h + 8 + 4 * qq), 4, at + 512};
+    }
+  }
+  return p;
+}
+constexpr KParts k_parts(QuantType t) {
+  switch (t) {
+    case QuantType::Q4_K:  // d, dmin, scales[12], qs[128]
+      return {{{0, 0}, {2, 32}}, 2, {{4, 3, 64}, {16, 32, 256}}, 2};
+    case QuantType::Q5_K:  // d, dmin, scales[12], qh[32], qs[128]
+      return {{{0, 0}, {2, 32}}, 2, {{4, 3, 64}, {16, 8, 256}, {48, 32, 768}}, 3};
+    case QuantType::Q6_K:  // ql[128], qh[64], scales[16], d
+      return q6k_parts();
+    default:
+      throw InvalidArgument(std::string("panels: ") + std::string(quant_name(t)) +
+                            " has no panel layout");
+  }
+}
+constexpr bool is_k_panel(QuantType t) {
+  return t == QuantType::Q4_K || t == QuantType::Q5_K || t == QuantType::Q6_K;
+}
+
+// pack_panel_row for the K types.
+template <QuantType T>
+void pack_k_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
+                      int64_t block_bytes, uint8_t* panel) {
+  constexpr KParts parts = k_parts(T);
+  const int64_t panel_block = kRows * block_bytes;
+  for (int64_t b = 0; b < nb; ++b, row += row_step) {
+    uint8_t* const d = panel + b * panel_block;
+    for (int f = 0; f < parts.halves; ++f)
+      std::memcpy(d + parts.half[f].panel_at + 2 * l, row + parts.half[f].at, 2);
+    for (int r = 0; r < parts.runs; ++r) {
+      const KRun& run = parts.run[r];
+      for (int64_t w = 0; w < run.dwords; ++w)
+        std::memcpy(d + run.panel_at + 64 * w + 4 * l, row + run.at + 4 * w, 4);
+    }
+  }
+}
+
+void unpack_k_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* block) {
+  const KParts parts = k_parts(t);
+  for (int f = 0; f < parts.halves; ++f)
+    std::memcpy(block + parts.half[f].at, in + parts.half[f].panel_at + 2 * l, 2);
+  for (int r = 0; r < parts.runs; ++r) {
+    const KRun& run = parts.run[r];
+    for (int64_t w = 0; w < run.dwords; ++w)
+      std::memcpy(block + run.at + 4 * w, in + run.panel_at + 64 * w + 4 * l, 4);
+  }
+}
+
+template <QuantType T>
+void pack_k_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes,
+                  uint8_t* panel) {
+  static constexpr uint8_t kZero[256] = {};  // a row past the matrix: zero blocks
+  for (int64_t l = 0; l < kRows; ++l) {
+    const int64_t r = p * kRows + l;
+    if (r < w.n) {
+      pack_k_panel_row<T>(w.row(r), block_bytes, l, nb, block_bytes, panel);
+    } else {
+      pack_k_panel_row<T>(kZero, 0, l, nb, block_bytes, panel);
+    }
+  }
+}
+
 }  // namespace
+
+namespace quant {
+void panel_row_range(const QuantMatrix& w, int64_t r, int64_t b0, int64_t nb, uint8_t* out) {
+  const QuantTraits& tr = quant_traits(w.type);
+  const int64_t blocks = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
+  const uint8_t* panel = w.panels.get() + (r / kRows * blocks + b0) * panel_block;
+  const bool k_type = is_k_panel(w.type);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* const block = out + b * tr.block_bytes;
+    if (k_type) {
+      unpack_k_panel_block(w.type, panel + b * panel_block, r % kRows, block);
+    } else {
+      unpack_panel_block(w.type, panel + b * panel_block, r % kRows, block);
+    }
+  }
+}
+}  // namespace quant
 
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out) {
   if (!w.panels || r < 0 || r >= w.n) {
@@ -142,12 +253,7 @@ void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out) {
                                                      std::to_string(w.n) + ")"
                                                : "the matrix has no panels"));
   }
-  const QuantTraits& tr = quant_traits(w.type);
-  const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
-  const uint8_t* panel = w.panels.get() + r / kRows * nb * panel_block;
-  for (int64_t b = 0; b < nb; ++b) {
-    unpack_panel_block(w.type, panel + b * panel_block, r % kRows, out + b * tr.block_bytes);
-  }
+  quant::panel_row_range(w, r, 0, w.k / quant_traits(w.type).block_elems, out);
 }
 
 int64_t quant_panel_bytes(const QuantMatrix& w) {
@@ -170,7 +276,11 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
   const QuantTraits& tr = quant_traits(w.type);
   const int64_t nb = w.k / tr.block_elems, panel_block = kRows * tr.block_bytes;
   const int64_t panels = (w.n + kRows - 1) / kRows;
-  std::shared_ptr<uint8_t[]> out(new uint8_t[static_cast<size_t>(quant_panel_bytes(w))]);
+  // 64-byte aligned: the kernels read whole 64-byte vectors, and a base off
+  // by malloc's 16 bytes split every one over two cache lines.
+  const size_t bytes = static_cast<size_t>(quant_panel_bytes(w));
+  std::shared_ptr<uint8_t[]> out(new (std::align_val_t{64}) uint8_t[bytes],
+                                 [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
   using PackPanel = void (*)(const QuantMatrix&, int64_t, int64_t, int64_t, uint8_t*);
   PackPanel pack_one = nullptr;
   switch (w.type) {
@@ -185,6 +295,15 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
       break;
     case QuantType::Q5_1:
       pack_one = pack_panel<QuantType::Q5_1>;
+      break;
+    case QuantType::Q4_K:
+      pack_one = pack_k_panel<QuantType::Q4_K>;
+      break;
+    case QuantType::Q5_K:
+      pack_one = pack_k_panel<QuantType::Q5_K>;
+      break;
+    case QuantType::Q6_K:
+      pack_one = pack_k_panel<QuantType::Q6_K>;
       break;
     default:  // Q8_0, the last type with a panel layout (checked above)
       pack_one = pack_panel<QuantType::Q8_0>;

@@ -425,8 +425,8 @@ TEST(QuantMatmul, BadArguments) {
 }
 
 // Panels hold the rows' bytes: every row read back from them is its blocks,
-// bit for bit (Q5's high bits, Q8_0's offset codes, the rows of a last
-// partial panel), and dequantize_row reads them then.
+// bit for bit (Q5's high bits, Q8_0's offset codes, the K types' runs, the
+// rows of a last partial panel), and dequantize_row reads them then.
 TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
   for (QuantType t : kAll) {
     if (!quant_has_panel_layout(t)) {
@@ -435,7 +435,8 @@ TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
       continue;
     }
     SCOPED_TRACE(std::string(quant_name(t)));
-    Weights w = random_weights(t, 37, 96, 30);
+    const int64_t k = 3 * quant_traits(t).block_elems;
+    Weights w = random_weights(t, 37, k, 30);
     QuantMatrix wp = w.w;
     int64_t reported = 0;
     attach_panels(wp, [&](int64_t rows) { reported = rows; });
@@ -444,7 +445,7 @@ TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
     EXPECT_THROW(panel_row_blocks(w.w, 0, nullptr), InvalidArgument);  // no panels
     EXPECT_THROW(panel_row_blocks(wp, 37, nullptr), InvalidArgument);
     std::vector<uint8_t> row(wp.row_bytes);
-    std::vector<float> a(96), b(96);
+    std::vector<float> a(k), b(k);
     for (int64_t r = 0; r < 37; ++r) {
       panel_row_blocks(wp, r, row.data());
       ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;

@@ -1,0 +1,300 @@
+// Per-target part of ops/quant_matmul.cc: the int8 mode's decode kernels for
+// the K types (Q4_K, Q5_K, Q6_K) over QuantMatrix::panels (the K panel
+// layout of ops/quant.h), on AVX512-VNNI. A vector lane is one of the panel's
+// 16 weight rows, as in the 32-weight types' panel kernels
+// (ops/quant_int8_rows-inl.h): per column quad, one vector of the 16 rows'
+// codes meets a broadcast of x's four bytes in one vpdpbusd. Per block and
+// 32- (or 16-) column group, the 16 rows' group sums are multiplied by their
+// 6-bit (or int8) scales, decoded once per panel block for the 16 rows; the
+// exact integers I and J of quant.h's order then enter the two fmas. The row
+// kernels (ops/quant_int8_fused-inl.h) paid ~58 instructions per 144-byte
+// Q4_K block-row, mostly unpacking each row's scales and codes; here it is
+// ~14. Included by ops/quant_matmul.cc only, after quant_int8_rows-inl.h.
+#if defined(HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_
+#undef HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_
+#else
+#define HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <vector>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "ops/quant.h"
+#include "ops/quant_internal.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+
+// Per row of x, the integer sums of its activations over each group of G
+// columns (the J term, and Q6_K's offset of 32), kept while the activations
+// are unchanged (as BlockSums).
+struct GroupSums {
+  std::vector<int32_t> sum;  // [rows][k / G]
+  uint64_t version = 0;
+  int64_t r0 = 0, r1 = 0, group = 0;
+};
+
+inline void SumGroups(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t group,
+                      GroupSums& out) {
+  if (acts.version != 0 && out.version == acts.version && out.r0 == r0 && out.r1 == r1 &&
+      out.group == group) {
+    return;
+  }
+  out.version = acts.version;
+  out.r0 = r0;
+  out.r1 = r1;
+  out.group = group;
+  const int64_t ng = acts.k / group;
+  out.sum.resize((r1 - r0) * ng);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* qx = acts.qx.data() + r * acts.k;
+    for (int64_t g = 0; g < ng; ++g) {
+      int32_t s = 0;
+      for (int64_t e = 0; e < group; ++e) s += qx[g * group + e];
+      out.sum[(r - r0) * ng + g] = s;
+    }
+  }
+}
+
+template <QuantType t>
+constexpr int64_t kKPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
+// Panel blocks prefetched ahead of the one being read (~7 KiB: the
+// hardware prefetcher alone stops at every 4 KiB page).
+template <QuantType t>
+constexpr int64_t kKPanelAhead = std::max<int64_t>(1, 14336 / kKPanelBlock<t>);
+
+// Byte j of every dword of v, zero-extended to the dword.
+HWY_INLINE __m512i DwordByte(__m512i v, int j) {
+  const __m128i c =
+      _mm_setr_epi8(static_cast<char>(j), -1, -1, -1, static_cast<char>(4 + j), -1, -1, -1,
+                    static_cast<char>(8 + j), -1, -1, -1, static_cast<char>(12 + j), -1, -1, -1);
+  return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(c));
+}
+
+// Bytes shifted by s bits within each 16-bit lane (left for s > 0): the
+// bits a mask then keeps never cross from the neighbouring byte here.
+HWY_INLINE __m512i ShiftBits(__m512i v, int s) {
+  return s >= 0 ? _mm512_sll_epi16(v, _mm_cvtsi32_si128(s))
+                : _mm512_srl_epi16(v, _mm_cvtsi32_si128(-s));
+}
+
+// R rows of x from r against the K panel of weight rows n .. n + 15.
+template <QuantType t, int R>
+HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, const GroupSums& sums,
+                             int64_t rc, int64_t r, int64_t n, int64_t n1) {
+  constexpr int64_t kBlock = kKPanelBlock<t>;
+  constexpr bool kSix = t == QuantType::Q6_K;
+  constexpr int64_t kGroups = kSix ? 16 : 8;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 256;
+  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kBlock;
+  const uint8_t* const end =
+      w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * nb * kBlock;  // this range's panels
+  const int8_t* qx[R];
+  const float* dx[R];
+  const int32_t* xs[R];
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) {
+    const quant::Int8Row row = acts.row(r + i);
+    qx[i] = row.qx;
+    dx[i] = row.dx;
+    xs[i] = sums.sum.data() + (r + i - rc) * (w.k / sums.group);
+    acc[i] = _mm512_setzero_ps();
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, blk += kBlock) {
+    // A quarter of the block kKPanelAhead ahead per quarter of this one: a
+    // whole block's lines at once were too many requests in flight.
+    const uint8_t* const ahead =
+        blk + kKPanelAhead<t> * kBlock < end ? blk + kKPanelAhead<t> * kBlock : nullptr;
+    const auto prefetch = [&](int part) {
+      if (!ahead) return;
+      for (int64_t o = part * kBlock / 4 / 64 * 64; o < (part + 1) * kBlock / 4; o += 64)
+        hwy::Prefetch(ahead + o);
+    };
+    const auto load = [&](int64_t at) { return _mm512_loadu_si512(blk + at); };
+    // F16C: the same floats as quant::load_fp16 (a NaN only meets products, quiet in both).
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512i I[R];
+    for (int i = 0; i < R; ++i) I[i] = _mm512_setzero_si512();
+    if constexpr (!kSix) {
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      // The 12 scale bytes as four vectors of four groups' bytes (row l's at
+      // dword l): scales 0-3, mins 0-3, scales 4-7, mins 4-7 (quant.h's
+      // get_scale_min_k4).
+      const __m512i s0 = load(64), s1 = load(128), s2 = load(192);
+      const __m512i six = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x30);
+      const __m512i sc03 = _mm512_and_si512(s0, six), mn03 = _mm512_and_si512(s1, six);
+      const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(s2, low4),
+                                           _mm512_and_si512(_mm512_srli_epi16(s0, 2), top));
+      const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), low4),
+                                           _mm512_and_si512(_mm512_srli_epi16(s1, 2), top));
+      // Q4_K's high nibbles stay in place (16 times the code): their group
+      // sums, 16 times too, are exact and come back down by a shift.
+      __m512i I_high[R];
+      for (int i = 0; i < R; ++i) I_high[i] = _mm512_setzero_si512();
+      constexpr int64_t kCodes = t == QuantType::Q5_K ? 768 : 256;
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        prefetch(c);
+        __m512i lo_dot[R], hi_dot[R];
+        for (int i = 0; i < R; ++i) lo_dot[i] = hi_dot[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          const __m512i codes = load(kCodes + 64 * (8 * c + v));
+          __m512i lo = _mm512_and_si512(codes, low4), hi;
+          if constexpr (t == QuantType::Q4_K) {
+            hi = _mm512_andnot_si512(low4, codes);
+          } else {  // bit 4 of column 64c + 4v + i: qh[4v + i] bit 2c; of 64c + 32 + ..: 2c + 1
+            const __m512i qh = load(256 + 64 * v), bit4 = _mm512_set1_epi8(0x10);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(ShiftBits(qh, 4 - 2 * c), bit4));
+            hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(codes, 4), low4),
+                                 _mm512_and_si512(ShiftBits(qh, 3 - 2 * c), bit4));
+          }
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            const int8_t* x = qx[i] + b * 256 + 64 * c + 4 * v;
+            lo_dot[i] = Dot4Broadcast(lo_dot[i], lo, x);
+            hi_dot[i] = Dot4Broadcast(hi_dot[i], hi, x + 32);
+          }
+        }
+        const __m512i sc_lo = DwordByte(c < 2 ? sc03 : sc47, (2 * c) % 4);
+        const __m512i sc_hi = DwordByte(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
+        for (int i = 0; i < R; ++i) {
+          I[i] = _mm512_add_epi32(I[i], _mm512_mullo_epi32(sc_lo, lo_dot[i]));
+          I_high[i] = _mm512_add_epi32(I_high[i], _mm512_mullo_epi32(sc_hi, hi_dot[i]));
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        I[i] = _mm512_add_epi32(I[i],
+                                t == QuantType::Q4_K ? _mm512_srai_epi32(I_high[i], 4) : I_high[i]);
+        // J = sum over groups of min * (x's group sum): |.| < 2^15 each, so
+        // a signed and a zero-extended int16 per dword (MulAdd16).
+        __m512i J = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < kGroups; ++g) {
+          const __m512i mn = DwordByte(g < 4 ? mn03 : mn47, g % 4);
+          J = MulAdd16<true>(J, _mm512_set1_epi32(xs[i][b * kGroups + g]), mn);
+        }
+        const __m512 dxv = _mm512_set1_ps(dx[i][b]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, dxv), _mm512_cvtepi32_ps(I[i]), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin), dxv),
+                                 _mm512_cvtepi32_ps(J), acc[i]);
+      }
+    } else {
+      // Q6_K: half h of the block, quads q of its 32-byte runs; code
+      // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
+      const __m512i top = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+        for (int qq = 0; qq < 2; ++qq) {
+          prefetch(2 * h + qq);
+          // Sums of the four groups 8h + 2s + qq (s: which of the four
+          // 32-column runs), started at -32 * x's group sum.
+          __m512i dot[R][4];
+          for (int i = 0; i < R; ++i) {
+            for (int s = 0; s < 4; ++s)
+              dot[i][s] = _mm512_set1_epi32(-32 * xs[i][b * kGroups + 8 * h + 2 * s + qq]);
+          }
+#pragma GCC unroll 4
+          for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+            const int64_t at = 288 + 768 * (2 * h + qq) + 64 * (q - 4 * qq);
+            const __m512i qh = load(at), lo = load(at + 256), hi = load(at + 512);
+            const __m512i u[4] = {_mm512_or_si512(_mm512_and_si512(lo, low4),
+                                                  _mm512_and_si512(_mm512_slli_epi16(qh, 4), top)),
+                                  _mm512_or_si512(_mm512_and_si512(hi, low4),
+                                                  _mm512_and_si512(_mm512_slli_epi16(qh, 2), top)),
+                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo, 4), low4),
+                                                  _mm512_and_si512(qh, top)),
+                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(hi, 4), low4),
+                                                  _mm512_and_si512(_mm512_srli_epi16(qh, 2), top))};
+#pragma GCC unroll 4
+            for (int i = 0; i < R; ++i) {
+              const int8_t* x = qx[i] + b * 256 + 128 * h + 4 * q;
+#pragma GCC unroll 4
+              for (int s = 0; s < 4; ++s) dot[i][s] = Dot4Broadcast(dot[i][s], u[s], x + 32 * s);
+            }
+          }
+#pragma GCC unroll 4
+          for (int s = 0; s < 4; ++s) {
+            const int g = 8 * h + 2 * s + qq;  // its int8 scale, sign-extended
+            const __m512i sv = load(32 + 64 * (g / 4));
+            const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
+            for (int i = 0; i < R; ++i)
+              I[i] = _mm512_add_epi32(I[i], _mm512_mullo_epi32(sc, dot[i][s]));
+          }
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[i][b])),
+                                 _mm512_cvtepi32_ps(I[i]), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    alignas(64) float out[kPanelRows];
+    _mm512_store_ps(out, acc[i]);
+    StorePanelRow(out, a, r + i, n, std::min(kPanelRows, n1 - n));
+  }
+}
+
+using KPanelFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const GroupSums&, int64_t,
+                          int64_t, int64_t, int64_t);
+template <QuantType t>
+constexpr KPanelFn kKPanelRows[4] = {&KPanelRows<t, 1>, &KPanelRows<t, 2>, &KPanelRows<t, 3>,
+                                     &KPanelRows<t, 4>};
+
+// Whether the K panel kernels took rows [r0, r1) x weight rows [n0, n1): a
+// K type with panels, few rows of x, the range on panel boundaries.
+inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
+                             int64_t r1, int64_t n0, int64_t n1) {
+  const QuantMatrix& w = *a.w;
+  if (!w.panels || n0 % kPanelRows != 0 || r1 - r0 > kFusedRows || !quant::int8_fused_allowed())
+    return false;
+  const KPanelFn* fns;
+  switch (w.type) {
+    case QuantType::Q4_K:
+      fns = kKPanelRows<QuantType::Q4_K>;
+      break;
+    case QuantType::Q5_K:
+      fns = kKPanelRows<QuantType::Q5_K>;
+      break;
+    case QuantType::Q6_K:
+      fns = kKPanelRows<QuantType::Q6_K>;
+      break;
+    default:
+      return false;
+  }
+  thread_local GroupSums sums;
+  SumGroups(acts, r0, r1, w.type == QuantType::Q6_K ? 16 : 32, sums);
+  for (int64_t n = n0; n < n1; n += kPanelRows) {
+    for (int64_t r = r0; r < r1;) {
+      const int rows = static_cast<int>(std::min<int64_t>(r1 - r, 4));
+      fns[rows - 1](a, acts, sums, r0, r, n, n1);
+      r += rows;
+    }
+  }
+  return true;
+}
+
+HWY_DIAGNOSTICS(pop)
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
