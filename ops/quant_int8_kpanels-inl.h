@@ -1,5 +1,5 @@
-// Per-target part of ops/quant_matmul.cc: the int8 mode's decode kernels for
-// the K types (Q4_K, Q5_K, Q6_K) over QuantMatrix::panels (the K panel
+// Per-target part of ops/quant_matmul.cc: the int8 mode's kernels for the K
+// types (Q4_K, Q5_K, Q6_K) over QuantMatrix::panels (the K panel
 // layout of ops/quant.h), on AVX512-VNNI. A vector lane is one of the panel's
 // 16 weight rows, as in the 32-weight types' panel kernels
 // (ops/quant_int8_rows-inl.h): per column quad, one vector of the 16 rows'
@@ -258,12 +258,13 @@ constexpr KPanelFn kKPanelRows[4] = {&KPanelRows<t, 1>, &KPanelRows<t, 2>, &KPan
                                      &KPanelRows<t, 4>};
 
 // Whether the K panel kernels took rows [r0, r1) x weight rows [n0, n1): a
-// K type with panels, few rows of x, the range on panel boundaries.
+// K type with panels, the range on panel boundaries. Rows of x go in chunks
+// of kTokenChunk (their bytes stay in L2 while each panel of the range meets
+// them), four at a time per panel (its blocks then come from L1 / L2).
 inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
                              int64_t r1, int64_t n0, int64_t n1) {
   const QuantMatrix& w = *a.w;
-  if (!w.panels || n0 % kPanelRows != 0 || r1 - r0 > kFusedRows || !quant::int8_fused_allowed())
-    return false;
+  if (!w.panels || n0 % kPanelRows != 0 || !quant::int8_fused_allowed()) return false;
   const KPanelFn* fns;
   switch (w.type) {
     case QuantType::Q4_K:
@@ -280,13 +281,17 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
   }
   thread_local GroupSums sums;
   SumGroups(acts, r0, r1, w.type == QuantType::Q6_K ? 16 : 32, sums);
-  for (int64_t n = n0; n < n1; n += kPanelRows) {
-    for (int64_t r = r0; r < r1;) {
-      const int rows = static_cast<int>(std::min<int64_t>(r1 - r, 4));
-      fns[rows - 1](a, acts, sums, r0, r, n, n1);
-      r += rows;
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      for (int64_t r = rc; r < rc_end;) {
+        const int rows = static_cast<int>(std::min<int64_t>(rc_end - r, 4));
+        fns[rows - 1](a, acts, sums, r0, r, n, n1);
+        r += rows;
+      }
     }
   }
+  if (r1 - r0 > 64) sums = GroupSums{};
   return true;
 }
 

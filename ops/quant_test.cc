@@ -190,17 +190,22 @@ TEST(QuantMatmul, BatchInvariant) {
   for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
     const int64_t n = 41, k = 768, m = 150;  // more than one row chunk (128 rows in both modes)
     const Weights w = random_weights(t, n, k, 5);
+    QuantMatrix wp =
+        w.w;  // with panels: the int8 loads' layout (a chunk edge of their kernels too)
+    attach_panels(wp);
     const Shape all{m, n, k, true, false};
     const auto x = test::spread_values(m * k, 6, -6, 6);
     const auto bias = test::spread_values(n, 7, -4, 4);
     for (QuantMode mode : kModes) {
       const auto y = run(all, x, w.w, bias, mode, &pool);
       expect_same_bits(y, run(all, x, w.w, bias, mode, nullptr));
+      expect_same_bits(run(all, x, wp, bias, mode, &pool), y);
       for (int64_t r : {0, 5, 32, 149}) {
         const Shape one{1, n, k, true, false};
         const std::vector<float> xr(x.begin() + r * k, x.begin() + (r + 1) * k);
         const auto yr = run(one, xr, w.w, bias, mode, &pool);
         expect_same_bits(yr, std::vector<float>(y.begin() + r * n, y.begin() + (r + 1) * n));
+        expect_same_bits(run(one, xr, wp, bias, mode, &pool), yr);
       }
     }
   }
