@@ -5,13 +5,15 @@
 // a mapped file (zero-copy) or be owned. Nothing is ever dequantized to a
 // full matrix: kernels decode 4 rows x 512 columns at a time into an L1
 // buffer, reused by every row of x in a chunk of 32 (ops/quant_matmul.cc);
-// the int8 mode reads Q4_K/Q6_K blocks straight into byte registers for at
-// most 16 rows of x on AVX-512 (ops/quant_int8_fused-inl.h), and the 32-weight
-// block types either straight from the blocks (at most 4 rows of x) or from a
-// panel of 16 weight rows packed per call (ops/quant_int8_rows-inl.h), all in
-// the same orders. With AVX512-VNNI an int8 load also keeps Q4_0 .. Q8_0
-// matrices with 16 rows interleaved (QuantMatrix::panels, the panel layout
-// below), which those kernels then read instead of the rows.
+// the int8 mode reads Q4_K/Q5_K/Q6_K blocks straight into byte registers for
+// at most 16 rows of x on AVX-512 (ops/quant_int8_fused-inl.h), and the
+// 32-weight block types either straight from the blocks (at most 4 rows of
+// x) or from a panel of 16 weight rows packed per call
+// (ops/quant_int8_rows-inl.h), all in the same orders. With AVX512-VNNI an
+// int8 load also keeps Q4_0 .. Q8_0 and Q4_K .. Q6_K matrices with 16 rows
+// interleaved (QuantMatrix::panels, the panel layouts below), which their
+// kernels then read instead of the rows (ops/quant_int8_panels-inl.h,
+// ops/quant_int8_kpanels-inl.h).
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
 // and element j + 16 (high nibble).
 //

@@ -2,14 +2,14 @@
 // types (Q4_K, Q5_K, Q6_K) over QuantMatrix::panels (the K panel
 // layout of ops/quant.h), on AVX512-VNNI. A vector lane is one of the panel's
 // 16 weight rows, as in the 32-weight types' panel kernels
-// (ops/quant_int8_rows-inl.h): per column quad, one vector of the 16 rows'
+// (ops/quant_int8_panels-inl.h): per column quad, one vector of the 16 rows'
 // codes meets a broadcast of x's four bytes in one vpdpbusd. Per block and
 // 32- (or 16-) column group, the 16 rows' group sums are multiplied by their
 // 6-bit (or int8) scales, decoded once per panel block for the 16 rows; the
 // exact integers I and J of quant.h's order then enter the two fmas. The row
 // kernels (ops/quant_int8_fused-inl.h) paid ~58 instructions per 144-byte
 // Q4_K block-row, mostly unpacking each row's scales and codes; here it is
-// ~14. Included by ops/quant_matmul.cc only, after quant_int8_rows-inl.h.
+// ~14. Included by ops/quant_matmul.cc only, after quant_int8_panels-inl.h.
 #if defined(HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_
 #undef HUBZOO_OPS_QUANT_INT8_KPANELS_INL_H_

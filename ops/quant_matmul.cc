@@ -131,6 +131,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "ops/quant_int8_fused-inl.h"
 // The int8 kernels of the 32-weight block types (a lane per weight row).
 #include "ops/quant_int8_rows-inl.h"
+// Their kernels over panels, the quad tile and the dispatch of a range.
+#include "ops/quant_int8_panels-inl.h"
 // The int8 decode kernels of the K types over their panels.
 #include "ops/quant_int8_kpanels-inl.h"
 

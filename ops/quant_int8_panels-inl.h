@@ -1,0 +1,355 @@
+// Per-target part of ops/quant_matmul.cc, split off ops/quant_int8_rows-inl.h
+// for size: the 32-weight block types' int8 kernels over QuantMatrix::panels
+// (AVX512-VNNI int8 loads keep those: the same vectors as the quad panel,
+// one sequential stream), the quad tile (many rows of x against a quad
+// panel), and Int8Rows32Range, which picks a kernel for a range. Included by
+// ops/quant_matmul.cc only, after ops/quant_int8_rows-inl.h.
+#if defined(HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_
+#undef HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_
+#else
+#define HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "ops/quant.h"
+#include "ops/quant_internal.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace hubzoo {
+namespace HWY_NAMESPACE {
+
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4700, ignored "-Wuninitialized")
+
+// ---- QuantMatrix::panels (quant.h): the same blocks with 16 rows
+// interleaved, read as one stream: per block the 16 rows' scales are one
+// load and each column quad's codes one vector, as the quad panel holds them.
+
+template <QuantType t>
+constexpr bool kHasPanels = quant_has_panel_layout(t);
+template <QuantType t>
+constexpr bool kPanelMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
+template <QuantType t>
+constexpr bool kPanelQ5 = t == QuantType::Q5_0 || t == QuantType::Q5_1;
+// Byte offsets in a panel block: the Q5 masks, the codes (d at 0, m at 32).
+template <QuantType t>
+constexpr int64_t kPanelMasksAt = kPanelMin<t> ? 64 : 32;
+template <QuantType t>
+constexpr int64_t kPanelCodesAt = kPanelMasksAt<t> + (kPanelQ5<t> ? 64 : 0);
+template <QuantType t>
+constexpr int64_t kPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
+
+// The block's eight column-quad vectors (quad q: columns 4q .. 4q + 3 of the
+// 16 rows, unsigned codes) and its scales a (and mins c).
+template <QuantType t>
+HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m512& c) {
+  // F16C: the same floats as PanelScales (and quant::load_fp16).
+  a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  if constexpr (kPanelMin<t>)
+    c = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+  const uint8_t* codes = blk + kPanelCodesAt<t>;
+  if constexpr (t == QuantType::Q8_0) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) u[q] = _mm512_loadu_si512(codes + 64 * q);
+  } else {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i x = _mm512_loadu_si512(codes + 64 * v);
+      u[v] = _mm512_and_si512(x, nib);
+      u[4 + v] = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
+    }
+    if constexpr (kPanelQ5<t>) {
+      alignas(64) uint64_t masks[8];
+      std::memcpy(masks, blk + kPanelMasksAt<t>, sizeof(masks));
+      const __m512i bit4 = _mm512_set1_epi8(16);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q)
+        u[q] = _mm512_or_si512(u[q], _mm512_maskz_mov_epi8(_cvtu64_mask64(masks[q]), bit4));
+    }
+  }
+}
+
+// A range's panels are one stream, prefetched kPanelAhead blocks ahead up
+// to its end: the hardware prefetcher alone stops at every 4 KiB page
+// (SmolLM2 Q4_0 decode: 309 -> 363 tok/s). 16 blocks are 4.5 KiB of Q4_0 and
+// 8.5 KiB of Q8_0; 2, 8 and 16 KiB of Q4_0 were slower.
+constexpr int64_t kPanelAhead = 16;
+template <QuantType t>
+HWY_INLINE const uint8_t* PanelsEnd(const QuantMatrix& w, int64_t n1) {
+  return w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * (w.k / 32) * kPanelBlock<t>;
+}
+template <QuantType t>
+HWY_INLINE void PrefetchAhead(const uint8_t* blk, const uint8_t* end) {
+  const uint8_t* ahead = blk + kPanelAhead * kPanelBlock<t>;
+  if (ahead >= end) return;
+#pragma GCC unroll 9
+  for (int64_t o = 0; o < kPanelBlock<t>; o += 64) hwy::Prefetch(ahead + o);
+}
+
+// DirectRows over panels: R rows of x against the panel of rows n .. n + 15.
+template <QuantType t, int R>
+HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
+                              const BlockSums& sums, int64_t rc, int64_t r, int64_t n, int64_t n1) {
+  constexpr bool kMin = kPanelMin<t>;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 32;
+  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
+  const DirectX<R> xs(acts, sums, rc, r, nb);
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const uint8_t* const end = PanelsEnd<t>(w, n1);
+  for (int64_t b = 0; b < nb; ++b, blk += kPanelBlock<t>) {
+    PrefetchAhead<t>(blk, end);
+    __m512i u[8];
+    __m512 av, cv = _mm512_setzero_ps();
+    PanelBlock<t>(blk, u, av, cv);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const int8_t* x = xs.qx[i] + b * 32;
+      // Two integer chains (exact: the order of an int32 sum does not matter).
+      __m512i i0 = _mm512_set1_epi32(xs.start[i][b]), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int q = 0; q < 8; q += 2) {
+        i0 = Dot4Broadcast(i0, u[q], x + 4 * q);
+        i1 = Dot4Broadcast(i1, u[q + 1], x + 4 * q + 4);
+      }
+      const __m512 d = _mm512_set1_ps(xs.dx[i][b]);
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                               acc[i]);
+      if constexpr (kMin)
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(xs.jsum[i][b]), acc[i]);
+    }
+  }
+  xs.Store(acc, a, r, n, n1);
+}
+
+// The quad panel of rows n .. n + 15 from panels: the same vectors PackQuads
+// makes from the rows, without gathers or transpositions.
+template <QuantType t>
+HWY_NOINLINE void PackQuadsFromPanels(const QuantMatrix& w, int64_t n, int64_t n1, QuadPanel& p) {
+  const int64_t nb = w.k / 32;
+  uint8_t* u = p.codes(nb * 512);
+  p.a.resize(nb * kPanelRows);
+  p.c.resize(nb * kPanelRows);
+  p.z.assign(nb * kPanelRows, 0);
+  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
+  const uint8_t* const end = PanelsEnd<t>(w, n1);
+  for (int64_t b = 0; b < nb; ++b, blk += kPanelBlock<t>) {
+    PrefetchAhead<t>(blk, end);
+    __m512i q[8];
+    __m512 a, c = _mm512_setzero_ps();
+    PanelBlock<t>(blk, q, a, c);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) _mm512_store_si512(u + b * 512 + 64 * j, q[j]);
+    _mm512_storeu_ps(p.a.data() + b * kPanelRows, a);
+    _mm512_storeu_ps(p.c.data() + b * kPanelRows, c);
+  }
+}
+
+constexpr int kMRQuads = 8;
+
+// MR rows of x against a quad panel: out[r][16]. start: each block's integer
+// start (BlockSums), times the per-row z where kRowZ.
+template <int MR, bool kMin, bool kRowZ>
+HWY_NOINLINE void QuadRowsTile(const int8_t* const* qx, const float* const* dx,
+                               const int32_t* const* start, const float* const* jsum,
+                               const QuadPanel& p, int64_t nb, float (*out)[kPanelRows]) {
+  __m512 acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* u = p.u.get() + b * 512;
+    __m512i I[MR];
+    [[maybe_unused]] __m512i z;
+    if constexpr (kRowZ) z = _mm512_loadu_si512(p.z.data() + b * kPanelRows);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512i s = _mm512_set1_epi32(start[r][b]);
+      I[r] = kRowZ ? _mm512_mullo_epi32(z, s) : s;
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m512i wq = _mm512_load_si512(u + 64 * q);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) I[r] = Dot4Broadcast(I[r], wq, qx[r] + b * 32 + 4 * q);
+    }
+    const __m512 av = _mm512_loadu_ps(p.a.data() + b * kPanelRows);
+    [[maybe_unused]] __m512 cv;
+    if constexpr (kMin) cv = _mm512_loadu_ps(p.c.data() + b * kPanelRows);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 d = _mm512_set1_ps(dx[r][b]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(I[r]), acc[r]);
+      if constexpr (kMin)
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(jsum[r][b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+using DirectFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&, int64_t,
+                          int64_t, int64_t, int64_t);
+template <QuantType t>
+constexpr DirectFn kDirectRowsOf[4] = {&DirectRows<t, 1>, &DirectRows<t, 2>, &DirectRows<t, 3>,
+                                       &DirectRows<t, 4>};
+template <QuantType t>
+constexpr DirectFn kDirectPanels[4] = {&DirectPanel<t, 1>, &DirectPanel<t, 2>, &DirectPanel<t, 3>,
+                                       &DirectPanel<t, 4>};
+
+using QuadTileFn = void (*)(const int8_t* const*, const float* const*, const int32_t* const*,
+                            const float* const*, const QuadPanel&, int64_t, float (*)[kPanelRows]);
+template <bool kMin, bool kRowZ, size_t... I>
+constexpr std::array<QuadTileFn, sizeof...(I)> MakeQuadTiles(std::index_sequence<I...>) {
+  return {&QuadRowsTile<static_cast<int>(I) + 1, kMin, kRowZ>...};
+}
+
+template <QuantType t>
+HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
+                                 int64_t r1, int64_t n0, int64_t n1) {
+  constexpr bool kMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
+  constexpr bool kRowZ = CommonOffset(t) < 0;
+  static constexpr auto kTiles = MakeQuadTiles<kMin, kRowZ>(std::make_index_sequence<kMRQuads>());
+  const int64_t nb = a.w->k / 32;
+  thread_local QuadPanel panel;
+  thread_local BlockSums sums;
+  // Panels where the matrix has them and the range starts on one (the
+  // tiling cuts such matrices at multiples of 16 rows).
+  const bool panels = kHasPanels<t> && a.w->panels && n0 % kPanelRows == 0;
+  // (Tests turn the direct path off to cover the panel with few rows.)
+  if (r1 - r0 <= kDirectRows && quant::int8_fused_allowed()) {
+    SumBlocks(acts, r0, r1, CommonOffset(t), sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      for (int64_t r = r0; r < r1;) {
+        const int rows = static_cast<int>(std::min<int64_t>(r1 - r, 4));
+        if constexpr (kHasPanels<t>) {
+          if (panels) {
+            kDirectPanels<t>[rows - 1](a, acts, sums, r0, r, n, n1);
+            r += rows;
+            continue;
+          }
+        }
+        kDirectRowsOf<t>[rows - 1](a, acts, sums, r0, r, n, n1);
+        r += rows;
+      }
+    }
+    return;
+  }
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      if constexpr (kHasPanels<t>) {
+        if (panels) {
+          PackQuadsFromPanels<t>(*a.w, n, n1, panel);
+        } else {
+          PackQuads<t>(*a.w, n, n1, panel);
+        }
+      } else {
+        PackQuads<t>(*a.w, n, n1, panel);
+      }
+      for (int64_t rb = rc; rb < rc_end; rb += kMRQuads) {
+        const int64_t mr = std::min<int64_t>(kMRQuads, rc_end - rb);
+        const int8_t* qx[kMRQuads];
+        const float* dx[kMRQuads];
+        const int32_t* start[kMRQuads];
+        const float* jsum[kMRQuads];
+        for (int64_t r = 0; r < mr; ++r) {
+          const quant::Int8Row row = acts.row(rb + r);
+          qx[r] = row.qx;
+          dx[r] = row.dx;
+          start[r] = sums.start.data() + (rb + r - rc) * nb;
+          jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
+        }
+        alignas(64) float out[kMRQuads][kPanelRows];
+        kTiles[mr - 1](qx, dx, start, jsum, panel, nb, out);
+        for (int64_t r = 0; r < mr; ++r)
+          StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+      }
+    }
+  }
+  if (r1 - r0 > 64) sums = BlockSums{};
+}
+
+HWY_DIAGNOSTICS(pop)
+#endif  // AVX-512
+
+// Rows [r0, r1) x weight rows [n0, n1) of a 32-weight block type.
+inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
+                            int64_t n0, int64_t n1, bool vnni) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (vnni) {
+    switch (a.w->type) {
+      case QuantType::Q4_0:
+        return Int8QuadsRange<QuantType::Q4_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_1:
+        return Int8QuadsRange<QuantType::Q4_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_0:
+        return Int8QuadsRange<QuantType::Q5_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_1:
+        return Int8QuadsRange<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_0:
+        return Int8QuadsRange<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_G:
+        return Int8QuadsRange<QuantType::Q4_G>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_G:
+        return Int8QuadsRange<QuantType::Q8_G>(a, acts, r0, r1, n0, n1);
+      default:
+        break;
+    }
+  }
+#else
+  (void)vnni;
+#endif
+  const bool has_min = quant::int8_has_min(a.w->type);
+  const int64_t nb = a.w->k / 32;
+  thread_local PairPanel panel;
+  thread_local quant::Int8Weights wd;
+  thread_local BlockSums sums;
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    if (has_min) SumBlocks(acts, rc, rc_end, 0, sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      PackPairs(*a.w, n, n1, wd, panel);
+      for (int64_t rb = rc; rb < rc_end; rb += kMRPairs) {
+        const int64_t mr = std::min<int64_t>(kMRPairs, rc_end - rb);
+        const int8_t* qx[kMRPairs];
+        const float* dx[kMRPairs];
+        const float* jsum[kMRPairs] = {};
+        for (int64_t r = 0; r < mr; ++r) {
+          const quant::Int8Row row = acts.row(rb + r);
+          qx[r] = row.qx;
+          dx[r] = row.dx;
+          if (has_min) jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
+        }
+        alignas(64) float out[kMRPairs][kPanelRows];
+        kPairTiles[has_min][mr - 1](qx, dx, jsum, panel, nb, out);
+        for (int64_t r = 0; r < mr; ++r)
+          StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+      }
+    }
+  }
+  if (r1 - r0 > 64) sums = BlockSums{};
+}
+
+#endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+}  // namespace HWY_NAMESPACE
+}  // namespace hubzoo
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
