@@ -69,8 +69,8 @@ inline void SumGroups(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int64
 
 template <QuantType t>
 constexpr int64_t kKPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
-// Panel blocks prefetched ahead of the one being read (~7 KiB: the
-// hardware prefetcher alone stops at every 4 KiB page).
+// Panel blocks prefetched ahead of the one being read (~14 KiB: the
+// hardware prefetcher alone stops at every 4 KiB page; ~7 KiB was slower).
 template <QuantType t>
 constexpr int64_t kKPanelAhead = std::max<int64_t>(1, 14336 / kKPanelBlock<t>);
 
@@ -129,10 +129,12 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
     __m512i I[R];
     for (int i = 0; i < R; ++i) I[i] = _mm512_setzero_si512();
     if constexpr (!kSix) {
-      const __m512 dmin =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      // c = -dmin by its sign bit, as the reference negates it (a NaN's sign too).
+      const __m512 neg_dmin = _mm512_xor_ps(
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))),
+          _mm512_set1_ps(-0.0f));
       // The 12 scale bytes as four vectors of four groups' bytes (row l's at
-      // dword l): scales 0-3, mins 0-3, scales 4-7, mins 4-7 (quant.h's
+      // dword l): scales 0-3, mins 0-3, scales 4-7, mins 4-7 (llama.cpp's
       // get_scale_min_k4).
       const __m512i s0 = load(64), s1 = load(128), s2 = load(192);
       const __m512i six = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x30);
@@ -190,8 +192,7 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
         }
         const __m512 dxv = _mm512_set1_ps(dx[i][b]);
         acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, dxv), _mm512_cvtepi32_ps(I[i]), acc[i]);
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin), dxv),
-                                 _mm512_cvtepi32_ps(J), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(neg_dmin, dxv), _mm512_cvtepi32_ps(J), acc[i]);
       }
     } else {
       // Q6_K: half h of the block, quads q of its 32-byte runs; code

@@ -334,7 +334,6 @@ bool UseVnni() {
 // last range stores y (+ bias).
 template <int MR, bool kMin, bool kVnni>
 HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
-  const DF df;
   const DI16 d16;
   const DI32 d32;
   const hn::Rebind<int8_t, DI16> d8;

@@ -185,6 +185,40 @@ TEST(QuantMatmul, Int8ActivationEdgeCasesEqualReference) {
   every_target([&] { expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref); });
 }
 
+// A NaN or infinite block scale or min reaches the output as the reference's
+// NaN (its sign included: the int8 mode's min term is -dmin, a sign flip) on
+// every kernel: rows and panels, few and many rows of x.
+TEST(QuantMatmul, NonFiniteScalesEqualReference) {
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q4_1}) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const QuantTraits& tr = quant_traits(t);
+    const int64_t n = 37, k = 2 * tr.block_elems;
+    Weights w = random_weights(t, n, k, 21);
+    const std::vector<int> fields = fp16_fields(t);
+    const auto set_half = [&](int64_t row, int64_t block, int field, uint16_t h) {
+      uint8_t* b = w.bytes.data() + row * w.w.row_bytes + block * tr.block_bytes + field;
+      b[0] = static_cast<uint8_t>(h & 0xFF);
+      b[1] = static_cast<uint8_t>(h >> 8);
+    };
+    set_half(3, 1, fields.back(), 0x7E00);   // NaN min (or scale, Q6_K)
+    set_half(20, 0, fields.back(), 0xFE00);  // a negative NaN
+    set_half(30, 1, fields[0], 0x7C00);      // +inf scale
+    QuantMatrix wp = w.w;
+    attach_panels(wp);
+    for (int64_t m : {1, 5, 20}) {
+      const Shape s{m, n, k};
+      const auto x = test::spread_values(m * s.ldx(), 4 + m, -6, 6);
+      const auto bias = test::spread_values(n, 3, -4, 4);
+      const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+      every_target([&] {
+        expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+        expect_same_bits(run(s, x, wp, bias, QuantMode::kInt8, &pool), ref);
+      });
+    }
+  }
+}
+
 TEST(QuantMatmul, BatchInvariant) {
   ThreadPool pool(2);
   for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
