@@ -48,14 +48,16 @@ HWY_INLINE hn::Vec<DI32> PairSums(hn::Vec<DI16> w, hn::Vec<DI16> x, hn::Vec<DI32
   return hn::ReorderWidenMulAccumulate(DI32(), w, x, acc, unused);
 }
 
-// ---- int8 mode, few rows of x (decode), AVX-512, K types: the weight
-// blocks read straight into byte registers, no buffer. One 64-byte vector is
-// one 64-column span: its weights as unsigned codes u (0..255) against the
-// activations' int8, so the quad sums of quant.h's int8 order are one
-// vpdpbusd (AVX512-VNNI) or vpmaddubsw + vpmaddwd (AVX512BW; no pair of
-// products here exceeds int16) lane by lane. Integer sums are exact, so the
-// results equal the reference bit for bit; offsets (w = u - z) come in as
-// -z * (the quad sums of x), computed once per span and row of x.
+// ---- int8 mode, few rows of x (decode), AVX-512, K types whose matrix has
+// no panels (a CPU without AVX512-VNNI; with panels,
+// ops/quant_int8_kpanels-inl.h runs): the weight blocks read straight into
+// byte registers, no buffer. One 64-byte vector is one 64-column span: its
+// weights as unsigned codes u (0..255) against the activations' int8, so
+// each lane's quad sums are one vpdpbusd (AVX512-VNNI) or vpmaddubsw +
+// vpmaddwd (AVX512BW; no pair of products here exceeds int16), and a block's
+// lanes are added up before quant.h's two fmas. Integer sums are exact, so
+// the results equal the reference bit for bit; offsets (w = u - z) come in
+// as -z * (the quad sums of x), computed once per span and row of x.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through as the
 // unmasked lanes and then warn that it may be uninitialized (GCC bug
