@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/model_with_text.h"
 #include "engine/scheduler.h"
 #include "models/causal_lm.h"
 #include "tokenizer/chat_template.h"
@@ -24,14 +25,10 @@ const char* kHelp =
 class ChatSession {
  public:
   explicit ChatSession(const ChatArgs& a)
-      : args_(a),
-        model_(load_causal_lm(a.model,
-                              load_options(a.threads, a.dtype, a.mode, a.quantize, a.gguf_file))),
-        tokenizer_(Tokenizer::from_pretrained(model_->info().tokenizer_source())),
-        template_(ChatTemplate::from_snapshot(model_->info().tokenizer_source())) {
-    note_ignored_modules(model_->info());
-    reset();
-  }
+      : ChatSession(a, load_model_with_text(a.model, a.gguf_file, [&] {
+                      return load_causal_lm(a.model, load_options(a.threads, a.dtype, a.mode,
+                                                                  a.quantize, a.gguf_file));
+                    })) {}
 
   void reset() {
     messages_ = nlohmann::ordered_json::array();
@@ -82,6 +79,20 @@ class ChatSession {
   }
 
  private:
+  ChatSession(const ChatArgs& a, ModelWithText loaded)
+      : args_(a),
+        model_(std::move(loaded.model)),
+        tokenizer_(std::move(loaded.text.tokenizer)),
+        template_(take_template(loaded.text)) {
+    note_ignored_modules(model_->info());
+    reset();
+  }
+  // The chat template, or the error reading it gave.
+  static ChatTemplate take_template(PretrainedText& text) {
+    if (!text.chat_template) std::rethrow_exception(text.chat_template_error);
+    return std::move(*text.chat_template);
+  }
+
   ChatArgs args_;
   std::unique_ptr<CausalLM> model_;
   Tokenizer tokenizer_;

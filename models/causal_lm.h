@@ -131,6 +131,10 @@ struct LoadOptions {
 struct ModelSource {
   std::filesystem::path snapshot;
   std::filesystem::path gguf_file;  // empty: safetensors
+  // As ModelInfo::tokenizer_source(): the GGUF file, else the snapshot folder.
+  const std::filesystem::path& tokenizer_source() const {
+    return gguf_file.empty() ? snapshot : gguf_file;
+  }
 };
 ModelSource resolve_model_source(const std::string& model, const std::string& gguf_file);
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "engine/model_with_text.h"
 #include "engine/seq2seq_causal.h"
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "server/server_impl.h"
@@ -79,10 +80,14 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
   if (opt.max_queue < 0) throw InvalidArgument("--max-queue must be >= 0");
   if (opt.max_body_bytes <= 0) throw InvalidArgument("--max-body-bytes must be > 0");
   model_id = opt.served_model_name.empty() ? model_id_of(opt.model) : opt.served_model_name;
-  model = load_generation_lm(
-      opt.model, LoadOptions::parse(opt.threads, opt.dtype, opt.mode, opt.quantize, opt.gguf_file));
+  ModelWithText loaded = load_model_with_text(opt.model, opt.gguf_file, [&] {
+    return load_generation_lm(opt.model, LoadOptions::parse(opt.threads, opt.dtype, opt.mode,
+                                                            opt.quantize, opt.gguf_file));
+  });
+  model = std::move(loaded.model);
+  PretrainedText& text = loaded.text;
   const ModelInfo& info = model->info();
-  tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_pretrained(info.tokenizer_source()));
+  tokenizer = std::make_unique<Tokenizer>(std::move(text.tokenizer));
   if (opt.generation_config == "auto") {
     // A GGUF file carries no generation defaults; a generation_config.json beside it may
     // belong to another model.
@@ -92,10 +97,13 @@ Server::Impl::Impl(const ServerOptions& options) : opt(options) {
     throw InvalidArgument("--generation-config must be 'auto' or 'none', got '" +
                           opt.generation_config + "'");
   }
-  try {
-    chat_template = ChatTemplate::from_snapshot(info.tokenizer_source());
-  } catch (const Error& e) {
-    chat_template_missing = e.what();
+  chat_template = std::move(text.chat_template);
+  if (text.chat_template_error) {
+    try {
+      std::rethrow_exception(text.chat_template_error);
+    } catch (const Error& e) {
+      chat_template_missing = e.what();
+    }
   }
   setup_tool_format();
   SchedulerOptions so;

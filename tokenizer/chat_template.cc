@@ -62,22 +62,26 @@ ChatTemplate ChatTemplate::from_string(const std::string& source,
   return t;
 }
 
-ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
+ChatTemplate ChatTemplate::from_gguf_metadata(const ojson& metadata, const std::string& where) {
   ChatTemplate t;
+  const ojson config = gguf_tokenizer_config(metadata);
+  for (const char* key : kSpecialTokens) {
+    std::string v;
+    if (config.contains(key) && token_content(config[key], v)) t.special_tokens_[key] = v;
+  }
+  if (config.contains("chat_template") && config["chat_template"].is_string())
+    t.sources_["default"] = config["chat_template"].get<std::string>();
+  if (t.sources_.empty()) throw FileError("no chat template in " + where);
+  t.compile_sources(where);
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_snapshot(const fs::path& dir) {
   std::error_code ec;
   if (dir.extension() == ".gguf" && fs::is_regular_file(dir, ec)) {
-    // A GGUF file: tokenizer.chat_template and the special tokens from its metadata.
-    const ojson config = gguf_tokenizer_config(GgufFile::open(dir)->metadata());
-    for (const char* key : kSpecialTokens) {
-      std::string v;
-      if (config.contains(key) && token_content(config[key], v)) t.special_tokens_[key] = v;
-    }
-    if (config.contains("chat_template") && config["chat_template"].is_string())
-      t.sources_["default"] = config["chat_template"].get<std::string>();
-    if (t.sources_.empty()) throw FileError("no chat template in " + dir.string());
-    t.compile_sources(dir.string());
-    return t;
+    return from_gguf_metadata(GgufFile::open(dir)->metadata(), dir.string());
   }
+  ChatTemplate t;
   ojson config = ojson::object();
   if (fs::exists(dir / "tokenizer_config.json"))
     config = read_ordered_json_file(dir / "tokenizer_config.json");

@@ -34,6 +34,10 @@ class ChatTemplate {
  public:
   // Throws FileError if the snapshot has no chat template, FormatError if it is malformed.
   static ChatTemplate from_snapshot(const std::filesystem::path& dir);
+  // A GGUF file's tokenizer.chat_template and special tokens, from its parsed
+  // metadata (io/gguf.h); `where` names the file in errors.
+  static ChatTemplate from_gguf_metadata(const nlohmann::ordered_json& metadata,
+                                         const std::string& where);
   // `special_tokens` as transformers' tokenizer.special_tokens_map.
   static ChatTemplate from_string(const std::string& source,
                                   std::map<std::string, std::string> special_tokens = {});

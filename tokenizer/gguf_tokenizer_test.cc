@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <tuple>
+
 #include "base/error.h"
 
 namespace hubzoo {
@@ -79,6 +85,84 @@ TEST(GgufTokenizer, DuplicateTokensTakeTheLastScore) {
   EXPECT_EQ(f.tokenizer["model"]["vocab"]["ab"], 6);
 }
 
+// transformers' generate_merges as written: per token the splits into two
+// vocabulary tokens sorted by the pieces' ids, then a stable sort by (score,
+// len(left), len(right)) descending; dict semantics (a repeated token's last
+// index and score).
+std::vector<std::pair<std::string, std::string>> reference_merges(
+    const std::vector<std::string>& tokens, const std::vector<double>& scores) {
+  const auto length = [](const std::string& s) {
+    return std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xc0) != 0x80; });
+  };
+  std::map<std::string, int64_t> id;
+  std::map<std::string, double> score;
+  std::vector<std::string> order;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!id.count(tokens[i])) order.push_back(tokens[i]);
+    id[tokens[i]] = static_cast<int64_t>(i);
+    score[tokens[i]] = scores[i];
+  }
+  struct Merge {
+    std::string l, r;
+    double score;
+  };
+  std::vector<Merge> merges;
+  for (const std::string& t : order) {
+    std::vector<Merge> local;
+    for (size_t k = 1; k < t.size(); ++k) {
+      if ((t[k] & 0xc0) == 0x80) continue;  // inside a character
+      const std::string l = t.substr(0, k), r = t.substr(k);
+      if (id.count(l) && id.count(r)) local.push_back({l, r, score[t]});
+    }
+    std::stable_sort(local.begin(), local.end(), [&](const Merge& a, const Merge& b) {
+      return std::make_pair(id[a.l], id[a.r]) < std::make_pair(id[b.l], id[b.r]);
+    });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(), [&](const Merge& a, const Merge& b) {
+    return std::make_tuple(a.score, length(a.l), length(a.r)) >
+           std::make_tuple(b.score, length(b.l), length(b.r));
+  });
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Merge& m : merges) out.emplace_back(m.l, m.r);
+  return out;
+}
+
+// Many ties (four scores), repeated tokens, multi-byte characters, and enough
+// tokens to take the two-thread path: the merges equal the reference's.
+TEST(GgufTokenizer, DerivedMergesEqualTransformersOrderOnALargeVocabulary) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> alphabet = {"a", "b", "c", "\u2581", "\xC3\xA9"};
+  std::vector<std::string> tokens = {"<unk>", "<s>"};
+  std::vector<double> scores = {0.0, 0.0};
+  std::vector<int> types = {2, 3};
+  for (const auto& c : alphabet) {
+    tokens.push_back(c);
+    scores.push_back(-1.0);
+    types.push_back(1);
+  }
+  while (tokens.size() < 40000) {
+    std::string t;
+    const int len = 2 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < len; ++i) t += alphabet[rng() % alphabet.size()];
+    tokens.push_back(t);
+    scores.push_back(-static_cast<double>(rng() % 4));
+    types.push_back(1);
+  }
+  ojson m = spm_meta();
+  m["tokenizer.ggml.tokens"] = tokens;
+  m["tokenizer.ggml.scores"] = scores;
+  m["tokenizer.ggml.token_type"] = types;
+  const nlohmann::json merges = gguf_tokenizer_files(m).tokenizer["model"]["merges"];
+  const auto expected = reference_merges(tokens, scores);
+  ASSERT_GT(expected.size(), 40000u);
+  ASSERT_EQ(merges.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(merges[i][0], expected[i].first) << i;
+    ASSERT_EQ(merges[i][1], expected[i].second) << i;
+  }
+}
+
 TEST(GgufTokenizer, BadMetadataIsNamed) {
   const std::vector<std::pair<const char*, ojson>> cases = {
       {"tokenizer.ggml.model", "bert"},
@@ -87,6 +171,7 @@ TEST(GgufTokenizer, BadMetadataIsNamed) {
       {"tokenizer.ggml.tokens", ojson::array()},
       {"tokenizer.ggml.tokens", {1, 2}},
       {"tokenizer.ggml.scores", {1.0}},
+      {"tokenizer.ggml.scores", {0.0, 0.0, std::nan(""), -2.0, -3.0, -1.5, -1.2}},
       {"tokenizer.ggml.token_type", "x"},
       {"tokenizer.ggml.merges", {"a b c"}},
       {"tokenizer.ggml.bos_token_id", 7},
