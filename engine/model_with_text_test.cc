@@ -25,7 +25,7 @@ fs::path partial_snapshot(const std::string& name, std::initializer_list<const c
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"config.json", "model.safetensors"}) {
-    fs::create_symlink(kSmolLM2 / f, dir / f);
+    fs::create_symlink(fs::absolute(kSmolLM2 / f), dir / f);  // __FILE__ may be relative
   }
   for (const char* f : text_files) fs::copy_file(kSmolLM2 / f, dir / f);
   return dir;
