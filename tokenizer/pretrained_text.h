@@ -1,7 +1,7 @@
 // A model's text side, its tokenizer and chat template, read in one call: a
 // GGUF file's metadata (Gemma 3's holds a 262k-token vocabulary, ~0.1 s to
-// parse) is parsed once for both. Callers that load weights too start this on
-// a thread of its own first (server/server.cc, cli/chat.cc): deriving Gemma's
+// parse) is parsed once for both. Callers that load weights too run this on a
+// thread of its own meanwhile (engine/model_with_text.h): deriving Gemma's
 // merges takes about as long as mapping and packing its weights.
 #pragma once
 
