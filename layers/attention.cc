@@ -120,40 +120,57 @@ struct Chunk {
 // Full cache, online: each row's query heads of a KV head in one call over
 // its visible positions, values read through the slot's page table.
 // keys_of(slot, kvh, a) points `a` at the key blocks of the slot from position 0.
-// With few (row, KV head) items for the threads (a decode step: 3 KV heads on
-// 2 threads would split 2:1), each query head is its own item instead; a
-// head's result does not depend on which heads share its call.
 template <class KeysOf>
 void attend_online_cache(const Chunk& c, const KeysOf& keys_of) {
   const KvCache& stored = c.cache;
-  const int64_t per_kv = c.m * c.nkv < 4 * c.pool.num_threads() ? c.group : 1;
-  const int64_t nq = c.group / per_kv;
-  c.pool.parallel_for(
-      c.m * c.nkv * per_kv, 1,
-      [&](int64_t begin, int64_t stop) {
-        for (int64_t item = begin; item < stop; ++item) {
-          const int64_t pair = item / per_kv, sub = item % per_kv;
-          const int64_t t = c.row_of(pair / c.nkv), kvh = pair % c.nkv;
-          const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
-          const int64_t at = t * c.q_size + (kvh * c.group + sub * nq) * c.d;
-          OnlineAttention a{.q = &c.q[at],
-                            .q_stride = c.d,
-                            .nq = nq,
-                            .v_stride = c.kv_size,
-                            .lane0 = lo % kKeyBlock,
-                            .len = c.visible_end(t) - lo,
-                            .d = c.d,
-                            .scale = c.opt.score.scale,
-                            .out = &c.out[at],
-                            .out_stride = c.d,
-                            .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
-                            .v_offset = kvh * c.d,
-                            .v_bf16 = stored.bf16(c.layer)};
-          keys_of(slot, kvh, lo / kKeyBlock, a);
-          attend_online_f32(a);
-        }
-      },
-      c.chunks);
+  // Row t's query heads [h0, h0 + nq), all of KV head kvh, in one call: the
+  // keys and values are read once for them.
+  const auto attend = [&](int64_t t, int64_t kvh, int64_t h0, int64_t nq) {
+    const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
+    const int64_t at = t * c.q_size + h0 * c.d;
+    OnlineAttention a{.q = &c.q[at],
+                      .q_stride = c.d,
+                      .nq = nq,
+                      .v_stride = c.kv_size,
+                      .lane0 = lo % kKeyBlock,
+                      .len = c.visible_end(t) - lo,
+                      .d = c.d,
+                      .scale = c.opt.score.scale,
+                      .out = &c.out[at],
+                      .out_stride = c.d,
+                      .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
+                      .v_offset = kvh * c.d,
+                      .v_bf16 = stored.bf16(c.layer)};
+    keys_of(slot, kvh, lo / kKeyBlock, a);
+    attend_online_f32(a);
+  };
+  if (c.m * c.nkv >= 4 * c.pool.num_threads()) {
+    c.pool.parallel_for(
+        c.m * c.nkv, 1,
+        [&](int64_t begin, int64_t stop) {
+          for (int64_t pair = begin; pair < stop; ++pair) {
+            const int64_t kvh = pair % c.nkv;
+            attend(c.row_of(pair / c.nkv), kvh, kvh * c.group, c.group);
+          }
+        },
+        c.chunks);
+    return;
+  }
+  // Few (row, KV head) pairs for the threads (a decode step: 3 KV heads on 2
+  // threads would split 2:1): the query heads are the items instead, each
+  // thread taking a contiguous share of them, and a share's heads of one KV
+  // head go in one call. A thread then reads a KV head's keys and values
+  // (the cache, cold after a layer's weights went through) once for its
+  // heads of it, where claiming heads one by one read each KV head on both
+  // threads. A head's result does not depend on which heads share its call.
+  c.pool.parallel_for_balanced(c.m * c.nh, 1, [&](int64_t begin, int64_t stop) {
+    for (int64_t i = begin; i < stop;) {
+      const int64_t pair = i / c.group;  // row index * nkv + KV head
+      const int64_t run_end = std::min(stop, (pair + 1) * c.group);
+      attend(c.row_of(pair / c.nkv), pair % c.nkv, i % c.nh, run_end - i);
+      i = run_end;
+    }
+  });
 }
 
 // Strategy 1: the cache keeps the keys as blocks already, one per page.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -219,6 +220,77 @@ TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
                                    .out = expect.data(),
                                    .out_stride = kDim});
       for (int64_t i = 0; i < kDim; ++i) EXPECT_EQ(out[0][p * kQ + h * kDim + i], expect[i]);
+    }
+  }
+}
+
+// A decode step has few (row, KV head) pairs for the threads: the query
+// heads are split over them instead, and a share's heads of one KV head go
+// in one call. Every head must still be exactly attention over its own KV
+// head, wherever the shares cut a KV head's group: 9 heads of 3 KV heads
+// (SmolLM2's grouping) on 2 and 4 threads, one and two sequences a step.
+TEST(FewKvHeads, DecodeHeadsMatchExplicitAttention) {
+  constexpr int64_t nh = 9, nkv = 3, d = 8, len = 37;
+  constexpr int64_t q_size = nh * d, kv_size = nkv * d;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ChunkOptions opt;
+  opt.num_heads = nh;
+  opt.num_kv_heads = nkv;
+  opt.head_dim = d;
+  opt.score = {0.3f, 0.0f, false};
+  for (int threads : {2, 4}) {
+    for (int64_t seqs : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(seqs) + " sequences");
+      ThreadPool pool(threads);
+      KvCache cache(1, seqs, kv_size);
+      LayerWorkspace ws;
+      std::vector<std::vector<float>> q(seqs), k(seqs), v(seqs);
+      for (int64_t s = 0; s < seqs; ++s) {
+        for (auto* x : {&q[s], &k[s], &v[s]}) {
+          x->resize(len * (x == &q[s] ? q_size : kv_size));
+          for (float& f : *x) f = dist(gen);
+        }
+      }
+      std::vector<float> blocks, expect(d);
+      for (int64_t p = 0; p < len; ++p) {
+        TokenBatch batch;
+        std::vector<float> qs, ks, vs;
+        for (int64_t s = 0; s < seqs; ++s) {
+          batch.add(0, s, static_cast<int32_t>(p));
+          cache.reserve(s, p + 1);
+          qs.insert(qs.end(), &q[s][p * q_size], &q[s][(p + 1) * q_size]);
+          ks.insert(ks.end(), &k[s][p * kv_size], &k[s][(p + 1) * kv_size]);
+          vs.insert(vs.end(), &v[s][p * kv_size], &v[s][(p + 1) * kv_size]);
+        }
+        std::vector<float> out(seqs * q_size);
+        attend_chunk(batch, qs.data(), ks.data(), vs.data(), cache, 0, opt, out.data(), pool, ws);
+        for (int64_t s = 0; s < seqs; ++s) {
+          cache.set_length(s, p + 1);
+          for (int64_t h = 0; h < nh; ++h) {
+            const int64_t kvh = h / (nh / nkv);
+            blocks.assign(key_blocks(0, p + 1) * d * kKeyBlock, 0.0f);
+            transpose_key_blocks_reference(&k[s][kvh * d], kv_size, 0, p + 1, d, blocks.data());
+            attend_online_f32_reference({.q = &q[s][p * q_size + h * d],
+                                         .q_stride = d,
+                                         .nq = 1,
+                                         .kt = blocks.data(),
+                                         .kt_stride = d * kKeyBlock,
+                                         .values = &v[s][kvh * d],
+                                         .v_stride = kv_size,
+                                         .lane0 = 0,
+                                         .len = p + 1,
+                                         .d = d,
+                                         .scale = 0.3f,
+                                         .out = expect.data(),
+                                         .out_stride = d});
+            for (int64_t i = 0; i < d; ++i) {
+              ASSERT_EQ(out[s * q_size + h * d + i], expect[i])
+                  << "position " << p << ", sequence " << s << ", head " << h << ", dim " << i;
+            }
+          }
+        }
+      }
     }
   }
 }
