@@ -23,6 +23,8 @@ def bench_once(binary: str, model: str, dtype: str, args) -> dict:
     cmd = [binary, "bench", "-m", model, "--dtype", dtype, "--threads", str(args.threads),
            "--prefill", args.prefill, "--decode-batch", args.decode_batch,
            "--decode-tokens", str(args.decode_tokens), "--repeats", str(args.repeats)]
+    if args.mode:
+        cmd += ["--mode", args.mode]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
     return json.loads(out)
 
@@ -42,6 +44,7 @@ def main() -> int:
     ap.add_argument("--b", required=True, help="the 'after' hubzoo binary")
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--mode", default="", help="hubzoo bench --mode (default: the model's)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--prefill", default="512")

@@ -1,10 +1,16 @@
 // The machine's own limits, measured in the same run as the engines they bound:
 //   fp32 FMA peak: independent FMA chains in registers, per thread (bounds prefill)
-//   read bandwidth: SIMD sums over a buffer far larger than the caches (bounds decode)
+//   read bandwidth: SIMD sums over a buffer far larger than the caches (bounds decode),
+//                   on transparent huge pages as hubzoo's weights are (ops/weight_arena.h):
+//                   on 4 KiB pages one thread read 25-27 GB/s where huge pages gave 29-32,
+//                   a bound that low would flatter every engine measured against it
+//                   (buffer_huge_page_bytes: how much of the buffer the kernel gave them)
 // Both with the widest SIMD target Highway dispatches to, on 1..--threads threads
 // (std::thread each; every thread reads its own part of the buffer).
 //
 //   machine_bench [--threads N] [--mib 1024]   -> one JSON object on stdout
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +24,7 @@
 #define HWY_TARGET_INCLUDE "bench/machine_bench.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/weight_arena.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace machine {
@@ -111,8 +118,14 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t n = mib * (1 << 20) / 4;
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n * 4));
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (static_cast<size_t>(n) * 4 + kHuge - 1) / kHuge * kHuge;
+  float* buf = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
+  if (!buf) return 1;
+  madvise(buf, bytes, MADV_HUGEPAGE);  // advice: where refused, 4 KiB pages
+  const int64_t huge_before = hubzoo::anon_huge_page_bytes();
   for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;  // fault every page in
+  const int64_t buffer_huge = hubzoo::anon_huge_page_bytes() - huge_before;
   std::vector<float> sinks(64);
 
   std::printf("{\n  \"simd_target\": \"%s\",\n  \"threads\": [\n",
@@ -137,7 +150,8 @@ int main(int argc, char** argv) {
     std::printf("    {\"threads\": %d, \"fma_gflops\": %.1f, \"read_gbs\": %.2f}%s\n", threads,
                 best_flops * 1e-9, best_bw * 1e-9, threads < max_threads ? "," : "");
   }
-  std::printf("  ],\n  \"buffer_mib\": %lld,\n  \"checksum\": %g\n}\n", static_cast<long long>(mib),
+  std::printf("  ],\n  \"buffer_huge_page_bytes\": %lld,\n", static_cast<long long>(buffer_huge));
+  std::printf("  \"buffer_mib\": %lld,\n  \"checksum\": %g\n}\n", static_cast<long long>(mib),
               static_cast<double>(sinks[0]));
   std::free(buf);
   return 0;

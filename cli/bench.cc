@@ -11,6 +11,9 @@
 //                    as `hubzoo generate` and the server run them: B * steps / decode
 //                    seconds (from the first token, after the one prefill step, to the last)
 //   peak RSS         getrusage at the end, beside weight and KV cache bytes
+//   huge pages       the throughput figures wait for the weights' move to huge pages
+//                    (ops/weight_arena.h), which a load starts in the background: the
+//                    wait's seconds and the process's AnonHugePages bytes are reported
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +31,7 @@
 #include "hubzoo_commit.h"  // generated at build time: HUBZOO_GIT_COMMIT
 #include "models/causal_lm.h"
 #include "ops/matmul.h"
+#include "ops/weight_arena.h"
 
 namespace hubzoo::cli {
 namespace {
@@ -180,6 +184,12 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
   const auto first_token = Clock::now();
   const double ttft_s = std::chrono::duration<double>(first_token - process_start).count();
   const int64_t rss_after_load = peak_rss_bytes();
+  // The weights move to huge pages in the background after the load
+  // (ops/weight_arena.h), which a server finishes within a second of
+  // starting: the throughput figures are taken once that is done.
+  const auto t_pages = Clock::now();
+  WeightArena::wait_for_collapses();
+  const double huge_pages_wait_s = since(t_pages);
 
   int64_t max_cache_bytes = 0;
   const nlohmann::json prefill = prefill_figures(*model, a, vocab, max_cache_bytes);
@@ -208,6 +218,8 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
        std::chrono::duration<double>(first_token.time_since_epoch()).count()},
       {"rss_after_first_token_bytes", rss_after_load},
       {"peak_rss_bytes", peak_rss_bytes()},
+      {"huge_pages_wait_seconds", huge_pages_wait_s},
+      {"anon_huge_page_bytes", anon_huge_page_bytes()},
       {"prefill", prefill},
       {"decode", decode},
       {"decode_prompt_tokens", 16},

@@ -131,11 +131,14 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
     if (panels) {
       const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);
       uint64_t done = base;
-      attach_panels(*q, [&](int64_t rows) {
-        const uint64_t to = base + static_cast<uint64_t>(rows * q->row_bytes);
-        ckpt_->release(name, done, to);
-        done = to;
-      });
+      attach_panels(
+          *q,
+          [&](int64_t rows) {
+            const uint64_t to = base + static_cast<uint64_t>(rows * q->row_bytes);
+            ckpt_->release(name, done, to);
+            done = to;
+          },
+          &arena_);
       ++panels_;
     }
     return q;
@@ -147,7 +150,7 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
     // the panels hold them in that order, and no reordered copy is made. The
     // rows are read out of order, so their pages go once all are read.
     q->row_order.assign(info.row_order.begin(), info.row_order.end());
-    attach_panels(*q, nullptr);
+    attach_panels(*q, nullptr, &arena_);
     ckpt_->release(name);
     ++panels_;
     return q;

@@ -13,6 +13,7 @@
 #include "layers/numerics.h"
 #include "layers/quant_mix.h"
 #include "ops/matmul.h"
+#include "ops/weight_arena.h"
 
 namespace hubzoo {
 
@@ -89,6 +90,10 @@ class WeightLoader {
   void ignore(const std::string& name, const std::string& reason);
   // Throws TensorMappingError naming every tensor neither taken nor ignored.
   void finish() const;
+  // Once every weight is taken: asks for the panels made so far to be backed
+  // by huge pages, on a thread of its own (WeightArena::collapse); returns
+  // at once. Panels made later start new chunks.
+  void request_huge_pages() { arena_.collapse(); }
 
   const std::map<std::string, std::string>& ignored() const { return ignored_; }
   // Matrices taken block-quantized (from the file or quantized on load).
@@ -118,6 +123,9 @@ class WeightLoader {
   mutable int64_t quantized_ = 0;
   mutable int64_t panels_ = 0;
   bool panels_allowed_ = true;  // false inside take_lookup_table
+  // Where the panels go: a load's chunks, huge pages after request_huge_pages.
+  // mutable: quant_view (const) allocates in it.
+  mutable WeightArena arena_;
   int64_t bytes_ = 0;
   bool bf16_fp32_only_ = false;
   QuantMixModel mix_model_;

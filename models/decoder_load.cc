@@ -57,6 +57,7 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
              "RoPE frequencies are recomputed from the config");
   }
   w.finish();
+  w.request_huge_pages();
   plan_cache();
   build_capture_names();
   info_ = decoder_model_info(ctx, *ckpt, w.ignored(), spec_.vocab_size, spec_.hidden_size, nl,

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "ops/thread_pool.h"
+#include "ops/weight_arena.h"
 #include "tensor/quant_type.h"
 
 namespace hubzoo {
@@ -139,7 +140,10 @@ int64_t quant_panel_bytes(const QuantMatrix& w);
 // is called as the rows are read, with the count read so far (every 1024
 // rows, and n at the end): a loader drops their pages as it goes, so that
 // the rows and the panels of a large matrix are never all resident at once.
-void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read = {});
+// The panels are allocated in `arena` when given (a loader's, whose memory
+// becomes huge pages after the load: ops/weight_arena.h), else on the heap.
+void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read = {},
+                   WeightArena* arena = nullptr);
 // Row r's blocks (row_bytes bytes, as the rows hold them) read back from
 // w.panels.
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);

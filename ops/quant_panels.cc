@@ -260,7 +260,8 @@ int64_t quant_panel_bytes(const QuantMatrix& w) {
   return (w.n + kRows - 1) / kRows * kRows * w.row_bytes;
 }
 
-void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read) {
+void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read,
+                   WeightArena* arena) {
   if (!quant_has_panel_layout(w.type)) {
     throw InvalidArgument(std::string("attach_panels: ") + std::string(quant_name(w.type)) +
                           " has no panel layout");
@@ -279,8 +280,12 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
   // 64-byte aligned: the kernels read whole 64-byte vectors, and a base off
   // by malloc's 16 bytes split every one over two cache lines.
   const size_t bytes = static_cast<size_t>(quant_panel_bytes(w));
-  std::shared_ptr<uint8_t[]> out(new (std::align_val_t{64}) uint8_t[bytes],
-                                 [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+  static_assert(WeightArena::kAlign % 64 == 0);
+  std::shared_ptr<uint8_t[]> out =
+      arena ? arena->allocate(bytes)
+            : std::shared_ptr<uint8_t[]>(new (std::align_val_t{64}) uint8_t[bytes], [](uint8_t* p) {
+                ::operator delete[](p, std::align_val_t{64});
+              });
   using PackPanel = void (*)(const QuantMatrix&, int64_t, int64_t, int64_t, uint8_t*);
   PackPanel pack_one = nullptr;
   switch (w.type) {
