@@ -78,6 +78,7 @@ WeightArena::WeightArena() : shared_(std::make_shared<Shared>()) {}
 WeightArena::~WeightArena() = default;
 
 std::shared_ptr<uint8_t[]> WeightArena::allocate(size_t bytes) {
+  if (bytes > kMaxBytes) throw std::bad_alloc();  // before any rounding could wrap
   const size_t need = round_up(std::max<size_t>(bytes, 1), kAlign);
   Shared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mu);

@@ -4,16 +4,16 @@
 //
 // A decode step reads every weight once. On 4 KiB pages that is a TLB miss
 // and a page walk every 4 KiB, and the hardware prefetcher stops at each
-// page: one thread streamed 25-27 GB/s from 4 KiB pages and 29-32 GB/s from
-// huge pages on this project's machines, and SmolLM2 Q4_0 / Q8_0 decoded
-// 1.11x / 1.06x faster with every heap page huge (bench/results/
+// page: one thread streamed 21-27 GB/s from 4 KiB pages and 30-33 GB/s from
+// huge pages on this project's machines, and with its panels on huge pages
+// SmolLM2 Q4_0 / Q8_0 decodes 1.15x / 1.10x faster (bench/results/
 // huge_pages.md). Most of a model's matrices are far smaller than 2 MiB
 // (SmolLM2's are 0.2-1 MiB), so one load's matrices share chunks.
 //
 // The huge pages are asked for after the load, by MADV_COLLAPSE on a thread
 // of its own, not at allocation: faulting huge pages in as the panels are
-// written made loads erratic (0.05-0.3 s for SmolLM2 Q4_0, 0.2-2.0 s for
-// Qwen2.5-0.5B, when the kernel had to compact memory for them). A model is
+// written made loads erratic (0.05-0.32 s for SmolLM2 Q4_0, 0.21-2.03 s for
+// Qwen2.5-0.5B, whenever the kernel had to compact memory for them). A model is
 // ready as fast as before and reads its weights from huge pages a moment
 // later. It is advice: where the kernel cannot (THP off, no memory to
 // compact), the pages stay as they are, and nothing else changes.
@@ -34,6 +34,8 @@ class WeightArena {
   // its own (its size rounded up to huge pages).
   static constexpr size_t kChunkBytes = size_t{32} << 20;
   static constexpr size_t kAlign = 64;
+  // The most one allocation may ask for (std::bad_alloc above it).
+  static constexpr size_t kMaxBytes = size_t{1} << 46;
 
   WeightArena();
   ~WeightArena();
@@ -43,7 +45,8 @@ class WeightArena {
   // `bytes` (> 0) of uninitialised memory, kAlign-aligned, in a chunk of
   // this arena. The chunk is mapped (lazily: only what is written becomes
   // resident) and unmapped when the arena and every allocation in it are
-  // gone. Thread-safe. Throws std::bad_alloc when the memory cannot be mapped.
+  // gone. Thread-safe. Throws std::bad_alloc when the memory cannot be mapped
+  // or `bytes` is over kMaxBytes.
   std::shared_ptr<uint8_t[]> allocate(size_t bytes);
 
   // Asks for huge pages over the whole 2 MiB pages allocated so far, on a

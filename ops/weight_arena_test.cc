@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,14 @@ TEST(WeightArena, CollapseKeepsEveryByteAndBacksWholePagesByHugePages) {
     EXPECT_GE(anon_huge_page_bytes() - huge_before, whole);
   }
   parts.clear();
+  EXPECT_EQ(WeightArena::live_chunks(), before);
+}
+
+TEST(WeightArena, AnAbsurdSizeIsRefusedBeforeAnythingIsMapped) {
+  const int64_t before = WeightArena::live_chunks();
+  WeightArena arena;
+  EXPECT_THROW(arena.allocate(SIZE_MAX), std::bad_alloc);
+  EXPECT_THROW(arena.allocate(WeightArena::kMaxBytes + 1), std::bad_alloc);
   EXPECT_EQ(WeightArena::live_chunks(), before);
 }
 
