@@ -12,6 +12,10 @@
 #include <system_error>
 #include <utility>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25  // Linux 6.1; an older kernel answers EINVAL, and nothing changes
 #endif
@@ -20,6 +24,19 @@ namespace hubzoo {
 namespace {
 
 std::atomic<int64_t> g_live_chunks{0};
+
+// Under AddressSanitizer a chunk is poisoned but for its allocations, each
+// followed by a gap, so that a kernel reading past its matrix is reported
+// as it was when each matrix was a heap block of its own.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kRedzone = 64;
+void poison(const void* p, size_t n) { ASAN_POISON_MEMORY_REGION(p, n); }
+void unpoison(const void* p, size_t n) { ASAN_UNPOISON_MEMORY_REGION(p, n); }
+#else
+constexpr size_t kRedzone = 0;
+void poison(const void*, size_t) {}
+void unpoison(const void*, size_t) {}
+#endif
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -52,9 +69,11 @@ struct WeightArena::Chunk {
     if (aligned > raw) munmap(m, aligned - raw);
     if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
     base = reinterpret_cast<uint8_t*>(aligned);
+    poison(base, size);
     g_live_chunks.fetch_add(1, std::memory_order_relaxed);
   }
   ~Chunk() {
+    unpoison(base, size);  // the shadow would outlive the mapping otherwise
     munmap(base, size);
     g_live_chunks.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -79,12 +98,13 @@ WeightArena::~WeightArena() = default;
 
 std::shared_ptr<uint8_t[]> WeightArena::allocate(size_t bytes) {
   if (bytes > kMaxBytes) throw std::bad_alloc();  // before any rounding could wrap
-  const size_t need = round_up(std::max<size_t>(bytes, 1), kAlign);
+  const size_t need = round_up(std::max<size_t>(bytes, 1), kAlign) + kRedzone;
   Shared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (need > kChunkBytes / 2) {
     auto chunk = std::make_shared<Chunk>(need);
     s.filled.emplace_back(chunk, need);
+    unpoison(chunk->base, bytes);
     return std::shared_ptr<uint8_t[]>(chunk, chunk->base);  // owns the chunk
   }
   if (!s.open || s.used + need > s.open->size) {
@@ -95,6 +115,7 @@ std::shared_ptr<uint8_t[]> WeightArena::allocate(size_t bytes) {
   }
   uint8_t* at = s.open->base + s.used;
   s.used += need;
+  unpoison(at, bytes);
   return std::shared_ptr<uint8_t[]>(s.open, at);
 }
 
