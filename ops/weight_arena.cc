@@ -7,10 +7,12 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <new>
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -22,8 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 namespace hubzoo {
 
@@ -42,7 +40,7 @@ class WeightArena {
   WeightArena(const WeightArena&) = delete;
   WeightArena& operator=(const WeightArena&) = delete;
 
-  // `bytes` (> 0) of uninitialised memory, kAlign-aligned, in a chunk of
+  // `bytes` of uninitialised memory, kAlign-aligned, in a chunk of
   // this arena. The chunk is mapped (lazily: only what is written becomes
   // resident) and unmapped when the arena and every allocation in it are
   // gone. Thread-safe. Throws std::bad_alloc when the memory cannot be mapped
