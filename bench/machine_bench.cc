@@ -2,7 +2,7 @@
 //   fp32 FMA peak: independent FMA chains in registers, per thread (bounds prefill)
 //   read bandwidth: SIMD sums over a buffer far larger than the caches (bounds decode),
 //                   on transparent huge pages as hubzoo's weights are (ops/weight_arena.h):
-//                   on 4 KiB pages one thread read 25-27 GB/s where huge pages gave 29-32,
+//                   on 4 KiB pages one thread read 21-27 GB/s where huge pages gave 30-33,
 //                   a bound that low would flatter every engine measured against it
 //                   (buffer_huge_page_bytes: how much of the buffer the kernel gave them)
 // Both with the widest SIMD target Highway dispatches to, on 1..--threads threads
@@ -121,7 +121,10 @@ int main(int argc, char** argv) {
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t bytes = (static_cast<size_t>(n) * 4 + kHuge - 1) / kHuge * kHuge;
   float* buf = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
-  if (!buf) return 1;
+  if (!buf) {
+    std::fprintf(stderr, "machine_bench: cannot allocate %lld MiB\n", static_cast<long long>(mib));
+    return 1;
+  }
   madvise(buf, bytes, MADV_HUGEPAGE);  // advice: where refused, 4 KiB pages
   const int64_t huge_before = hubzoo::anon_huge_page_bytes();
   for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;  // fault every page in
