@@ -121,12 +121,11 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   q->row_bytes = quant_row_bytes(q->type, k);
   q->data = static_cast<const uint8_t*>(ckpt_->view(name).data) + first_row * q->row_bytes;
   q->keep = ckpt_;
-  // The int8 kernels on AVX512-VNNI read panels (ops/quant.h): made here,
+  // The int8 kernels read panels where quant_reads_panels says (ops/quant.h): made here,
   // once, the mapped rows' pages dropped as they are read. A tied
   // embedding's lookups read the panels too; only a path that reads rows
   // (another SIMD target in a test, the reference) faults them back in.
-  const bool panels =
-      numerics_.int8 && panels_allowed_ && quant_has_panel_layout(q->type) && quant_reads_panels();
+  const bool panels = numerics_.int8 && panels_allowed_ && quant_reads_panels(q->type);
   if (info.row_order.empty()) {
     if (panels) {
       const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);

@@ -147,9 +147,10 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
 // Row r's blocks (row_bytes bytes, as the rows hold them) read back from
 // w.panels.
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
-// Whether this CPU's int8 kernels read panels (AVX512-VNNI, and a kernel
-// target that has them): a loader makes panels only then.
-bool quant_reads_panels();
+// Whether this CPU's int8 kernels read panels of type t (with AVX512-VNNI
+// every type with a panel layout; on AVX2 and AVX-512 without VNNI the
+// 32-weight types): a loader makes panels only then.
+bool quant_reads_panels(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].
 QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);

@@ -18,6 +18,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "hwy/cache_control.h"
@@ -32,9 +33,7 @@ HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
 namespace HWY_NAMESPACE {
 
-#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_DIAGNOSTICS(push)
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 // Per row of x, the integer sums of its activations over each group of G
 // columns (the J term, and Q6_K's offset of 32), kept while the activations
@@ -67,12 +66,19 @@ inline void SumGroups(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int64
   }
 }
 
+using KPanelFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const GroupSums&, int64_t,
+                          int64_t, int64_t, int64_t);
+
 template <QuantType t>
 constexpr int64_t kKPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
 // Panel blocks prefetched ahead of the one being read (~14 KiB: the
 // hardware prefetcher alone stops at every 4 KiB page; ~7 KiB was slower).
 template <QuantType t>
 constexpr int64_t kKPanelAhead = std::max<int64_t>(1, 14336 / kKPanelBlock<t>);
+
+#if HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 
 // Byte j of every dword of v, zero-extended to the dword.
 HWY_INLINE __m512i DwordByte(__m512i v, int j) {
@@ -252,31 +258,262 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
   }
 }
 
-using KPanelFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const GroupSums&, int64_t,
-                          int64_t, int64_t, int64_t);
 template <QuantType t>
 constexpr KPanelFn kKPanelRows[4] = {&KPanelRows<t, 1>, &KPanelRows<t, 2>, &KPanelRows<t, 3>,
                                      &KPanelRows<t, 4>};
 
+HWY_DIAGNOSTICS(pop)
+#endif  // AVX-512
+
+// ---- Without AVX512-VNNI: the same K panels, 256 bits at a time. A
+// 64-byte vector's first 32 bytes are rows 0 .. 7, its last 32 rows 8 .. 15
+// (fp16 fields: the first 16 bytes, then the next 16), so half h of a block
+// is the VNNI kernel's vectors with 8 lanes. vpmaddubsw sums code pairs into
+// int16, which stay exact (|x| <= 127) over a run of quads: 8 for Q4_K's
+// 4-bit codes (16 * 15 * 127 = 30480), 4 for Q5_K's 5-bit (31496), 2 for
+// Q6_K's 6-bit (32004); vpmaddwd then multiplies a run's int16 sums by the
+// group's scale, held in both halves of each dword, into the int32 sums.
+// Q6_K's offset of 32 enters as -32 * sum over groups of scale * (x's group
+// sum). The integers are those of quant.h's order: the same I, J and fmas
+// as the VNNI kernel and the reference.
+
+// Byte j of every dword of v in both int16 halves of the dword, zero-extended.
+HWY_INLINE __m256i DwordBytePair(__m256i v, int j) {
+  const auto b = [&](int at) { return static_cast<char>(at + j); };
+  const __m256i c = _mm256_setr_epi8(b(0), -1, b(0), -1, b(4), -1, b(4), -1, b(8), -1, b(8), -1,
+                                     b(12), -1, b(12), -1, b(0), -1, b(0), -1, b(4), -1, b(4), -1,
+                                     b(8), -1, b(8), -1, b(12), -1, b(12), -1);
+  return _mm256_shuffle_epi8(v, c);
+}
+
+// Byte j of every dword of v, zero-extended to the dword.
+HWY_INLINE __m256i DwordByte256(__m256i v, int j) {
+  const auto b = [&](int at) { return static_cast<char>(at + j); };
+  const __m256i c =
+      _mm256_setr_epi8(b(0), -1, -1, -1, b(4), -1, -1, -1, b(8), -1, -1, -1, b(12), -1, -1, -1,
+                       b(0), -1, -1, -1, b(4), -1, -1, -1, b(8), -1, -1, -1, b(12), -1, -1, -1);
+  return _mm256_shuffle_epi8(v, c);
+}
+
+HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
+  return s >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(s))
+                : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-s));
+}
+
+HWY_INLINE __m256i Broadcast4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// R rows of x from r against the K panel of weight rows n .. n + 15.
+template <QuantType t, int R>
+HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, const GroupSums& sums,
+                            int64_t rc, int64_t r, int64_t n, int64_t n1) {
+  constexpr int64_t kBlock = kKPanelBlock<t>;
+  constexpr bool kSix = t == QuantType::Q6_K;
+  constexpr int64_t kGroups = kSix ? 16 : 8;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 256;
+  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kBlock;
+  const uint8_t* const end = w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * nb * kBlock;
+  const int8_t* qx[R];
+  const float* dx[R];
+  const int32_t* xs[R];
+  __m256 acc[R][2];
+  for (int i = 0; i < R; ++i) {
+    const quant::Int8Row row = acts.row(r + i);
+    qx[i] = row.qx;
+    dx[i] = row.dx;
+    xs[i] = sums.sum.data() + (r + i - rc) * (w.k / sums.group);
+    acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  }
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, blk += kBlock) {
+    const uint8_t* const ahead =
+        blk + kKPanelAhead<t> * kBlock < end ? blk + kKPanelAhead<t> * kBlock : nullptr;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      if (ahead) {  // half the block kKPanelAhead ahead per half of this one
+        for (int64_t o = h * kBlock / 2 / 64 * 64; o < (h + 1) * kBlock / 2; o += 64)
+          hwy::Prefetch(ahead + o);
+      }
+      const auto load = [&](int64_t at) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h));
+      };
+      const auto half = [&](int64_t at) {
+        return _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h)));
+      };
+      const __m256 d = half(0);
+      __m256i I[R];
+      for (int i = 0; i < R; ++i) I[i] = _mm256_setzero_si256();
+      if constexpr (!kSix) {
+        const __m256 neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
+        const __m256i s0 = load(64), s1 = load(128), s2 = load(192);
+        const __m256i six = _mm256_set1_epi8(0x3F), top = _mm256_set1_epi8(0x30);
+        const __m256i sc03 = _mm256_and_si256(s0, six), mn03 = _mm256_and_si256(s1, six);
+        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(s2, low4),
+                                             _mm256_and_si256(_mm256_srli_epi16(s0, 2), top));
+        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4),
+                                             _mm256_and_si256(_mm256_srli_epi16(s1, 2), top));
+        constexpr int64_t kCodes = t == QuantType::Q5_K ? 768 : 256;
+        constexpr int kRun = t == QuantType::Q5_K ? 4 : 8;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m256i sc_lo = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c) % 4);
+          const __m256i sc_hi = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
+          __m256i lo16[R], hi16[R];
+          for (int i = 0; i < R; ++i) lo16[i] = hi16[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int v = 0; v < 8; ++v) {
+            const __m256i codes = load(kCodes + 64 * (8 * c + v));
+            __m256i lo = _mm256_and_si256(codes, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), low4);
+            if constexpr (t == QuantType::Q5_K) {
+              const __m256i qh = load(256 + 64 * v), bit4 = _mm256_set1_epi8(0x10);
+              lo = _mm256_or_si256(lo, _mm256_and_si256(ShiftBits256(qh, 4 - 2 * c), bit4));
+              hi = _mm256_or_si256(hi, _mm256_and_si256(ShiftBits256(qh, 3 - 2 * c), bit4));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < R; ++i) {
+              const int8_t* x = qx[i] + b * 256 + 64 * c + 4 * v;
+              lo16[i] = _mm256_add_epi16(lo16[i], _mm256_maddubs_epi16(lo, Broadcast4(x)));
+              hi16[i] = _mm256_add_epi16(hi16[i], _mm256_maddubs_epi16(hi, Broadcast4(x + 32)));
+            }
+            if (v % kRun == kRun - 1) {
+              for (int i = 0; i < R; ++i) {
+                I[i] = _mm256_add_epi32(I[i], _mm256_add_epi32(_mm256_madd_epi16(lo16[i], sc_lo),
+                                                               _mm256_madd_epi16(hi16[i], sc_hi)));
+                lo16[i] = hi16[i] = _mm256_setzero_si256();
+              }
+            }
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          // J = sum over groups of min * (x's group sum), |sum| < 2^15: the
+          // min zero-extended in each dword times the sum's low int16.
+          __m256i J = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int g = 0; g < kGroups; ++g) {
+            const __m256i mn = DwordByte256(g < 4 ? mn03 : mn47, g % 4);
+            J = _mm256_add_epi32(
+                J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[i][b * kGroups + g] & 0xFFFF)));
+          }
+          const __m256 dxv = _mm256_set1_ps(dx[i][b]);
+          acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I[i]), acc[i][h]);
+          acc[i][h] =
+              _mm256_fmadd_ps(_mm256_mul_ps(neg_dmin, dxv), _mm256_cvtepi32_ps(J), acc[i][h]);
+        }
+      } else {
+        // Q6_K: half k of the block, quads q of its 32-byte runs; code
+        // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
+        const __m256i top = _mm256_set1_epi8(0x30);
+        __m256i offset[R];  // sum over groups of scale * (x's group sum)
+        for (int i = 0; i < R; ++i) offset[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+#pragma GCC unroll 2
+          for (int qq = 0; qq < 2; ++qq) {
+            // The int8 scales of groups 8k + 2s + qq (s: which 32-column
+            // run), sign-extended: per dword, in both int16 halves (sc2) and
+            // as the dword (sc4).
+            __m256i sc2[4], sc4[4];
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+              const int g = 8 * k + 2 * s + qq;
+              const __m256i sv = load(32 + 64 * (g / 4));
+              sc4[s] = _mm256_srai_epi32(_mm256_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
+              sc2[s] = _mm256_srai_epi16(_mm256_slli_epi16(DwordBytePair(sv, g % 4), 8), 8);
+              for (int i = 0; i < R; ++i) {
+                offset[i] = _mm256_add_epi32(
+                    offset[i],
+                    _mm256_madd_epi16(sc4[s], _mm256_set1_epi32(xs[i][b * kGroups + g] & 0xFFFF)));
+              }
+            }
+            __m256i dot16[R][4];
+            for (int i = 0; i < R; ++i) {
+              for (int s = 0; s < 4; ++s) dot16[i][s] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 4
+            for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+              const int64_t at = 288 + 768 * (2 * k + qq) + 64 * (q - 4 * qq);
+              const __m256i qh = load(at), lo = load(at + 256), hi = load(at + 512);
+              const __m256i u[4] = {
+                  _mm256_or_si256(_mm256_and_si256(lo, low4),
+                                  _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
+                  _mm256_or_si256(_mm256_and_si256(hi, low4),
+                                  _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
+                                  _mm256_and_si256(qh, top)),
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), low4),
+                                  _mm256_and_si256(_mm256_srli_epi16(qh, 2), top))};
+#pragma GCC unroll 4
+              for (int i = 0; i < R; ++i) {
+                const int8_t* x = qx[i] + b * 256 + 128 * k + 4 * q;
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; ++s) {
+                  dot16[i][s] = _mm256_add_epi16(
+                      dot16[i][s], _mm256_maddubs_epi16(u[s], Broadcast4(x + 32 * s)));
+                }
+              }
+              if (q % 2 == 1) {  // a run of two quads
+                for (int i = 0; i < R; ++i) {
+                  for (int s = 0; s < 4; ++s) {
+                    I[i] = _mm256_add_epi32(I[i], _mm256_madd_epi16(dot16[i][s], sc2[s]));
+                    dot16[i][s] = _mm256_setzero_si256();
+                  }
+                }
+              }
+            }
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          I[i] = _mm256_sub_epi32(I[i], _mm256_slli_epi32(offset[i], 5));
+          acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx[i][b])),
+                                      _mm256_cvtepi32_ps(I[i]), acc[i][h]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    alignas(32) float out[kPanelRows];
+    _mm256_store_ps(out, acc[i][0]);
+    _mm256_store_ps(out + 8, acc[i][1]);
+    StorePanelRow(out, a, r + i, n, std::min(kPanelRows, n1 - n));
+  }
+}
+
+template <QuantType t>
+constexpr KPanelFn kKPanel256Of[4] = {&KPanel256<t, 1>, &KPanel256<t, 2>, &KPanel256<t, 3>,
+                                      &KPanel256<t, 4>};
+
 // Whether the K panel kernels took rows [r0, r1) x weight rows [n0, n1): a
-// K type with panels, the range on panel boundaries. Rows of x go in chunks
-// of kTokenChunk (their bytes stay in L2 while each panel of the range meets
-// them), four at a time per panel (its blocks then come from L1 / L2).
+// K type with panels, the range on panel boundaries; the VNNI kernels where
+// `vnni`, else the 256-bit ones. Rows of x go in chunks of kTokenChunk
+// (their bytes stay in L2 while each panel of the range meets them), four
+// at a time per panel (its blocks then come from L1 / L2).
 inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
-                             int64_t r1, int64_t n0, int64_t n1) {
+                             int64_t r1, int64_t n0, int64_t n1, bool vnni) {
   const QuantMatrix& w = *a.w;
   if (!w.panels || n0 % kPanelRows != 0 || !quant::int8_fused_allowed()) return false;
   const KPanelFn* fns;
   switch (w.type) {
+#if HWY_TARGET <= HWY_AVX3
+#define HUBZOO_KPANEL_FNS(T) (vnni ? kKPanelRows<T> : kKPanel256Of<T>)
+#else
+#define HUBZOO_KPANEL_FNS(T) ((void)vnni, kKPanel256Of<T>)
+#endif
     case QuantType::Q4_K:
-      fns = kKPanelRows<QuantType::Q4_K>;
+      fns = HUBZOO_KPANEL_FNS(QuantType::Q4_K);
       break;
     case QuantType::Q5_K:
-      fns = kKPanelRows<QuantType::Q5_K>;
+      fns = HUBZOO_KPANEL_FNS(QuantType::Q5_K);
       break;
     case QuantType::Q6_K:
-      fns = kKPanelRows<QuantType::Q6_K>;
+      fns = HUBZOO_KPANEL_FNS(QuantType::Q6_K);
       break;
+#undef HUBZOO_KPANEL_FNS
     default:
       return false;
   }
@@ -296,8 +533,7 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
   return true;
 }
 
-HWY_DIAGNOSTICS(pop)
-#endif
+#endif  // AVX2 and up
 
 }  // namespace HWY_NAMESPACE
 }  // namespace hubzoo

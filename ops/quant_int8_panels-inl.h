@@ -31,11 +31,6 @@ namespace HWY_NAMESPACE {
 
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_DIAGNOSTICS(push)
-HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
-HWY_DIAGNOSTICS_OFF(disable : 4700, ignored "-Wuninitialized")
-
 // ---- QuantMatrix::panels (quant.h): the same blocks with 16 rows
 // interleaved, read as one stream: per block the 16 rows' scales are one
 // load and each column quad's codes one vector, as the quad panel holds them.
@@ -53,6 +48,28 @@ template <QuantType t>
 constexpr int64_t kPanelCodesAt = kPanelMasksAt<t> + (kPanelQ5<t> ? 64 : 0);
 template <QuantType t>
 constexpr int64_t kPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
+
+// A range's panels are one stream, prefetched kPanelAhead blocks ahead up
+// to its end: the hardware prefetcher alone stops at every 4 KiB page
+// (SmolLM2 Q4_0 decode: 309 -> 363 tok/s). 16 blocks are 4.5 KiB of Q4_0 and
+// 8.5 KiB of Q8_0; 2, 8 and 16 KiB of Q4_0 were slower.
+constexpr int64_t kPanelAhead = 16;
+template <QuantType t>
+HWY_INLINE const uint8_t* PanelsEnd(const QuantMatrix& w, int64_t n1) {
+  return w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * (w.k / 32) * kPanelBlock<t>;
+}
+template <QuantType t>
+HWY_INLINE void PrefetchAhead(const uint8_t* blk, const uint8_t* end) {
+  const uint8_t* ahead = blk + kPanelAhead * kPanelBlock<t>;
+  if (ahead >= end) return;
+#pragma GCC unroll 9
+  for (int64_t o = 0; o < kPanelBlock<t>; o += 64) hwy::Prefetch(ahead + o);
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4700, ignored "-Wuninitialized")
 
 // The block's eight column-quad vectors (quad q: columns 4q .. 4q + 3 of the
 // 16 rows, unsigned codes) and its scales a (and mins c).
@@ -83,23 +100,6 @@ HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m51
         u[q] = _mm512_or_si512(u[q], _mm512_maskz_mov_epi8(_cvtu64_mask64(masks[q]), bit4));
     }
   }
-}
-
-// A range's panels are one stream, prefetched kPanelAhead blocks ahead up
-// to its end: the hardware prefetcher alone stops at every 4 KiB page
-// (SmolLM2 Q4_0 decode: 309 -> 363 tok/s). 16 blocks are 4.5 KiB of Q4_0 and
-// 8.5 KiB of Q8_0; 2, 8 and 16 KiB of Q4_0 were slower.
-constexpr int64_t kPanelAhead = 16;
-template <QuantType t>
-HWY_INLINE const uint8_t* PanelsEnd(const QuantMatrix& w, int64_t n1) {
-  return w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * (w.k / 32) * kPanelBlock<t>;
-}
-template <QuantType t>
-HWY_INLINE void PrefetchAhead(const uint8_t* blk, const uint8_t* end) {
-  const uint8_t* ahead = blk + kPanelAhead * kPanelBlock<t>;
-  if (ahead >= end) return;
-#pragma GCC unroll 9
-  for (int64_t o = 0; o < kPanelBlock<t>; o += 64) hwy::Prefetch(ahead + o);
 }
 
 // DirectRows over panels: R rows of x against the panel of rows n .. n + 15.
@@ -288,6 +288,163 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
 HWY_DIAGNOSTICS(pop)
 #endif  // AVX-512
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// ---- Panels without AVX512-VNNI: 256-bit vpmaddubsw over the same panels.
+// A 64-byte quad vector's first 32 bytes are rows 0 .. 7 of the panel, its
+// last 32 rows 8 .. 15: half h of a block is one __m256i per quad, a lane
+// per weight row as in the VNNI kernels, and a row of x meets it with one
+// broadcast of its four bytes. vpmaddubsw (unsigned codes times signed x)
+// sums pairs into int16 and vpmaddwd the pairs into int32; the int16 sums
+// stay exact because |x| <= 127 (quant::quantize_activations clamps there,
+// llama.cpp's quantizer too) and, per int16 lane, a 4-bit type sums 16
+// products of u <= 15 (at most 30480), a 5-bit type 8 of u <= 31 (31496).
+// Q8_0's u = code + 128 would overflow a pair; it multiplies |code| by x
+// with code's sign (vpsignb) instead, at most 2 * 128 * 127 = 32512 a pair.
+// The integers are those of quant::int8_block_dot, and the floats the same
+// fma chain per output: bit for bit the reference on any target.
+
+// Half h of a block: quad q's eight rows' codes (unsigned; Q8_0: signed),
+// and those rows' scales a (and mins c).
+template <QuantType t>
+HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a, __m256& c) {
+  a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+  if constexpr (kPanelMin<t>)
+    c = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+  const uint8_t* codes = blk + kPanelCodesAt<t> + 32 * h;
+  if constexpr (t == QuantType::Q8_0) {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q)
+      u[q] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * q)),
+                              bias);
+  } else {
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * v));
+      u[v] = _mm256_and_si256(x, nib);
+      u[4 + v] = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
+    }
+    if constexpr (kPanelQ5<t>) {
+      // Mask q's bits 32h .. 32h + 31 spread to bytes: byte j gets bit j.
+      const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+      const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+      const __m256i bit4 = _mm256_set1_epi8(16);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        uint32_t m;
+        std::memcpy(&m, blk + kPanelMasksAt<t> + 8 * q + 4 * h, sizeof(m));
+        const __m256i bytes = _mm256_and_si256(
+            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), spread), bit);
+        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(_mm256_cmpeq_epi8(bytes, bit), bit4));
+      }
+    }
+  }
+}
+
+// The integer sum of a half block's eight rows against x's 32 codes, from
+// `start` (BlockSums; Q8_0, whose codes are signed here, from 0).
+template <QuantType t>
+HWY_INLINE __m256i HalfDot(const __m256i (&u)[8], const int8_t* x, int32_t start) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const auto xq = [&](int q) {
+    int32_t v;
+    std::memcpy(&v, x + 4 * q, sizeof(v));
+    return _mm256_set1_epi32(v);
+  };
+  if constexpr (t == QuantType::Q8_0) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q += 2) {
+      const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(u[q]), _mm256_sign_epi8(xq(q), u[q]));
+      const __m256i p1 =
+          _mm256_maddubs_epi16(_mm256_abs_epi8(u[q + 1]), _mm256_sign_epi8(xq(q + 1), u[q + 1]));
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
+      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+    }
+    (void)start;
+    return _mm256_add_epi32(s0, s1);
+  } else {
+    constexpr int kRun = kPanelQ5<t> ? 4 : 8;  // quads per exact int16 sum
+    __m256i sum = _mm256_set1_epi32(start);
+#pragma GCC unroll 2
+    for (int q0 = 0; q0 < 8; q0 += kRun) {
+      __m256i s = _mm256_maddubs_epi16(u[q0], xq(q0));
+#pragma GCC unroll 8
+      for (int q = q0 + 1; q < q0 + kRun; ++q)
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u[q], xq(q)));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s, ones));
+    }
+    return sum;
+  }
+}
+
+// R rows of x (r ..) against the panel of rows n .. n + 15.
+template <QuantType t, int R>
+HWY_NOINLINE void Panel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, const BlockSums& sums,
+                           int64_t rc, int64_t r, int64_t n, int64_t n1) {
+  constexpr bool kMin = kPanelMin<t>;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 32;
+  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
+  const uint8_t* const end = PanelsEnd<t>(w, n1);
+  const XRows<R> xs(acts, sums, rc, r, nb);
+  __m256 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, blk += kPanelBlock<t>) {
+    PrefetchAhead<t>(blk, end);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i u[8];
+      __m256 av, cv = _mm256_setzero_ps();
+      PanelHalf<t>(blk, h, u, av, cv);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m256i I = HalfDot<t>(u, xs.qx[i] + b * 32, xs.start[i][b]);
+        const __m256 d = _mm256_set1_ps(xs.dx[i][b]);
+        acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(av, d), _mm256_cvtepi32_ps(I), acc[i][h]);
+        if constexpr (kMin)
+          acc[i][h] =
+              _mm256_fmadd_ps(_mm256_mul_ps(cv, d), _mm256_set1_ps(xs.jsum[i][b]), acc[i][h]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    alignas(32) float out[kPanelRows];
+    _mm256_store_ps(out, acc[i][0]);
+    _mm256_store_ps(out + 8, acc[i][1]);
+    StorePanelRow(out, a, r + i, n, std::min(kPanelRows, n1 - n));
+  }
+}
+
+using Panel256Fn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&, int64_t,
+                            int64_t, int64_t, int64_t);
+template <QuantType t>
+constexpr Panel256Fn kPanel256Of[4] = {&Panel256<t, 1>, &Panel256<t, 2>, &Panel256<t, 3>,
+                                       &Panel256<t, 4>};
+
+// Rows [r0, r1) x panels [n0, n1) (n0 a multiple of 16): four rows of x at a
+// time against a panel, which stays in L1 or L2 across a chunk's rows.
+template <QuantType t>
+HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
+                                     int64_t r1, int64_t n0, int64_t n1) {
+  thread_local BlockSums sums;
+  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
+    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
+    SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      for (int64_t r = rc; r < rc_end;) {
+        const int rows = static_cast<int>(std::min<int64_t>(rc_end - r, 4));
+        kPanel256Of<t>[rows - 1](a, acts, sums, rc, r, n, n1);
+        r += rows;
+      }
+    }
+  }
+  if (r1 - r0 > 64) sums = BlockSums{};
+}
+#endif  // AVX2 and up
+
 // Rows [r0, r1) x weight rows [n0, n1) of a 32-weight block type.
 inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
                             int64_t n0, int64_t n1, bool vnni) {
@@ -314,6 +471,24 @@ inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int
   }
 #else
   (void)vnni;
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (a.w->panels && n0 % kPanelRows == 0) {
+    switch (a.w->type) {
+      case QuantType::Q4_0:
+        return Int8Panels256Range<QuantType::Q4_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_1:
+        return Int8Panels256Range<QuantType::Q4_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_0:
+        return Int8Panels256Range<QuantType::Q5_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q5_1:
+        return Int8Panels256Range<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_0:
+        return Int8Panels256Range<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
+      default:
+        break;
+    }
+  }
 #endif
   const bool has_min = quant::int8_has_min(a.w->type);
   const int64_t nb = a.w->k / 32;

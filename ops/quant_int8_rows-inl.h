@@ -205,6 +205,25 @@ constexpr std::array<std::array<PairTileFn, kMRPairs>, 2> kPairTiles = {
     MakePairTiles<false>(std::make_index_sequence<kMRPairs>()),
     MakePairTiles<true>(std::make_index_sequence<kMRPairs>())};
 
+// The R rows of x from r a decode kernel meets: codes, scales, and the
+// block sums of a chunk of rows from rc.
+template <int R>
+struct XRows {
+  const int8_t* qx[R];
+  const float* dx[R];
+  const int32_t* start[R];
+  const float* jsum[R];
+  XRows(quant::Int8Acts& acts, const BlockSums& sums, int64_t rc, int64_t r, int64_t nb) {
+    for (int i = 0; i < R; ++i) {
+      const quant::Int8Row row = acts.row(r + i);
+      qx[i] = row.qx;
+      dx[i] = row.dx;
+      start[i] = sums.start.data() + (r + i - rc) * nb;
+      jsum[i] = sums.sum.data() + (r + i - rc) * nb;
+    }
+  }
+};
+
 // ---- AVX512-VNNI: unsigned code quads (vpdpbusd) ----
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_DIAGNOSTICS(push)
@@ -413,20 +432,8 @@ HWY_INLINE __m512i Reduce4(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
 // the store of their 16 outputs. (The accumulators stay the kernel's own
 // locals: as members they were kept in memory, at half the speed.)
 template <int R>
-struct DirectX {
-  const int8_t* qx[R];
-  const float* dx[R];
-  const int32_t* start[R];
-  const float* jsum[R];
-  DirectX(quant::Int8Acts& acts, const BlockSums& sums, int64_t rc, int64_t r, int64_t nb) {
-    for (int i = 0; i < R; ++i) {
-      const quant::Int8Row row = acts.row(r + i);
-      qx[i] = row.qx;
-      dx[i] = row.dx;
-      start[i] = sums.start.data() + (r + i - rc) * nb;
-      jsum[i] = sums.sum.data() + (r + i - rc) * nb;
-    }
-  }
+struct DirectX : XRows<R> {
+  using XRows<R>::XRows;
   void Store(const __m512 (&acc)[R], const QuantMatmulArgs& a, int64_t r, int64_t n,
              int64_t n1) const {
     for (int i = 0; i < R; ++i) {

@@ -422,8 +422,10 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
     // The quad panels address rows by int32 offsets from the first of 16.
     return Int8Rows32Range(a, acts, r0, r1, n0, n1, vnni && w.row_bytes <= INT32_MAX / 16);
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (Int8KPanelsRange(a, acts, r0, r1, n0, n1, vnni)) return;
+#endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (vnni && Int8KPanelsRange(a, acts, r0, r1, n0, n1)) return;
   if (vnni ? Int8FusedRange<true>(a, acts, r0, r1, n0, n1)
            : Int8FusedRange<false>(a, acts, r0, r1, n0, n1)) {
     return;
@@ -494,12 +496,16 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
 #endif
 
 // The int8 kernels that read QuantMatrix::panels are the VNNI ones.
-bool ReadsPanels() {
+bool ReadsPanels(QuantType t) {
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
-  return UseVnni();
-#else
-  return false;
+  if (!quant_has_panel_layout(t)) return false;
+  if (UseVnni()) return true;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return true;  // without VNNI, the 256-bit kernels (Int8Panels256Range, KPanel256)
 #endif
+#endif
+  (void)t;
+  return false;
 }
 
 // One part's share of a job of `tiles` chunks: the output split into
@@ -533,7 +539,7 @@ constexpr int64_t kBalancedRows = 4;
 struct JointUnits {
   const QuantMatmulArgs* parts;
   int count;
-  bool panels;                // the kernels read the panels of weights that have them
+  bool int8;                  // the int8 kernels, which read panels where ReadsPanels says
   const int64_t* first_unit;  // [count + 1]
   const int64_t* unit;        // [count]
 };
@@ -549,7 +555,7 @@ ThreadPool::Region JointUnitStart(const void* ctx, int64_t index) {
   const int64_t row = (index - j.first_unit[i]) * j.unit[i];
   const uint8_t* base;
   int64_t rows;
-  if (j.panels && w.panels) {
+  if (j.int8 && w.panels && ReadsPanels(w.type)) {
     base = w.panels.get();
     rows = (w.n + quant::kPanelRows - 1) / quant::kPanelRows * quant::kPanelRows;
   } else if (w.row_order.empty()) {
@@ -603,7 +609,7 @@ void QuantMatmulParts(const QuantMatmulArgs* parts, quant::Int8Acts* const* acts
       return;
     }
     if (threads == pool.num_threads()) {
-      const JointUnits joint{parts, count, acts && ReadsPanels(), first_unit.data(), unit.data()};
+      const JointUnits joint{parts, count, acts != nullptr, first_unit.data(), unit.data()};
       pool.parallel_for_balanced(first_unit[count], 1, units,
                                  {.key = parts[0].w, .ctx = &joint, .where = &JointUnitStart});
       return;
@@ -773,7 +779,7 @@ void quant_matmul_reference(const QuantMatmulArgs& a) {
   }
 }
 
-bool quant_reads_panels() { return HWY_DYNAMIC_DISPATCH(ReadsPanels)(); }
+bool quant_reads_panels(QuantType t) { return HWY_DYNAMIC_DISPATCH(ReadsPanels)(t); }
 
 const char* quant_target_name() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(QuantDispatchedTarget)());

@@ -219,6 +219,59 @@ TEST(QuantMatmul, NonFiniteScalesEqualReference) {
   }
 }
 
+// The int8 kernels' integer sums at their bounds: every code at its largest
+// magnitude (4-bit 15, 5-bit 31, 6-bit 63, Q8_0 -128 and 127) and the K
+// types' scales and mins at theirs, against x at +-127 with one sign per 256
+// columns, so each int16 partial sum of the vpmaddubsw kernels (AVX2, AVX-512
+// without VNNI) is as large as it gets. A sum that saturated or wrapped
+// would differ from the reference by thousands of scale units.
+TEST(QuantMatmul, Int8ExtremeCodesEqualReference) {
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                      QuantType::Q8_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const QuantTraits& tr = quant_traits(t);
+    const int64_t n = 35, k = 512, nb = k / tr.block_elems;
+    Weights w = random_weights(t, n, k, 41);
+    for (int64_t row = 0; row < n; ++row) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = w.bytes.data() + row * w.w.row_bytes + b * tr.block_bytes;
+        if (t == QuantType::Q6_K) {  // ql, qh all ones (codes 63); int8 scales -128 or 127
+          std::memset(blk, 0xFF, 192);
+          std::memset(blk + 192, row % 2 ? 0x7F : 0x80, 16);
+          continue;
+        }
+        // Past the fp16 fields: codes (Q5's high bits, the K types' 6-bit
+        // scales and mins: 63). Q8_0 rows alternate all -128 and all 127.
+        const int head = fp16_fields(t).back() + 2;
+        const uint8_t code = t == QuantType::Q8_0 ? (row % 2 ? 0x7F : 0x80) : 0xFF;
+        std::memset(blk + head, code, tr.block_bytes - head);
+      }
+    }
+    QuantMatrix wp = w.w;
+    attach_panels(wp);
+    for (int64_t m : {1, 3, 6}) {
+      SCOPED_TRACE("m " + std::to_string(m));
+      const Shape s{m, n, k};
+      std::vector<float> x(m * s.ldx());
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t i = 0; i < k; ++i) {
+          // 256 columns (a K block) at a time all +127 or all -127: an
+          // alternating sign within a K block would cancel its group sums.
+          const bool negative = ((i / 256) + r) % 2 == 1;
+          x[r * s.ldx() + i] = negative ? -3.0f : 3.0f;
+        }
+      }
+      const auto bias = test::spread_values(n, 3, -4, 4);
+      const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+      every_target([&] {
+        expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+        expect_same_bits(run(s, x, wp, bias, QuantMode::kInt8, &pool), ref);
+      });
+    }
+  }
+}
+
 TEST(QuantMatmul, BatchInvariant) {
   ThreadPool pool(2);
   for (QuantType t : {QuantType::Q4_K, QuantType::Q8_0, QuantType::Q6_K, QuantType::Q4_1}) {
@@ -384,7 +437,7 @@ TEST(QuantMatmul, DecodeProductsHintTheWeightsTheyStream) {
     // Units: B's first part 16 panels of 16 rows, its second 64 of 4 rows
     // (no panels); the worker's share starts at unit 40, the second part's row 96.
     ASSERT_EQ(pool.balanced_share_begin(16 + 64, 1, 1), 40);
-    const bool panels = mode == QuantMode::kInt8 && quant_reads_panels();
+    const bool panels = mode == QuantMode::kInt8 && quant_reads_panels(QuantType::Q4_0);
     EXPECT_EQ(next[0].at, panels ? b0.w.panels.get() : b0.w.data);
     EXPECT_EQ(next[0].bytes, n * b0.w.row_bytes);
     EXPECT_EQ(next[1].at, b1.w.data + 96 * b1.w.row_bytes);
@@ -393,8 +446,9 @@ TEST(QuantMatmul, DecodeProductsHintTheWeightsTheyStream) {
     quant_matmul(pa, pool);
     const auto after_b = pool.next_stream(&b0.w);
     ASSERT_EQ(after_b.size(), 2u);
-    EXPECT_EQ(after_b[0].at, panels ? a.w.panels.get() : a.w.data);
-    EXPECT_EQ(after_b[1].at, (panels ? a.w.panels.get() : a.w.data) + 128 * a.w.row_bytes);
+    const bool panels_a = mode == QuantMode::kInt8 && quant_reads_panels(QuantType::Q8_0);
+    EXPECT_EQ(after_b[0].at, panels_a ? a.w.panels.get() : a.w.data);
+    EXPECT_EQ(after_b[1].at, (panels_a ? a.w.panels.get() : a.w.data) + 128 * a.w.row_bytes);
     EXPECT_EQ(after_b[0].bytes, 128 * 1024);  // the cap (the whole part is 139264 bytes)
     EXPECT_EQ(after_b[1].bytes, 128 * a.w.row_bytes);
   }

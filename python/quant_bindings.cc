@@ -117,6 +117,8 @@ void bind_quant(nb::module_& m) {
         nb::arg("reference") = false, nb::arg("threads") = 1,
         "y [m, n] = x [m, k] @ W^T (+ bias) for W [n, k] given as blocks (uint8).");
   q.def("target", [] { return std::string(quant_target_name()); });
-  q.def("reads_panels", &quant_reads_panels,
-        "Whether the int8 kernels read panels here (AVX512-VNNI): int8 loads then make them.");
+  q.def(
+      "reads_panels", [](const std::string& type) { return quant_reads_panels(parse_type(type)); },
+      nb::arg("type"),
+      "Whether the int8 kernels read panels of `type` here: int8 loads then make them.");
 }

@@ -102,15 +102,18 @@ def test_cached_decode_and_batch_invariance(hz, tiny_gguf, qtype, mode):
 @pytest.mark.parametrize("qtype", gm.GGML_TYPES)
 def test_int8_mode_keeps_panels_of_the_types_with_a_panel_layout(hz, tiny_gguf, qtype):
     """int8 loads keep the matrices of the types with a panel layout (the 32-weight types,
-    Q4_K, Q5_K, Q6_K) as panels where the CPU's int8 kernels read them (AVX512-VNNI), else
-    none (Q2_K, Q3_K never); the exact mode never does. (Their results are
-    those of the rows bit for bit: the C++ kernel tests; the ladder above runs on them.)"""
+    Q4_K, Q5_K, Q6_K) as panels where the CPU's int8 kernels read them (AVX2 and every
+    AVX-512 target), else none (Q2_K, Q3_K never); the exact mode never does. (Their
+    results are those of the rows bit for bit: the C++ kernel tests; the ladder above runs
+    on them.)"""
     path, _ = tiny_gguf("llama", qtype)
     int8 = hz.CausalLM.from_pretrained(path, mode="int8").info
     exact = hz.CausalLM.from_pretrained(path).info
     assert exact["panel_matrices"] == 0
-    panels = hz._hubzoo.quant.reads_panels() and qtype in (
+    target = hz._hubzoo.quant.target()
+    panels = (target == "AVX2" or target.startswith("AVX3")) and qtype in (
         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+    assert hz._hubzoo.quant.reads_panels(qtype) == panels
     # q, k (llama's reordered rows, through a row order), v, o and the MLP's three: 7 per
     # layer, and the tied embedding is the logits' matrix.
     assert int8["panel_matrices"] == (7 * gm.LAYERS + 1 if panels else 0), int8["panel_matrices"]
