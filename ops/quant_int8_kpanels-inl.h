@@ -485,8 +485,7 @@ HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, con
 }
 
 template <QuantType t>
-constexpr KPanelFn kKPanel256Of[4] = {&KPanel256<t, 1>, &KPanel256<t, 2>, &KPanel256<t, 3>,
-                                      &KPanel256<t, 4>};
+constexpr KPanelFn kKPanel256Of[1] = {&KPanel256<t, 1>};  // one row per call (below)
 
 // Whether the K panel kernels took rows [r0, r1) x weight rows [n0, n1): a
 // K type with panels, the range on panel boundaries; the VNNI kernels where
@@ -497,6 +496,12 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
                              int64_t r1, int64_t n0, int64_t n1, bool vnni) {
   const QuantMatrix& w = *a.w;
   if (!w.panels || n0 % kPanelRows != 0 || !quant::int8_fused_allowed()) return false;
+  // The 256-bit kernels take one row of x per call: more rows' int16 sums
+  // spill (quant_matmul_bench --type Q4_K --m 512, 2 threads: 91 GFLOP/s with
+  // four, 135 with one). Q6_K's kernel, heavier per block, loses to the tiled
+  // path past 16 rows (32 rows: 65 against 77 GFLOP/s, 512 rows: 63 against 97).
+  if (!vnni && w.type == QuantType::Q6_K && r1 - r0 > 16) return false;
+  const int max_rows = vnni ? 4 : 1;
   const KPanelFn* fns;
   switch (w.type) {
 #if HWY_TARGET <= HWY_AVX3
@@ -523,7 +528,7 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
     const int64_t rc_end = std::min(r1, rc + kTokenChunk);
     for (int64_t n = n0; n < n1; n += kPanelRows) {
       for (int64_t r = rc; r < rc_end;) {
-        const int rows = static_cast<int>(std::min<int64_t>(rc_end - r, 4));
+        const int rows = static_cast<int>(std::min<int64_t>(rc_end - r, max_rows));
         fns[rows - 1](a, acts, sums, r0, r, n, n1);
         r += rows;
       }
