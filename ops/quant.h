@@ -147,9 +147,9 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
 // Row r's blocks (row_bytes bytes, as the rows hold them) read back from
 // w.panels.
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
-// Whether this CPU's int8 kernels read panels of type t (with AVX512-VNNI
-// every type with a panel layout; on AVX2 and AVX-512 without VNNI the
-// 32-weight types): a loader makes panels only then.
+// Whether this CPU's int8 kernels read panels of type t (a type with a
+// panel layout, on AVX2 or any AVX-512 target: the VNNI kernels, else the
+// 256-bit ones): a loader makes panels only then.
 bool quant_reads_panels(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].

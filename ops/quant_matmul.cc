@@ -495,7 +495,9 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
 
 #endif
 
-// The int8 kernels that read QuantMatrix::panels are the VNNI ones.
+// The int8 kernels read QuantMatrix::panels of every type with a panel
+// layout on AVX512-VNNI (vpdpbusd) and, without it, on AVX2 and up (the
+// 256-bit vpmaddubsw kernels); below AVX2 none does.
 bool ReadsPanels(QuantType t) {
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
   if (!quant_has_panel_layout(t)) return false;
