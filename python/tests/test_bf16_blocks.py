@@ -406,7 +406,21 @@ def test_rope_bf16_cos_sin(ops, d, theta):
 def test_rope_fp32(ops, d, q_heads, k_heads, theta):
     q, k = _rope_inputs(d, q_heads, k_heads)
     q, k = q.float(), k.float()
-    cos, sin = rotary(d, theta)(q, torch.tensor([POSITIONS]))
+    rot = rotary(d, theta)
+    # transformers forms inv_freq as 1 / theta ** (arange(0, d, 2) / d) in fp32, and
+    # torch's fp32 pow is within 1 ulp of correctly rounded, differently per CPU: on an
+    # AVX2-only EPYC one of d=48's 24 frequencies is 1 ulp off (AVX-512 hosts passed
+    # with torch's own). At position 32767 that ulp moves the angle by ~1e-4, far above
+    # the tolerance below. So the reference takes the correctly rounded pow (float64,
+    # rounded once), which glibc's powf in layers/rope.cc gives for all four cases;
+    # torch's own is held to 1 ulp of it.
+    exponents = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+    pos_freq = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
+    inv_freq = torch.from_numpy(np.float32(1.0) / pos_freq)
+    torch_ulps = (rot.inv_freq.float().view(torch.int32) - inv_freq.view(torch.int32)).abs()
+    assert torch_ulps.max() <= 1, torch_ulps  # positive floats: int order is float order
+    rot.inv_freq = inv_freq
+    cos, sin = rot(q, torch.tensor([POSITIONS]))
     ref_q, ref_k = apply_rotary_pos_emb(q, k, cos, sin)
     ours_q, ours_k = _our_rope(ops, q, k, theta, False)
     # cos/sin may differ by an fp32 ulp (~6e-8); each output sums two products.
