@@ -176,6 +176,13 @@ PackedMatrix WeightLoader::quantize_f32(const std::string& name, const std::vect
   }
   auto q =
       std::make_shared<QuantMatrix>(quantize_matrix(*t, w.data(), n, k, *ThreadPool::shared(0)));
+  if (numerics_.int8 && panels_allowed_ && quant_reads_panels(*t)) {
+    // As quant_view does for a file's blocks. The owned rows stay: the exact
+    // kernels and other SIMD targets read them, and unlike a mapping's pages
+    // they cannot be dropped and read back.
+    attach_panels(*q, {}, &arena_);
+    ++panels_;
+  }
   return pack_quant({std::move(q)});
 }
 
