@@ -255,12 +255,15 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   }
   if (any_quant && (all_quant || numerics_.quantize)) {
     // Quantized parts stay as they are, side by side (their block types may differ).
+    // The fused matrix counts once if any part is quantized (--quantize leaves
+    // rows that fit no block type as floats).
+    const int64_t quantized_before = quantized_;
     std::vector<PackedMatrix> parts;
     for (size_t i = 0; i < names.size(); ++i) parts.push_back(take_packed(names[i], ns[i], k));
     std::vector<const PackedMatrix*> ptrs;
     for (const PackedMatrix& p : parts) ptrs.push_back(&p);
     PackedMatrix fused = concat_packed(ptrs);
-    quantized_ -= static_cast<int64_t>(parts.size()) - 1;  // one matrix
+    quantized_ = quantized_before + (quantized_ > quantized_before ? 1 : 0);
     return fused;
   }
   std::vector<std::vector<float>> converted(names.size());

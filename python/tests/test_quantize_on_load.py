@@ -135,3 +135,15 @@ def test_quantize_on_load_int8_mode_keeps_panels(hz, checkpoint, qtype):
     scale = float(np.abs(ref).max())
     assert float(np.abs(ours - ref).max()) <= 0.05 * scale
     assert (ours.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+def test_quantize_counts_a_fused_matrix_once(hz):
+    """SmolLM2's 576 columns are no whole number of Q4_K's 256-blocks: a single type leaves
+    those matrices as floats, and only the 30 down_proj (1536 columns) are quantized; a
+    fused q/k/v or gate/up whose parts stay floats counts as none (the count once went
+    negative there). The q4_k_m mix falls back to Q5_0/Q8_0 and quantizes every one: per
+    layer q/k/v, o, gate/up, down, and the tied embedding."""
+    single = hz.CausalLM.from_pretrained(_util.SMOLLM2, quantize="q4_k").info
+    assert single["quantized_matrices"] == 30, single["quantized_matrices"]
+    mix = hz.CausalLM.from_pretrained(_util.SMOLLM2, quantize="q4_k_m").info
+    assert mix["quantized_matrices"] == 4 * 30 + 1, mix["quantized_matrices"]
