@@ -14,12 +14,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "base/error.h"
+#include "hwy/aligned_allocator.h"
 #include "ops/bf16.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
@@ -262,6 +264,60 @@ void RowBlockAny(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0,
   }
 }
 
+// As RowBlock, over panels [pg, pe) widened to float32 in `wide` (panel pg
+// first, each holding k in [k0, k1), panel_stride floats apart): the same
+// tiles, reading float weights.
+template <int MR>
+HWY_NOINLINE void RowBlockWide(const float* x, int64_t ldx, const float* wide, int64_t panel_stride,
+                               const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0,
+                               int64_t k1, const float* bias, float* y, int64_t ldy) {
+  ForEachPanelTile<PanelsPerTile(MR)>(pg, pe, [&](int64_t p, auto np) {
+    Tile<MR, decltype(np)::value>(
+        x + k0, ldx, wide + (p - pg) * panel_stride, k1 - k0, panel_stride, k0 == 0, k1 == w.k,
+        bias ? bias + p * kPanel : nullptr, y + p * kPanel, ldy, w.n - p * kPanel);
+  });
+}
+using RowBlockWideFn = void (*)(const float*, int64_t, const float*, int64_t, const PackedMatrix&,
+                                int64_t, int64_t, int64_t, int64_t, const float*, float*, int64_t);
+template <size_t... I>
+constexpr std::array<RowBlockWideFn, sizeof...(I)> MakeRowBlockWideTable(
+    std::index_sequence<I...>) {
+  return {&RowBlockWide<static_cast<int>(I) + 1>...};
+}
+constexpr auto kRowBlocksWide = MakeRowBlockWideTable(std::make_index_sequence<kMR>());
+
+// bf16 panels [pg, pe) over k in [k0, k1) widened (exactly) into `wide`,
+// (k1 - k0) * kPanel floats per panel: each panel's k range is contiguous.
+void WidenPanels(const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
+                 float* HWY_RESTRICT wide) {
+  const DF d;
+  const int64_t len = (k1 - k0) * kPanel;  // a multiple of kLanes
+  for (int64_t p = pg; p < pe; ++p) {
+    const uint16_t* src = w.bf16.get() + p * w.k * kPanel + k0 * kPanel;
+    float* dst = wide + (p - pg) * len;
+    for (int64_t i = 0; i < len; i += kLanes) hn::Store(LoadWeights(d, src + i), d, dst + i);
+  }
+}
+
+// Whether a tile of `rows` rows reads bf16 panels widened once per panel
+// group and k range (WidenPanels) rather than widening every weight for
+// every row block. Without AVX-512 a row block is 3 rows, and widening 4
+// vectors per k took a third of the FMA kernel's issue slots: SmolLM2 bf16
+// prefill 512 ran at 344 tok/s against 538 in float32 (bench/results/
+// bench_avx2.md). From 4 row blocks on, the copy is read at least 4 times.
+// The tiles' arithmetic is the same either way (widening is exact), so the
+// choice changes no bit. AVX-512's 14-row blocks widen 2 vectors per 28 FMAs;
+// they keep reading bf16 (unmeasured there).
+bool WidensPanels(const PackedMatrix& w, int64_t rows) {
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+  return w.is_bf16() && rows >= 4 * kMR;
+#else
+  (void)w;
+  (void)rows;
+  return false;
+#endif
+}
+
 using RowBlockFn = void (*)(const float*, int64_t, const PackedMatrix&, int64_t, int64_t, int64_t,
                             int64_t, const float*, float*, int64_t);
 template <size_t... I>
@@ -415,6 +471,33 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     }
     return static_cast<const float*>(copied.data());
   };
+  if (WidensPanels(*a.w, rows)) {
+    // ForEachRowBlock passes every row block of a chunk over one panel group
+    // and k range in a row: widened when the group or range changes.
+    // (The group and range fix its panels: pe and k1 follow from pg and k0.)
+    // Bounded by the tiling (kPanelGroup panels of one k range), kept per thread.
+    thread_local hwy::AlignedFreeUniquePtr<float[]> wide;
+    thread_local int64_t wide_capacity = 0;
+    int64_t wide_pg = -1, wide_k0 = -1;
+    ForEachRowBlock(
+        a, r0, r1, p0, p1, 4, ld, x_rows,
+        [&](int64_t mr, const float* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1, int64_t r) {
+          if (pg != wide_pg || k0 != wide_k0) {
+            const int64_t floats = (pe - pg) * (k1 - k0) * kPanel;
+            if (floats > wide_capacity) {
+              wide = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
+              if (!wide) throw std::bad_alloc();
+              wide_capacity = floats;
+            }
+            WidenPanels(*a.w, pg, pe, k0, k1, wide.get());
+            wide_pg = pg;
+            wide_k0 = k0;
+          }
+          kRowBlocksWide[mr - 1](x, ld, wide.get(), (k1 - k0) * kPanel, *a.w, pg, pe, k0, k1,
+                                 a.bias, a.y + (r0 + r) * a.ldy, a.ldy);
+        });
+    return;
+  }
   ForEachRowBlock(
       a, r0, r1, p0, p1, 4, ld, x_rows,
       [&](int64_t mr, const float* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1, int64_t r) {

@@ -270,6 +270,9 @@ TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
       for (int64_t k : {7, 64, 577}) problems.push_back({m, n, k, m % 2 == 1, m == 13});
     }
   }
+  // Several panel groups and k ranges, where rows from 4 row blocks on read
+  // panels widened once per group and range (ops/matmul.cc WidensPanels).
+  for (int64_t m : {12, 40, 300}) problems.push_back({m, 300, 2000, m == 40, false});
   ThreadPool one(1), two(2);
   for (size_t i = 0; i < problems.size(); ++i) {
     const Problem& p = problems[i];
