@@ -106,6 +106,18 @@ TEST(JinjaValue, JsonKeepsKeyOrderAndPythonFormat) {
   JsonStyle ascii;
   ascii.ensure_ascii = true;
   EXPECT_EQ(to_json(Value::string("é\x01"), ascii), "\"\\u00e9\\u0001\"");
+  // Plain runs beside escapes, multi-byte characters (ASCII around them) and
+  // invalid bytes (U+FFFD, as the whole string decodes them); expected
+  // strings from Python's json.dumps.
+  const Value mixed = Value::string("ab \"q\" \\ \n\t\x01 é 中文 😀 end");
+  EXPECT_EQ(to_json(mixed, {}), "\"ab \\\"q\\\" \\\\ \\n\\t\\u0001 é 中文 😀 end\"");
+  EXPECT_EQ(to_json(mixed, ascii),
+            "\"ab \\\"q\\\" \\\\ \\n\\t\\u0001 \\u00e9 \\u4e2d\\u6587 \\ud83d\\ude00 end\"");
+  EXPECT_EQ(to_json(Value::string("a\x80\x80"
+                                  "b\xe2\x80"
+                                  "c\xff"),
+                    ascii),
+            "\"a\\ufffd\\ufffdb\\ufffd\\ufffdc\\ufffd\"");
 }
 
 TEST(JinjaEval, LoopsScopesAndNamespaces) {

@@ -294,23 +294,27 @@ std::string float_repr(double d) {
   return out + eb;
 }
 
+// The code point at p (before end), p moved past it; an invalid byte is
+// U+FFFD, one byte long, rather than a failure.
+static char32_t next_codepoint(const utf8proc_uint8_t*& p, const char* end) {
+  utf8proc_int32_t cp;
+  utf8proc_ssize_t len =
+      utf8proc_iterate(p, reinterpret_cast<const utf8proc_uint8_t*>(end) - p, &cp);
+  if (len <= 0) {
+    cp = 0xFFFD;
+    len = 1;
+  }
+  p += len;
+  return static_cast<char32_t>(cp);
+}
+
 std::vector<char32_t> utf8_decode(const std::string& s) {
   check_bytes(s.size() * sizeof(char32_t), "a string's code points");
   std::vector<char32_t> out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
-  utf8proc_ssize_t n = static_cast<utf8proc_ssize_t>(s.size());
-  while (n > 0) {
-    utf8proc_int32_t cp;
-    utf8proc_ssize_t len = utf8proc_iterate(p, n, &cp);
-    if (len <= 0) {  // invalid byte: keep it as U+FFFD rather than fail
-      cp = 0xFFFD;
-      len = 1;
-    }
-    out.push_back(static_cast<char32_t>(cp));
-    p += len;
-    n -= len;
-  }
+  const char* const end = s.data() + s.size();
+  while (p < reinterpret_cast<const utf8proc_uint8_t*>(end)) out.push_back(next_codepoint(p, end));
   return out;
 }
 
@@ -530,49 +534,74 @@ Value from_json(const nlohmann::ordered_json& j) {
   }
 }
 
+static void json_codepoint(std::string& out, char32_t c, bool ensure_ascii) {
+  char buf[16];
+  switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    default:
+      if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
+        if (c >= 0x10000) {
+          char32_t v = c - 0x10000;
+          std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x",
+                        static_cast<unsigned>(0xd800 + (v >> 10)),
+                        static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
+        } else {
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+        }
+        out += buf;
+      } else {
+        utf8_append(out, c);
+      }
+  }
+}
+
+// Printable ASCII that JSON keeps as it is.
+static bool json_plain(char b) { return b >= 0x20 && b < 0x7f && b != '"' && b != '\\'; }
+
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  size_t n = 0;
-  for (char32_t c : utf8_decode(s)) {
-    if ((++n & 4095) == 0) check_bytes(out.size(), "tojson's result");
-    char buf[16];
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
-          if (c >= 0x10000) {
-            char32_t v = c - 0x10000;
-            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x",
-                          static_cast<unsigned>(0xd800 + (v >> 10)),
-                          static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
-          } else {
-            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          }
-          out += buf;
-        } else {
-          utf8_append(out, c);
-        }
+  // Runs of plain bytes are appended whole (a long string at memcpy speed:
+  // escaping 64 MB one code point at a time took over the CPU budget under
+  // ASan); the runs between are decoded and escaped a code point at a time.
+  // A plain byte is never part of a multi-byte sequence, so the pieces decode
+  // as the whole string does (an invalid byte as U+FFFD).
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t end = i;
+    while (end < s.size() && json_plain(s[end])) ++end;
+    if (end > i) {
+      check_bytes(out.size() + (end - i), "tojson's result");
+      out.append(s, i, end - i);
+      i = end;
+      continue;
     }
+    while (end < s.size() && !json_plain(s[end])) ++end;
+    const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i);
+    for (size_t n = 0; p < reinterpret_cast<const utf8proc_uint8_t*>(s.data() + end); ++n) {
+      if ((n & 4095) == 0) check_bytes(out.size(), "tojson's result");
+      json_codepoint(out, next_codepoint(p, s.data() + end), ensure_ascii);
+    }
+    i = end;
   }
   out += '"';
 }
