@@ -2,8 +2,8 @@
 // on Qwen2.5-0.5B's MLP shapes: decode (m = 1, GB/s of weight bytes read)
 // and prefill (m = 512, GFLOP/s).
 //
-//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m M]
-//                      [--shape NxK]
+//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--threads T]
+//                      [--type Q4_K] [--m M] [--shape NxK]
 //
 // --shape NxK: that shape instead of Qwen's (e.g. SmolLM2's 1536x576 gate/up).
 //
@@ -13,6 +13,9 @@
 // for the K types the tiled path that decodes weights to an int16 buffer, for
 // the 32-weight block types the panel of 16 packed weight rows), for a
 // before / after in one run.
+// --one-stream: m = 1 on panels also with each thread's range read front to
+// back as one stream (label "i8p1"; quant::set_int8_decode_streams(1)),
+// against the default several streams at once ("i8p").
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level
 // cache, so its GB/s is the weight streaming rate a decode step sees.
@@ -91,9 +94,10 @@ struct Options {
   int threads = 1;
   std::string type;
   int64_t m = 0;
-  bool hot = false;      // m = 1 on one copy of the weights (cache-resident: compute speed)
-  bool tiled = false;    // also time the int8 mode without the fused kernels
-  int64_t n = 0, k = 0;  // --shape NxK
+  bool hot = false;         // m = 1 on one copy of the weights (cache-resident: compute speed)
+  bool tiled = false;       // also time the int8 mode without the fused kernels
+  bool one_stream = false;  // also time m = 1 on panels read as one stream per range
+  int64_t n = 0, k = 0;     // --shape NxK
 };
 
 // Seconds per product over `copies` weight matrices used in turn.
@@ -182,6 +186,15 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
         quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8}, pool);
       });
       report((std::string(name) + " i8p").c_str(), s, m, q.bytes(), sec);
+      if (o.one_stream && m == 1) {  // the same, reading each range as one stream
+        quant::set_int8_decode_streams(1);
+        const double sec1 = bench(copies, budget, [&](int64_t c) {
+          quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8},
+                       pool);
+        });
+        quant::set_int8_decode_streams(3);
+        report((std::string(name) + " i8p1").c_str(), s, m, q.bytes(), sec1);
+      }
     }
   }
 }
@@ -197,6 +210,8 @@ int main(int argc, char** argv) {
       o.hot = true;
     } else if (!std::strcmp(argv[i], "--tiled")) {
       o.tiled = true;
+    } else if (!std::strcmp(argv[i], "--one-stream")) {
+      o.one_stream = true;
     } else if (!std::strcmp(argv[i], "--cpu")) {
       g_cpu_time = true;
     } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -212,8 +227,8 @@ int main(int argc, char** argv) {
       ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--threads T] [--type Q4_K] [--m "
-                   "M] [--shape NxK]\n",
+                   "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--threads T] "
+                   "[--type Q4_K] [--m M] [--shape NxK]\n",
                    argv[0]);
       return 2;
     }

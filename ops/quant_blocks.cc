@@ -317,11 +317,16 @@ float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, 
 namespace {
 std::atomic<bool> g_vnni_allowed{true};
 std::atomic<bool> g_fused_allowed{true};
+std::atomic<int> g_decode_streams{3};
 }  // namespace
 bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
 void set_int8_vnni_allowed(bool allowed) { g_vnni_allowed.store(allowed); }
 bool int8_fused_allowed() { return g_fused_allowed.load(std::memory_order_relaxed); }
 void set_int8_fused_allowed(bool allowed) { g_fused_allowed.store(allowed); }
+int int8_decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }
+void set_int8_decode_streams(int streams) {
+  g_decode_streams.store(std::clamp(streams, 1, kMaxDecodeStreams));
+}
 
 float exact_lane_dot(const float* x, const float* w, int64_t k) {
   float acc[16] = {};

@@ -166,6 +166,38 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
   }
 }
 
+// A decode step (one row of x) reads a range of panels as several streams
+// at once, each a contiguous run of panels, and the 1 or 2 panels left over
+// as streams of their own: every split of a range (2 .. 11 panels, a last
+// panel with fewer than 16 rows) equals the reference, on one thread (one
+// range) and on two, with three streams (the default), two and one.
+TEST(QuantMatmul, DecodeStreamsEqualReference) {
+  ThreadPool one(1), two(2);
+  for (QuantType t :
+       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0}) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    for (int64_t n : {int64_t{32}, int64_t{48}, int64_t{69}, int64_t{80}, int64_t{147},
+                      int64_t{160}, int64_t{176}}) {
+      SCOPED_TRACE("n " + std::to_string(n));
+      Weights w = random_weights(t, n, 96, 7 + static_cast<uint32_t>(n));
+      attach_panels(w.w);
+      const Shape s{1, n, 96};
+      const auto x = test::spread_values(s.ldx(), 5, -6, 6);
+      const auto bias = test::spread_values(n, 3, -4, 4);
+      const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+      every_target([&] {
+        for (int streams : {3, 2, 1}) {
+          SCOPED_TRACE("streams " + std::to_string(streams));
+          quant::set_int8_decode_streams(streams);
+          expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &one), ref);
+          expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &two), ref);
+        }
+      });
+      quant::set_int8_decode_streams(3);
+    }
+  }
+}
+
 // The int8 mode's activation quantizer (vectorised per target) against the
 // reference's scalar one: rounding ties (x * id exactly n + 1/2), an all-zero
 // block, subnormals, a NaN among finite values.
