@@ -1,6 +1,8 @@
 // The machine's own limits, measured in the same run as the engines they bound:
 //   fp32 FMA peak: independent FMA chains in registers, per thread (bounds prefill)
 //   read bandwidth: SIMD sums over a buffer far larger than the caches (bounds decode),
+//                   the best of each thread reading its part as one stream and as
+//                   3, 5 or 7 at once (read_gbs; read_gbs_one_stream: one stream),
 //                   on transparent huge pages as hubzoo's weights are (ops/weight_arena.h):
 //                   on 4 KiB pages one thread read 21-27 GB/s where huge pages gave 30-33,
 //                   a bound that low would flatter every engine measured against it
@@ -66,6 +68,41 @@ float SumFloats(const float* p, int64_t n) {
   return s;
 }
 
+// The same sum over [p, p + n) read as S contiguous parts at once (one
+// vector of each per step): a core keeps more reads in flight over several
+// sequential streams than over one (Zen 2: one thread 25-27 GB/s over five
+// or seven where one stream reads 16-17; two threads up to 46 where one
+// stream each reads 28-33). Odd counts: parts a power of two apart fall on
+// the same DRAM banks (two or four streams read no faster than one there).
+template <int S>
+float SumStreams(const float* p, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t part = n / S / L * L;
+  using V = hn::Vec<decltype(d)>;
+  V acc[S];
+  for (int s = 0; s < S; ++s) acc[s] = hn::Zero(d);
+  for (int64_t i = 0; i < part; i += L) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) acc[s] = hn::Add(acc[s], hn::LoadU(d, p + s * part + i));
+  }
+  V sum = acc[0];
+  for (int s = 1; s < S; ++s) sum = hn::Add(sum, acc[s]);
+  float out = hn::GetLane(hn::SumOfLanes(d, sum));
+  for (int64_t i = S * part; i < n; ++i) out += p[i];
+  return out;
+}
+float SumFloatsStreams(const float* p, int64_t n, int streams) {
+  switch (streams) {
+    case 3:
+      return SumStreams<3>(p, n);
+    case 5:
+      return SumStreams<5>(p, n);
+    default:
+      return SumStreams<7>(p, n);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace machine
 HWY_AFTER_NAMESPACE();
@@ -75,6 +112,7 @@ namespace machine {
 HWY_EXPORT(Target);
 HWY_EXPORT(FmaFlops);
 HWY_EXPORT(SumFloats);
+HWY_EXPORT(SumFloatsStreams);
 
 using Clock = std::chrono::steady_clock;
 
@@ -135,7 +173,7 @@ int main(int argc, char** argv) {
               hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()));
   for (int threads = 1; threads <= max_threads; ++threads) {
     const int64_t iters = 20'000'000;
-    double best_flops = 0, best_bw = 0;
+    double best_flops = 0, best_bw = 0, best_one = 0;
     for (int rep = 0; rep < 5; ++rep) {
       double flops = 0;
       std::vector<double> per(threads);
@@ -144,14 +182,22 @@ int main(int argc, char** argv) {
       });
       for (double f : per) flops += f;
       best_flops = std::max(best_flops, flops / t);
-      const double tb = run_threads(threads, [&](int i) {
-        const int64_t b = n * i / threads, e = n * (i + 1) / threads;
-        sinks[i * 16 % 64] += HWY_DYNAMIC_DISPATCH(SumFloats)(buf + b, e - b);
-      });
-      best_bw = std::max(best_bw, n * 4.0 / tb);
+      for (const int streams : {1, 3, 5, 7}) {
+        const double tb = run_threads(threads, [&](int i) {
+          const int64_t b = n * i / threads, e = n * (i + 1) / threads;
+          sinks[i * 16 % 64] +=
+              streams == 1 ? HWY_DYNAMIC_DISPATCH(SumFloats)(buf + b, e - b)
+                           : HWY_DYNAMIC_DISPATCH(SumFloatsStreams)(buf + b, e - b, streams);
+        });
+        best_bw = std::max(best_bw, n * 4.0 / tb);
+        if (streams == 1) best_one = std::max(best_one, n * 4.0 / tb);
+      }
     }
-    std::printf("    {\"threads\": %d, \"fma_gflops\": %.1f, \"read_gbs\": %.2f}%s\n", threads,
-                best_flops * 1e-9, best_bw * 1e-9, threads < max_threads ? "," : "");
+    std::printf(
+        "    {\"threads\": %d, \"fma_gflops\": %.1f, \"read_gbs\": %.2f, "
+        "\"read_gbs_one_stream\": %.2f}%s\n",
+        threads, best_flops * 1e-9, best_bw * 1e-9, best_one * 1e-9,
+        threads < max_threads ? "," : "");
   }
   std::printf("  ],\n  \"buffer_huge_page_bytes\": %lld,\n", static_cast<long long>(buffer_huge));
   std::printf("  \"buffer_mib\": %lld,\n  \"checksum\": %g\n}\n", static_cast<long long>(mib),
