@@ -501,21 +501,10 @@ HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& 
     SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
     if (const int streams = quant::int8_decode_streams();
         rc_end - rc == 1 && streams > 1 && n1 > n0) {
-      // Panels [n0, n1) as up to `streams` runs whose lengths differ by one
-      // panel at most: every run's first `count` panels, then the last one
-      // of the longer runs, each continuing its stream.
-      const int64_t panels = (n1 - n0 + kPanelRows - 1) / kPanelRows;
-      const int64_t s = std::min<int64_t>(streams, panels), count = panels / s, rest = panels % s;
-      int64_t first[quant::kMaxDecodeStreams], stop[quant::kMaxDecodeStreams];
-      for (int64_t p = 0; p < s; ++p) {
-        first[p] = n0 + (p * count + std::min(p, rest)) * kPanelRows;
-        stop[p] = first[p] + (count + (p < rest ? 1 : 0)) * kPanelRows;
-      }
-      kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1);
-      if (rest > 0) {
-        for (int64_t p = 0; p < rest; ++p) first[p] += count * kPanelRows;
-        kStreamsOf<t>[rest - 1](a, acts, sums, rc, rc, first, stop, 1, n1);
-      }
+      ForDecodeStreams(n0, n1, streams,
+                       [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
+                         kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1);
+                       });
       continue;
     }
     for (int64_t n = n0; n < n1; n += kPanelRows) {

@@ -44,6 +44,28 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr int64_t kPanelRows = quant::kPanelRows;  // one weight row per lane of the order's 16
 constexpr int64_t kTokenChunk = 128;  // rows of x per pass over the panels (kept in L2)
 
+// A decode step's panels [n0, n1) (n0 on a panel) as up to `streams` runs
+// read at once, whose lengths differ by one panel at most:
+// call(s, first, stop, count) reads `count` panels of each of s runs, run p
+// from row first[p] (its prefetches stop at row stop[p]); every run's first
+// `count` panels, then the last one of the longer runs, each continuing
+// its stream.
+template <class Call>
+HWY_INLINE void ForDecodeStreams(int64_t n0, int64_t n1, int streams, const Call& call) {
+  const int64_t panels = (n1 - n0 + kPanelRows - 1) / kPanelRows;
+  const int64_t s = std::min<int64_t>(streams, panels), count = panels / s, rest = panels % s;
+  int64_t first[quant::kMaxDecodeStreams], stop[quant::kMaxDecodeStreams];
+  for (int64_t p = 0; p < s; ++p) {
+    first[p] = n0 + (p * count + std::min(p, rest)) * kPanelRows;
+    stop[p] = first[p] + (count + (p < rest ? 1 : 0)) * kPanelRows;
+  }
+  call(s, first, stop, count);
+  if (rest > 0) {
+    for (int64_t p = 0; p < rest; ++p) first[p] += count * kPanelRows;
+    call(rest, first, stop, int64_t{1});
+  }
+}
+
 // Per row of x and block: the integer sum of its 32 codes, and what the
 // kernels start a block's integer sum from. The sum is also J, the min term's
 // integer: the 32-weight types with a min (Q4_1, Q5_1) have mn16 = 1.

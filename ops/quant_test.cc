@@ -167,21 +167,23 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
 }
 
 // A decode step (one row of x) reads a range of panels as several streams
-// at once, each a contiguous run of panels, and the 1 or 2 panels left over
-// as streams of their own: every split of a range (2 .. 11 panels, a last
-// panel with fewer than 16 rows) equals the reference, on one thread (one
-// range) and on two, with three streams (the default), two and one.
+// at once, each a contiguous run of panels, the longer runs' last panels in
+// a second pass: every split of a range (2 .. 11 panels, a last panel with
+// fewer than 16 rows) equals the reference for the 32-weight and the K
+// types, on one thread (one range) and on two, with three streams (the
+// default), two and one.
 TEST(QuantMatmul, DecodeStreamsEqualReference) {
   ThreadPool one(1), two(2);
-  for (QuantType t :
-       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0}) {
+  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                      QuantType::Q8_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     SCOPED_TRACE(std::string(quant_name(t)));
+    const int64_t k = 3 * quant_traits(t).block_elems;
     for (int64_t n : {int64_t{32}, int64_t{48}, int64_t{69}, int64_t{80}, int64_t{147},
                       int64_t{160}, int64_t{176}}) {
       SCOPED_TRACE("n " + std::to_string(n));
-      Weights w = random_weights(t, n, 96, 7 + static_cast<uint32_t>(n));
+      Weights w = random_weights(t, n, k, 7 + static_cast<uint32_t>(n));
       attach_panels(w.w);
-      const Shape s{1, n, 96};
+      const Shape s{1, n, k};
       const auto x = test::spread_values(s.ldx(), 5, -6, 6);
       const auto bias = test::spread_values(n, 3, -4, 4);
       const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
