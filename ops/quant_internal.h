@@ -106,12 +106,12 @@ void set_int8_vnni_allowed(bool allowed);
 // tests and bench/quant_matmul_bench turn it off to cover / time the tiled path.
 bool int8_fused_allowed();
 void set_int8_fused_allowed(bool allowed);
-// How many streams at once a decode step (one row of x) reads a thread's
-// range of panels as (default 3: SmolLM2 / Qwen2.5-0.5B / Gemma-3-270M decode 1.11x /
-// 1.12x / 1.16x one stream on Zen 2; 4 and 5 were no faster, 7 and 8 slower
-// in the kernels). 1: front to back in one stream, as bench/
-// quant_matmul_bench's --one-stream times beside it. Clamped to
-// 1 .. kMaxDecodeStreams.
+// Into how many runs, read at once, a decode step (one row of x) splits a
+// thread's range of panels: default 3 (decode 1.11x on SmolLM2 Q4_0, 1.12x
+// on Qwen2.5-0.5B Q4_K_M, 1.16x on Gemma-3-270M Q4_K_M against 1, on Zen 2;
+// 4 and 5 were no faster, 7 and 8 slower in the kernels). 1 reads the range
+// front to back as one stream (bench/quant_matmul_bench --one-stream times
+// it beside the default). Clamped to 1 .. kMaxDecodeStreams.
 constexpr int kMaxDecodeStreams = 8;
 int int8_decode_streams();
 void set_int8_decode_streams(int streams);
