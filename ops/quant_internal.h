@@ -111,7 +111,8 @@ void set_int8_fused_allowed(bool allowed);
 // on Qwen2.5-0.5B Q4_K_M, 1.16x on Gemma-3-270M Q4_K_M against 1, on Zen 2;
 // 4 and 5 were no faster, 7 and 8 slower in the kernels). 1 reads the range
 // front to back as one stream (bench/quant_matmul_bench --one-stream times
-// it beside the default). Clamped to 1 .. kMaxDecodeStreams.
+// it beside the default). The types with a min (Q4_1, Q5_1) take two at
+// most. Clamped to 1 .. kMaxDecodeStreams.
 constexpr int kMaxDecodeStreams = 8;
 int int8_decode_streams();
 void set_int8_decode_streams(int streams);
