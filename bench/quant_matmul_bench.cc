@@ -182,17 +182,16 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
       quant::set_int8_fused_allowed(true);
       if (!quant_has_panel_layout(t)) continue;
       for (QuantMatrix& mc : mats) attach_panels(mc);  // the int8 mode as a GGUF loads it
-      const double sec = bench(copies, budget, [&](int64_t c) {
+      const auto panels_int8 = [&](int64_t c) {
         quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8}, pool);
-      });
-      report((std::string(name) + " i8p").c_str(), s, m, q.bytes(), sec);
+      };
+      report((std::string(name) + " i8p").c_str(), s, m, q.bytes(),
+             bench(copies, budget, panels_int8));
       if (o.one_stream && m == 1) {  // the same, reading each range as one stream
+        const int streams = quant::int8_decode_streams();
         quant::set_int8_decode_streams(1);
-        const double sec1 = bench(copies, budget, [&](int64_t c) {
-          quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8},
-                       pool);
-        });
-        quant::set_int8_decode_streams(3);
+        const double sec1 = bench(copies, budget, panels_int8);
+        quant::set_int8_decode_streams(streams);
         report((std::string(name) + " i8p1").c_str(), s, m, q.bytes(), sec1);
       }
     }

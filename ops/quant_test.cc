@@ -187,6 +187,7 @@ TEST(QuantMatmul, DecodeStreamsEqualReference) {
       const auto x = test::spread_values(s.ldx(), 5, -6, 6);
       const auto bias = test::spread_values(n, 3, -4, 4);
       const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+      const int default_streams = quant::int8_decode_streams();
       every_target([&] {
         for (int streams : {3, 2, 1}) {
           SCOPED_TRACE("streams " + std::to_string(streams));
@@ -195,7 +196,7 @@ TEST(QuantMatmul, DecodeStreamsEqualReference) {
           expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &two), ref);
         }
       });
-      quant::set_int8_decode_streams(3);
+      quant::set_int8_decode_streams(default_streams);
     }
   }
 }
