@@ -16,7 +16,10 @@ FileMapping map_regular_file(const std::filesystem::path& path, uint64_t min_siz
                              const std::string& header) {
   const std::string p = path.string();
   const auto errno_str = [] { return std::string(std::strerror(errno)); };
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+  // before fstat could refuse it (a FIFO named model.safetensors hung a
+  // load); it changes nothing for a regular file, which is only mapped.
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw FileError(p + ": cannot open: " + errno_str());
   struct Closer {
     int fd;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include "base/test_util.h"
 
@@ -157,6 +158,16 @@ TEST(Safetensors, MissingFileIsFileError) {
   TempDir dir;
   expect_error<FileError>([&] { SafetensorsFile::open(dir / "absent.safetensors"); },
                           {"absent.safetensors"});
+}
+
+// A FIFO in a model folder (hostile or mistaken) is refused at once: opening
+// it for reading used to wait for a writer that never came.
+TEST(Safetensors, FifoIsRefusedWithoutWaiting) {
+  TempDir dir;
+  const auto fifo = dir / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error<FileError>([&] { SafetensorsFile::open(fifo); },
+                          {"model.safetensors", "not a regular file"});
 }
 
 TEST(Safetensors, FileShorterThanEightBytes) {
