@@ -210,6 +210,8 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
        info.weight_bytes > 0 ? info.weight_bytes : info.num_parameters * bytes_per_param},
       {"quantized_matrices", info.quantized_matrices},
       {"panel_matrices", info.panel_matrices},
+      {"quant_cache_hits", info.quant_cache_hits},
+      {"quant_cache_stores", info.quant_cache_stores},
       {"max_kv_cache_bytes", max_cache_bytes},
       {"load_seconds", load_s},
       {"ttft_prompt_tokens", a.ttft_prompt},

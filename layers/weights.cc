@@ -164,23 +164,58 @@ PackedMatrix WeightLoader::pack_quant(std::vector<std::shared_ptr<const QuantMat
   return pack_quantized(std::move(parts), numerics_.int8 ? QuantMode::kInt8 : QuantMode::kExact);
 }
 
-PackedMatrix WeightLoader::quantize_f32(const std::string& name, const std::vector<float>& w,
-                                        int64_t n, int64_t k) const {
+PackedMatrix WeightLoader::quantize(const std::string& name, int64_t n, int64_t k,
+                                    const QuantCacheSource& source,
+                                    const std::function<std::vector<float>()>& read) const {
   const std::optional<QuantType> t = quant_mix_type(numerics_, mix_model_, {name, k});
   if (!t) {
     // Rows that fit no block type stay as they are (llama-quantize writes F16 there).
+    const std::vector<float> w = read();
     return numerics_.bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
   }
   if (!can_quantize(*t)) {
     throw InvalidArgument("quantize: hubzoo has no quantizer for " + std::string(quant_name(*t)));
   }
-  auto q =
-      std::make_shared<QuantMatrix>(quantize_matrix(*t, w.data(), n, k, *ThreadPool::shared(0)));
+  // The rows come from the quantize-on-load cache where it holds them (the
+  // stored weights then never even become floats), else from the quantizer,
+  // and then go into the cache: either way they are a file's pages, which (as
+  // quant_view does with a GGUF's) are dropped as the panels are made and read
+  // back should anything else need them. Without a cache the owned rows stay
+  // resident beside the panels: the exact kernels and other SIMD targets read them.
+  const QuantCacheShape shape{*t, n, k, quant_row_bytes(*t, k)};
+  QuantCacheKey key;
+  std::optional<QuantCacheEntry> cached;
+  if (quant_cache_.enabled()) {
+    key = quant_cache_key(kQuantizerRevision, *t, n, k, source);
+    cached = quant_cache_.find(key, shape);
+    cache_hits_ += cached ? 1 : 0;
+  }
+  auto q = std::make_shared<QuantMatrix>();
+  if (!cached) {
+    *q = quantize_matrix(*t, read().data(), n, k, *ThreadPool::shared(0));
+    if (quant_cache_.enabled()) cached = quant_cache_.store(key, shape, q->data);
+    cache_stores_ += cached ? 1 : 0;
+  }
+  if (cached) {
+    *q = QuantMatrix();
+    q->type = *t;
+    q->n = n;
+    q->k = k;
+    q->row_bytes = shape.row_bytes;
+    q->data = cached->rows.get();
+    q->keep = cached->rows;
+  }
   if (numerics_.int8 && panels_allowed_ && quant_reads_panels(*t)) {
-    // As quant_view does for a file's blocks. The owned rows stay: the exact
-    // kernels and other SIMD targets read them, and unlike a mapping's pages
-    // they cannot be dropped and read back.
-    attach_panels(*q, {}, &arena_);
+    uint64_t done = 0;
+    attach_panels(
+        *q,
+        [&](int64_t rows) {
+          if (!cached) return;
+          const uint64_t to = static_cast<uint64_t>(rows * q->row_bytes);
+          cached->release(done, to);
+          done = to;
+        },
+        &arena_);
     ++panels_;
   }
   return pack_quant({std::move(q)});
@@ -220,7 +255,14 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   const TensorInfo& info = claim(name, {n, k});
   if (info.quant) return pack_quant({quant_view(name, info, n, k, 0)});
   if (numerics_.quantize && !bf16_fp32_only_) {
-    PackedMatrix q = quantize_f32(name, read_f32(name, info), n, k);
+    const QuantCacheSource source{
+        ckpt_->view(name).data,
+        static_cast<uint64_t>(num_elements(info.shape)) * dtype_size(info.dtype),
+        info.dtype,
+        info.quant,
+        &info.row_order,
+        info.add};
+    PackedMatrix q = quantize(name, n, k, source, [&] { return read_f32(name, info); });
     ckpt_->release(name);
     return q;
   }
@@ -318,9 +360,17 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   out.reserve(count * parts);
   for (int64_t b = 0; b < count * parts; ++b) {
     const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
-    convert_to_f32(info.dtype, src, tmp.data(), block);
-    out.push_back(mark_activations(numerics_.quantize ? quantize_f32(name, tmp, rows, k)
-                                                      : pack(tmp.data(), rows, k)));
+    if (numerics_.quantize) {
+      const QuantCacheSource source{src, block * dtype_size(info.dtype), info.dtype, {}, nullptr,
+                                    0.0f};
+      out.push_back(mark_activations(quantize(name, rows, k, source, [&] {
+        convert_to_f32(info.dtype, src, tmp.data(), block);
+        return tmp;
+      })));
+    } else {
+      convert_to_f32(info.dtype, src, tmp.data(), block);
+      out.push_back(mark_activations(pack(tmp.data(), rows, k)));
+    }
     bytes_ += out.back().bytes();
   }
   ckpt_->release(name);

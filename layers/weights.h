@@ -3,11 +3,13 @@
 // with a stated reason; finish() reports whatever is left.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "io/quant_cache.h"
 #include "io/safetensors.h"
 #include "layers/hub_quant.h"
 #include "layers/numerics.h"
@@ -102,6 +104,11 @@ class WeightLoader {
   int64_t panel_matrices() const { return panels_; }
   // Bytes of every weight taken, as kept for compute (packed, quantized or float32).
   int64_t bytes() const { return bytes_; }
+  // --quantize results read from the quantize-on-load cache, and written to it
+  // (io/quant_cache.h; QuantCache::from_env() unless set_quant_cache says otherwise).
+  int64_t quant_cache_hits() const { return cache_hits_; }
+  int64_t quant_cache_stores() const { return cache_stores_; }
+  void set_quant_cache(QuantCache cache) { quant_cache_ = std::move(cache); }
 
  private:
   const TensorInfo& claim(const std::string& name, const Shape& shape);
@@ -115,9 +122,12 @@ class WeightLoader {
   std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,
                                                 int64_t n, int64_t k, int64_t first_row) const;
   PackedMatrix pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const;
-  // w [n, k] quantized to the type --quantize gives `name` (layers/quant_mix.h).
-  PackedMatrix quantize_f32(const std::string& name, const std::vector<float>& w, int64_t n,
-                            int64_t k) const;
+  // The [n, k] matrix `name`, stored as `source` and read as floats by `read`
+  // (called only where the quantize-on-load cache misses), quantized to the
+  // type --quantize gives it (layers/quant_mix.h).
+  PackedMatrix quantize(const std::string& name, int64_t n, int64_t k,
+                        const QuantCacheSource& source,
+                        const std::function<std::vector<float>()>& read) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   mutable int64_t quantized_ = 0;
@@ -129,6 +139,8 @@ class WeightLoader {
   int64_t bytes_ = 0;
   bool bf16_fp32_only_ = false;
   QuantMixModel mix_model_;
+  QuantCache quant_cache_ = QuantCache::from_env();
+  mutable int64_t cache_hits_ = 0, cache_stores_ = 0;
   std::optional<HubQuant> hub_;
   std::map<std::string, bool> used_;
   std::map<std::string, std::string> ignored_;

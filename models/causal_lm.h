@@ -48,6 +48,9 @@ struct ModelInfo {
   int64_t weight_bytes = 0;        // resident, as packed for compute
   int64_t quantized_matrices = 0;  // matrices kept block-quantized
   int64_t panel_matrices = 0;      // of their parts, those the int8 kernels read as panels
+  // --quantize: matrices read from the quantize-on-load cache, and written to it
+  // (io/quant_cache.h).
+  int64_t quant_cache_hits = 0, quant_cache_stores = 0;
   Numerics numerics;
   // Where the tokenizer comes from: the GGUF file, else the snapshot folder.
   const std::filesystem::path& tokenizer_source() const {

@@ -66,6 +66,8 @@ Decoder::Decoder(const LoadContext& ctx, const DecoderSpec& spec)
   for (const LayerSpec& l : spec_.layers) info_.causal = info_.causal && !l.attn.bidirectional;
   info_.quantized_matrices = w.quantized_matrices();
   info_.panel_matrices = w.panel_matrices();
+  info_.quant_cache_hits = w.quant_cache_hits();
+  info_.quant_cache_stores = w.quant_cache_stores();
   info_.weight_bytes = w.bytes();
   if (ctx.numerics.int8 && info_.quantized_matrices == 0) {
     throw ConfigError(

@@ -153,6 +153,14 @@ void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
 bool quant_reads_panels(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].
+//
+// kQuantizerRevision names what the quantizers compute: the quantize-on-load
+// cache (io/quant_cache.h) keys its entries by it, so any change to the bytes
+// any quantizer writes must come with a new revision, or a cache would hand
+// out the old bytes. The test QuantizerRevision.CoversEveryQuantizer holds a
+// digest of every quantizer's output on fixed inputs for this revision and
+// fails, asking for both to be updated, when the output moves.
+constexpr uint32_t kQuantizerRevision = 1;
 QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);
 // Rows of several matrices (same type and k, no k_perm) stacked into one owned matrix.
 QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts);

@@ -16,6 +16,10 @@
 #include "ops/quant_internal.h"
 #include "ops/test_values.h"
 
+// Header-only (libxxhash-dev): the digests of QuantizerRevision.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace hubzoo {
 namespace {
 
@@ -122,6 +126,41 @@ void every_target(Body body) {
     EXPECT_STREQ(quant_target_name(), hwy::TargetName(target));
     body();
     hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+// kQuantizerRevision (ops/quant.h) keys the quantize-on-load cache: this
+// digest of every quantizer's output, on inputs that reach their edge cases
+// (zero, tiny and large magnitudes, rows of one sign), is what revision 1
+// writes. Output that moves fails here: give the quantizers a new revision
+// and record its digests, or a cache would serve the old bytes.
+TEST(QuantizerRevision, CoversEveryQuantizer) {
+  static_assert(kQuantizerRevision == 1, "record the new revision's digests below");
+  const std::pair<QuantType, uint64_t> expected[] = {
+      {QuantType::Q8_0, 0x9a874d3ed6aacf14}, {QuantType::Q4_0, 0x0d1532769315677b},
+      {QuantType::Q4_1, 0xe922c9e2d56aa51b}, {QuantType::Q5_0, 0x52bed50a2ebb3063},
+      {QuantType::Q5_1, 0x1b313e9b9d265e34}, {QuantType::Q4_K, 0x9d923f48beaa284a},
+      {QuantType::Q5_K, 0x5dbd58da0368826b}, {QuantType::Q6_K, 0x31438d4ca61486b4}};
+  const int64_t n = 6, k = 512;
+  std::vector<float> w = test::spread_values(n * k, 11, -12, 6);
+  std::fill_n(w.begin(), k, 0.0f);                                 // a zero row
+  for (int64_t c = 0; c < k; ++c) w[k + c] = std::fabs(w[k + c]);  // one sign
+  for (int64_t c = 0; c < k; ++c) w[2 * k + c] = -std::fabs(w[2 * k + c]);
+  for (int64_t c = 0; c < k; ++c) w[3 * k + c] *= 1e-30f;  // subnormal scales
+  ThreadPool one(1), three(3);
+  for (ThreadPool* pool : {&one, &three}) {
+    for (const auto& [type, digest] : expected) {
+      ASSERT_TRUE(can_quantize(type)) << quant_name(type);
+      const QuantMatrix q = quantize_matrix(type, w.data(), n, k, *pool);
+      EXPECT_EQ(XXH3_64bits(q.data, static_cast<size_t>(q.bytes())), digest) << quant_name(type);
+    }
+  }
+  for (int t = 0; t < 256; ++t) {  // every type the quantizers know is covered
+    const auto type = static_cast<QuantType>(t);
+    if (!can_quantize(type)) continue;
+    EXPECT_TRUE(std::any_of(std::begin(expected), std::end(expected),
+                            [&](const auto& e) { return e.first == type; }))
+        << quant_name(type) << " has a quantizer and no digest";
   }
 }
 

@@ -82,6 +82,8 @@ class PyCausalLM {
     d["config"] = i.config_json;
     d["quantized_matrices"] = i.quantized_matrices;
     d["panel_matrices"] = i.panel_matrices;
+    d["quant_cache_hits"] = i.quant_cache_hits;
+    d["quant_cache_stores"] = i.quant_cache_stores;
     d["weight_bytes"] = i.weight_bytes;
     d["vocab_size"] = i.vocab_size;
     d["hidden_size"] = i.hidden_size;

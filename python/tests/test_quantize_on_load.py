@@ -114,6 +114,31 @@ def test_quantize_cli(hubzoo_bin, checkpoint):
     assert proc.returncode != 0 and "int8" in proc.stderr
 
 
+def test_quantize_on_load_cache(hz, checkpoint, tmp_path, monkeypatch):
+    """quantize= stores each matrix's blocks in the quantize-on-load cache
+    ($HUBZOO_QUANT_CACHE, io/quant_cache.h); the next load of the same weights reads
+    them back and quantizes nothing; both give the logits a load without a cache
+    gives, bit for bit, in the exact and the int8 mode."""
+    path, _ = checkpoint
+    cache = tmp_path / "quantized"
+    prompt = PROMPT[None]
+    monkeypatch.setenv("HUBZOO_QUANT_CACHE", "off")
+    plain = {
+        m: hz.CausalLM.from_pretrained(path, quantize="q4_k_m", mode=m) for m in ("fused", "int8")
+    }
+    assert plain["int8"].info["quant_cache_hits"] == plain["int8"].info["quant_cache_stores"] == 0
+    monkeypatch.setenv("HUBZOO_QUANT_CACHE", str(cache))
+    first = hz.CausalLM.from_pretrained(path, quantize="q4_k_m", mode="fused")
+    stored = first.info["quant_cache_stores"]
+    assert stored >= first.info["quantized_matrices"] > 0 and first.info["quant_cache_hits"] == 0
+    assert sorted(p.suffix for p in cache.iterdir()) == [".hzq"] * stored
+    for mode in ("fused", "int8"):
+        again = hz.CausalLM.from_pretrained(path, quantize="q4_k_m", mode=mode)
+        assert (again.info["quant_cache_hits"], again.info["quant_cache_stores"]) == (stored, 0)
+        assert np.array_equal(again.forward(prompt), plain[mode].forward(prompt)), mode
+    assert np.array_equal(first.forward(prompt), plain["fused"].forward(prompt))
+
+
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k"])
 def test_quantize_on_load_int8_mode_keeps_panels(hz, checkpoint, qtype):
     """mode="int8" on blocks quantized at load keeps them as panels where the CPU's int8
