@@ -82,30 +82,34 @@ bool WeightLoader::transformed(const TensorInfo& info) {
 }
 
 std::vector<float> WeightLoader::read_f32(const std::string& name, const TensorInfo& info) const {
-  const TensorView v = ckpt_->view(name);
-  const int64_t numel = num_elements(info.shape);
   const int64_t rows = info.shape.empty() ? 1 : info.shape[0];
-  const int64_t cols = rows > 0 ? numel / rows : 0;
+  const int64_t numel = num_elements(info.shape);
   std::vector<float> out(static_cast<size_t>(numel));
-  if (info.quant) {  // a small tensor (a norm) or an explicit fallback: dequantized rows
-    const int64_t row_bytes = quant_row_bytes(*info.quant, cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(*info.quant, static_cast<const uint8_t*>(v.data) + r * row_bytes,
-                     out.data() + r * cols, cols);
-    }
-  } else {
-    convert_to_f32(info.dtype, v.data, out.data(), out.size());
-  }
-  if (!info.row_order.empty()) {
-    std::vector<float> stored = out;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(stored.data() + info.row_order[r] * cols, cols, out.data() + r * cols);
-    }
-  }
-  if (info.add != 0.0f) {
-    for (float& x : out) x += info.add;
-  }
+  read_f32_rows(name, info, 0, rows, out.data());
   return out;
+}
+
+void WeightLoader::read_f32_rows(const std::string& name, const TensorInfo& info, int64_t r0,
+                                 int64_t r1, float* out) const {
+  const TensorView v = ckpt_->view(name);
+  const int64_t rows = info.shape.empty() ? 1 : info.shape[0];
+  const int64_t cols = rows > 0 ? num_elements(info.shape) / rows : 0;
+  const auto* base = static_cast<const uint8_t*>(v.data);
+  // A quantized tensor (a small one, a norm, or an explicit fallback): dequantized rows.
+  const int64_t row_bytes = info.quant ? quant_row_bytes(*info.quant, cols)
+                                       : cols * static_cast<int64_t>(dtype_size(info.dtype));
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t stored = info.row_order.empty() ? r : info.row_order[r];
+    float* row = out + (r - r0) * cols;
+    if (info.quant) {
+      dequantize_row(*info.quant, base + stored * row_bytes, row, cols);
+    } else {
+      convert_to_f32(info.dtype, base + stored * row_bytes, row, static_cast<size_t>(cols));
+    }
+    if (info.add != 0.0f) {
+      for (int64_t c = 0; c < cols; ++c) row[c] += info.add;
+    }
+  }
 }
 
 // A quantized checkpoint tensor as a QuantMatrix: a view of the mapped blocks
@@ -165,12 +169,12 @@ PackedMatrix WeightLoader::pack_quant(std::vector<std::shared_ptr<const QuantMat
 }
 
 PackedMatrix WeightLoader::quantize(const std::string& name, int64_t n, int64_t k,
-                                    const QuantCacheSource& source,
-                                    const std::function<std::vector<float>()>& read) const {
+                                    const QuantCacheSource& source, const RowReader& read) const {
   const std::optional<QuantType> t = quant_mix_type(numerics_, mix_model_, {name, k});
   if (!t) {
     // Rows that fit no block type stay as they are (llama-quantize writes F16 there).
-    const std::vector<float> w = read();
+    std::vector<float> w(static_cast<size_t>(n * k));
+    read(0, n, w.data());
     return numerics_.bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
   }
   if (!can_quantize(*t)) {
@@ -192,7 +196,7 @@ PackedMatrix WeightLoader::quantize(const std::string& name, int64_t n, int64_t 
   }
   auto q = std::make_shared<QuantMatrix>();
   if (!cached) {
-    *q = quantize_matrix(*t, read().data(), n, k, *ThreadPool::shared(0));
+    *q = quantize_matrix_chunked(*t, n, k, read, *ThreadPool::shared(0));
     if (quant_cache_.enabled()) cached = quant_cache_.store(key, shape, q->data);
     cache_stores_ += cached ? 1 : 0;
   }
@@ -262,7 +266,9 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
         info.quant,
         &info.row_order,
         info.add};
-    PackedMatrix q = quantize(name, n, k, source, [&] { return read_f32(name, info); });
+    PackedMatrix q = quantize(name, n, k, source, [&](int64_t r0, int64_t r1, float* out) {
+      read_f32_rows(name, info, r0, r1, out);
+    });
     ckpt_->release(name);
     return q;
   }
@@ -355,7 +361,7 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   TensorView v = ckpt_->view(name);
   const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
   const size_t block = static_cast<size_t>(rows * k);
-  std::vector<float> tmp(block);
+  std::vector<float> tmp(numerics_.quantize ? 0 : block);  // --quantize reads rows in chunks
   std::vector<PackedMatrix> out;
   out.reserve(count * parts);
   for (int64_t b = 0; b < count * parts; ++b) {
@@ -363,10 +369,11 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
     if (numerics_.quantize) {
       const QuantCacheSource source{src, block * dtype_size(info.dtype), info.dtype, {}, nullptr,
                                     0.0f};
-      out.push_back(mark_activations(quantize(name, rows, k, source, [&] {
-        convert_to_f32(info.dtype, src, tmp.data(), block);
-        return tmp;
-      })));
+      out.push_back(
+          mark_activations(quantize(name, rows, k, source, [&](int64_t r0, int64_t r1, float* to) {
+            convert_to_f32(info.dtype, src + r0 * k * dtype_size(info.dtype), to,
+                           static_cast<size_t>((r1 - r0) * k));
+          })));
     } else {
       convert_to_f32(info.dtype, src, tmp.data(), block);
       out.push_back(mark_activations(pack(tmp.data(), rows, k)));

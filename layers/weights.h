@@ -122,12 +122,16 @@ class WeightLoader {
   std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,
                                                 int64_t n, int64_t k, int64_t first_row) const;
   PackedMatrix pack_quant(std::vector<std::shared_ptr<const QuantMatrix>> parts) const;
-  // The [n, k] matrix `name`, stored as `source` and read as floats by `read`
-  // (called only where the quantize-on-load cache misses), quantized to the
-  // type --quantize gives it (layers/quant_mix.h).
+  // Rows [r0, r1) of the tensor as float32 with its transforms applied, into out.
+  void read_f32_rows(const std::string& name, const TensorInfo& info, int64_t r0, int64_t r1,
+                     float* out) const;
+  // read(r0, r1, out): rows [r0, r1) of a matrix as floats.
+  using RowReader = std::function<void(int64_t r0, int64_t r1, float* out)>;
+  // The [n, k] matrix `name`, stored as `source` and read as floats a chunk of
+  // rows at a time by `read` (only where the quantize-on-load cache misses),
+  // quantized to the type --quantize gives it (layers/quant_mix.h).
   PackedMatrix quantize(const std::string& name, int64_t n, int64_t k,
-                        const QuantCacheSource& source,
-                        const std::function<std::vector<float>()>& read) const;
+                        const QuantCacheSource& source, const RowReader& read) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   mutable int64_t quantized_ = 0;

@@ -162,6 +162,14 @@ bool quant_reads_panels(QuantType t);
 // fails, asking for both to be updated, when the output moves.
 constexpr uint32_t kQuantizerRevision = 1;
 QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool);
+// The same bytes, W read kQuantizeChunkFloats at a time (whole rows) through
+// read(r0, r1, out), out holding (r1 - r0) * k floats: a loader converting
+// stored weights never holds a large matrix as floats all at once (SmolLM2's
+// embedding is 113 MB of them).
+constexpr int64_t kQuantizeChunkFloats = int64_t{1} << 20;
+QuantMatrix quantize_matrix_chunked(QuantType t, int64_t n, int64_t k,
+                                    const std::function<void(int64_t, int64_t, float*)>& read,
+                                    ThreadPool& pool);
 // Rows of several matrices (same type and k, no k_perm) stacked into one owned matrix.
 QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts);
 // Rows reordered: out row i is w row rows[i] (GGUF's q/k permutation undone).

@@ -134,7 +134,10 @@ void quantize_row(QuantType t, const float* x, void* blocks, int64_t k) {
   }
 }
 
-QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool) {
+namespace {
+// An owned matrix of t's blocks for [n, k] weights, to be filled: its rows'
+// buffer in out (kept alive by the matrix).
+QuantMatrix owned_quant_matrix(QuantType t, int64_t n, int64_t k, uint8_t*& out) {
   if (n < 0) throw InvalidArgument("quantize_matrix: negative row count");
   QuantMatrix m;
   m.type = t;
@@ -144,14 +147,39 @@ QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, T
   if (!can_quantize(t)) {
     throw InvalidArgument("quantize: no quantizer for " + std::string(quant_name(t)));
   }
-  if (n > 0 && !w) throw InvalidArgument("quantize_matrix: null weights");
   auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(m.bytes()));
-  uint8_t* dst = buf->data();
+  out = buf->data();
+  m.data = buf->data();
+  m.keep = buf;
+  return m;
+}
+}  // namespace
+
+QuantMatrix quantize_matrix(QuantType t, const float* w, int64_t n, int64_t k, ThreadPool& pool) {
+  uint8_t* dst;
+  QuantMatrix m = owned_quant_matrix(t, n, k, dst);
+  if (n > 0 && !w) throw InvalidArgument("quantize_matrix: null weights");
   pool.parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) quantize_row(t, w + r * k, dst + r * m.row_bytes, k);
   });
-  m.data = buf->data();
-  m.keep = buf;
+  return m;
+}
+
+QuantMatrix quantize_matrix_chunked(QuantType t, int64_t n, int64_t k,
+                                    const std::function<void(int64_t, int64_t, float*)>& read,
+                                    ThreadPool& pool) {
+  uint8_t* buf;
+  QuantMatrix m = owned_quant_matrix(t, n, k, buf);
+  const int64_t chunk = std::max<int64_t>(1, kQuantizeChunkFloats / std::max<int64_t>(1, k));
+  std::vector<float> rows(static_cast<size_t>(std::min(n, chunk) * k));
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk);
+    read(r0, r1, rows.data());
+    uint8_t* dst = buf + r0 * m.row_bytes;
+    pool.parallel_for(r1 - r0, 1, [&](int64_t a, int64_t b) {
+      for (int64_t r = a; r < b; ++r) quantize_row(t, &rows[r * k], dst + r * m.row_bytes, k);
+    });
+  }
   return m;
 }
 

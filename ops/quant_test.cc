@@ -164,6 +164,33 @@ TEST(QuantizerRevision, CoversEveryQuantizer) {
   }
 }
 
+// Chunked quantization writes the bytes of the whole-matrix call, reading
+// every row once, in order, in chunks of whole rows of at most
+// kQuantizeChunkFloats floats.
+TEST(QuantizeMatrix, ChunkedEqualsWhole) {
+  ThreadPool pool(2);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4100, 512}, {3, 256}, {2049, 512}}) {
+    const std::vector<float> w = test::spread_values(n * k, 5, -8, 4);
+    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K}) {
+      const QuantMatrix whole = quantize_matrix(t, w.data(), n, k, pool);
+      int64_t next = 0;
+      const QuantMatrix chunked = quantize_matrix_chunked(
+          t, n, k,
+          [&](int64_t r0, int64_t r1, float* out) {
+            EXPECT_EQ(r0, next);
+            EXPECT_LE((r1 - r0) * k, kQuantizeChunkFloats);
+            std::copy_n(w.data() + r0 * k, (r1 - r0) * k, out);
+            next = r1;
+          },
+          pool);
+      EXPECT_EQ(next, n);
+      ASSERT_EQ(chunked.bytes(), whole.bytes());
+      EXPECT_EQ(std::memcmp(chunked.data, whole.data, static_cast<size_t>(whole.bytes())), 0)
+          << quant_name(t) << " n " << n;
+    }
+  }
+}
+
 TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
   ThreadPool pool(3);
   for (QuantType t : kAll) {
