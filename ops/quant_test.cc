@@ -169,7 +169,8 @@ TEST(QuantizerRevision, CoversEveryQuantizer) {
 // kQuantizeChunkFloats floats.
 TEST(QuantizeMatrix, ChunkedEqualsWhole) {
   ThreadPool pool(2);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4100, 512}, {3, 256}, {2049, 512}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{4100, 512}, {3, 256}, {2049, 512}}) {
+    const int64_t n = shape.first, k = shape.second;  // (a lambda below captures them)
     const std::vector<float> w = test::spread_values(n * k, 5, -8, 4);
     for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K}) {
       const QuantMatrix whole = quantize_matrix(t, w.data(), n, k, pool);

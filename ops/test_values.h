@@ -17,7 +17,14 @@ inline std::vector<float> spread_values(int64_t count, uint32_t seed, int min_ex
   std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(min_exp, max_exp);
   std::vector<float> v(count);
-  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
+  for (auto& x : v) {
+    // In sequence: as two arguments of one call, the draws' order was the
+    // compiler's (GCC drew the exponent first, clang the mantissa), and so
+    // were the values.
+    const int e = exponent(rng);
+    const float m = mantissa(rng);
+    x = std::ldexp(m, e);
+  }
   return v;
 }
 
