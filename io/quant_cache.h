@@ -19,9 +19,10 @@
 // processes storing the same key both leave a valid one.
 //
 // The key covers the quantizer's input (the stored bytes and how they become
-// floats, n, k), the block type and the quantizers' revision (kQuantizerRevision, ops/quant.h):
-// an entry can only be read back by code that would have written the same
-// bytes. Nothing is ever evicted: `rm -r` the directory to reclaim the space.
+// floats, n, k), the block type and the quantizers' revision
+// (kQuantizerRevision, ops/quant.h): an entry can only be read back by code
+// that would have written the same bytes. Nothing is ever evicted: `rm -r` the directory to reclaim
+// the space.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-
 #include <vector>
 
 #include "tensor/dtype.h"
