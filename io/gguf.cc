@@ -550,11 +550,7 @@ void GgufFile::release(const GgufTensorInfo& t, uint64_t from, uint64_t to) cons
 
 void GgufFile::release_pages(const uint8_t* begin, const uint8_t* end) const {
   if (!map_) return;  // parsed from the caller's memory: not ours to drop
-  // Only whole pages inside the range: neighbours may share the edge pages.
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(end) / page * page;
-  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  release_whole_pages(begin, end);
 }
 
 }  // namespace hubzoo

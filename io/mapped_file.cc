@@ -47,4 +47,11 @@ FileMapping map_regular_file(const std::filesystem::path& path, uint64_t min_siz
   return {static_cast<const uint8_t*>(m), static_cast<size_t>(size)};
 }
 
+void release_whole_pages(const void* begin, const void* end) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(end) / page * page;
+  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace hubzoo

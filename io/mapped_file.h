@@ -19,4 +19,9 @@ struct FileMapping {
 FileMapping map_regular_file(const std::filesystem::path& path, uint64_t min_size,
                              const std::string& header);
 
+// Drops the resident pages of a read-only file mapping that lie wholly
+// inside [begin, end) (neighbours may share the edge pages); they read back
+// from the file if touched again.
+void release_whole_pages(const void* begin, const void* end);
+
 }  // namespace hubzoo

@@ -145,12 +145,7 @@ QuantCacheKey quant_cache_key(uint32_t revision, QuantType t, int64_t n, int64_t
 }
 
 void QuantCacheEntry::release(uint64_t from, uint64_t to) const {
-  // Only whole pages inside the range: its neighbours may still be read.
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto base = reinterpret_cast<uintptr_t>(rows.get());
-  const uintptr_t lo = (base + std::min(from, bytes) + page - 1) / page * page;
-  const uintptr_t hi = (base + std::min(to, bytes)) / page * page;
-  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  release_whole_pages(rows.get() + std::min(from, bytes), rows.get() + std::min(to, bytes));
 }
 
 QuantCache QuantCache::from_env() {

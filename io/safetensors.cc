@@ -180,13 +180,7 @@ void SafetensorsFile::release(const std::string& name) const {
   if (it == tensors_.end()) {
     throw TensorMappingError(path_.string() + ": no tensor '" + name + "'");
   }
-  // Only whole pages inside the tensor's range: neighbours may share the edge pages.
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data_ + it->second.begin);
-  const auto end = reinterpret_cast<uintptr_t>(data_ + it->second.end);
-  const uintptr_t lo = (begin + page - 1) / page * page;
-  const uintptr_t hi = end / page * page;
-  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  release_whole_pages(data_ + it->second.begin, data_ + it->second.end);
 }
 
 // ---- Checkpoint ----------------------------------------------------------------
