@@ -306,18 +306,138 @@ HWY_INLINE __m256i Broadcast4(const int8_t* x) {
   return _mm256_set1_epi32(v);
 }
 
+// Half h (weight rows 8h .. 8h + 7) of one K panel block against one row
+// of x's 256 activations of that block: qx its codes, dx its scale, xs its
+// group sums; acc += the 8 rows' products.
+template <QuantType t>
+HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float dx,
+                              const int32_t* xs, __m256& acc) {
+  constexpr bool kSix = t == QuantType::Q6_K;
+  constexpr int64_t kGroups = kSix ? 16 : 8;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const auto load = [&](int64_t at) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h));
+  };
+  const auto half = [&](int64_t at) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h)));
+  };
+  const __m256 d = half(0);
+  __m256i I = _mm256_setzero_si256();
+  if constexpr (!kSix) {
+    const __m256 neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
+    const __m256i s0 = load(64), s1 = load(128), s2 = load(192);
+    const __m256i six = _mm256_set1_epi8(0x3F), top = _mm256_set1_epi8(0x30);
+    const __m256i sc03 = _mm256_and_si256(s0, six), mn03 = _mm256_and_si256(s1, six);
+    const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(s2, low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(s0, 2), top));
+    const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(s1, 2), top));
+    constexpr int64_t kCodes = t == QuantType::Q5_K ? 768 : 256;
+    constexpr int kRun = t == QuantType::Q5_K ? 4 : 8;
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i sc_lo = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c) % 4);
+      const __m256i sc_hi = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
+      __m256i lo16 = _mm256_setzero_si256(), hi16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m256i codes = load(kCodes + 64 * (8 * c + v));
+        __m256i lo = _mm256_and_si256(codes, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), low4);
+        if constexpr (t == QuantType::Q5_K) {
+          const __m256i qh = load(256 + 64 * v), bit4 = _mm256_set1_epi8(0x10);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(ShiftBits256(qh, 4 - 2 * c), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(ShiftBits256(qh, 3 - 2 * c), bit4));
+        }
+        const int8_t* x = qx + 64 * c + 4 * v;
+        lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(lo, Broadcast4(x)));
+        hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(hi, Broadcast4(x + 32)));
+        if (v % kRun == kRun - 1) {
+          I = _mm256_add_epi32(
+              I, _mm256_add_epi32(_mm256_madd_epi16(lo16, sc_lo), _mm256_madd_epi16(hi16, sc_hi)));
+          lo16 = hi16 = _mm256_setzero_si256();
+        }
+      }
+    }
+    // J = sum over groups of min * (x's group sum), |sum| < 2^15: the
+    // min zero-extended in each dword times the sum's low int16.
+    __m256i J = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int g = 0; g < kGroups; ++g) {
+      const __m256i mn = DwordByte256(g < 4 ? mn03 : mn47, g % 4);
+      J = _mm256_add_epi32(J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[g] & 0xFFFF)));
+    }
+    const __m256 dxv = _mm256_set1_ps(dx);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I), acc);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(neg_dmin, dxv), _mm256_cvtepi32_ps(J), acc);
+  } else {
+    // Q6_K: half k of the block, quads q of its 32-byte runs; code
+    // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
+    const __m256i top = _mm256_set1_epi8(0x30);
+    __m256i offset = _mm256_setzero_si256();  // sum over groups of scale * (x's group sum)
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+#pragma GCC unroll 2
+      for (int qq = 0; qq < 2; ++qq) {
+        // The int8 scales of groups 8k + 2s + qq (s: which 32-column
+        // run), sign-extended: per dword, in both int16 halves (sc2) and
+        // as the dword (sc4).
+        __m256i sc2[4], sc4[4];
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+          const int g = 8 * k + 2 * s + qq;
+          const __m256i sv = load(32 + 64 * (g / 4));
+          sc4[s] = _mm256_srai_epi32(_mm256_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
+          sc2[s] = _mm256_srai_epi16(_mm256_slli_epi16(DwordBytePair(sv, g % 4), 8), 8);
+          offset = _mm256_add_epi32(offset,
+                                    _mm256_madd_epi16(sc4[s], _mm256_set1_epi32(xs[g] & 0xFFFF)));
+        }
+        __m256i dot16[4];
+        for (int s = 0; s < 4; ++s) dot16[s] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+          const int64_t at = 288 + 768 * (2 * k + qq) + 64 * (q - 4 * qq);
+          const __m256i qh = load(at), lo = load(at + 256), hi = load(at + 512);
+          const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(lo, low4),
+                                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
+                                _mm256_or_si256(_mm256_and_si256(hi, low4),
+                                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
+                                                _mm256_and_si256(qh, top)),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), low4),
+                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top))};
+          const int8_t* x = qx + 128 * k + 4 * q;
+#pragma GCC unroll 4
+          for (int s = 0; s < 4; ++s)
+            dot16[s] =
+                _mm256_add_epi16(dot16[s], _mm256_maddubs_epi16(u[s], Broadcast4(x + 32 * s)));
+          if (q % 2 == 1) {  // a run of two quads
+            for (int s = 0; s < 4; ++s) {
+              I = _mm256_add_epi32(I, _mm256_madd_epi16(dot16[s], sc2[s]));
+              dot16[s] = _mm256_setzero_si256();
+            }
+          }
+        }
+      }
+    }
+    I = _mm256_sub_epi32(I, _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(I), acc);
+  }
+}
+
 // One row of x against S streams of K panels: stream sp is `count` panels
 // of 16 weight rows from row first[sp] on, read front to back, prefetched up
 // to row stop[sp] (as Panel256Streams: one stream per thread left the memory
-// idle between the prefetcher's requests).
+// idle between the prefetcher's requests). The streams take turns block by
+// block, each in its own pass of the loop: unrolled over the streams, the
+// compiler interleaved them and spilled (1 thread, cache-resident Q4_K
+// 896x4864: 205 us with three streams against 130 us with one).
 template <QuantType t, int S>
 HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, const GroupSums& sums,
                             int64_t rc, int64_t r, const int64_t* first, const int64_t* stop,
                             int64_t count, int64_t n1) {
-  constexpr int R = 1;
   constexpr int64_t kBlock = kKPanelBlock<t>;
-  constexpr bool kSix = t == QuantType::Q6_K;
-  constexpr int64_t kGroups = kSix ? 16 : 8;
+  constexpr int64_t kGroups = t == QuantType::Q6_K ? 16 : 8;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 256;
   const auto panel_at = [&](int64_t row) {
@@ -329,184 +449,35 @@ HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, con
     blks[sp] = panel_at(first[sp]);
     ends[sp] = std::min(panel_at(stop[sp]), all_end);
   }
-  const int8_t* qx[R];
-  const float* dx[R];
-  const int32_t* xs[R];
-  for (int i = 0; i < R; ++i) {
-    const quant::Int8Row row = acts.row(r + i);
-    qx[i] = row.qx;
-    dx[i] = row.dx;
-    xs[i] = sums.sum.data() + (r + i - rc) * (w.k / sums.group);
-  }
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const quant::Int8Row row = acts.row(r);
+  const int32_t* const row_sums = sums.sum.data() + (r - rc) * (w.k / sums.group);
   for (int64_t panel = 0; panel < count; ++panel) {
-    __m256 accs[S][R][2];
-    for (int sp = 0; sp < S; ++sp) {
-      for (int i = 0; i < R; ++i) accs[sp][i][0] = accs[sp][i][1] = _mm256_setzero_ps();
-    }
+    __m256 accs[S][2];
+    for (int sp = 0; sp < S; ++sp) accs[sp][0] = accs[sp][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-#pragma GCC unroll 4
+#pragma GCC unroll 1
       for (int sp = 0; sp < S; ++sp) {
         const uint8_t* const blk = blks[sp];
-        const uint8_t* const end = ends[sp];
-        __m256(&acc)[R][2] = accs[sp];
-
         const uint8_t* const ahead =
-            blk + kKPanelAhead<t> * kBlock < end ? blk + kKPanelAhead<t> * kBlock : nullptr;
+            blk + kKPanelAhead<t> * kBlock < ends[sp] ? blk + kKPanelAhead<t> * kBlock : nullptr;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           if (ahead) {  // half the block kKPanelAhead ahead per half of this one
             for (int64_t o = h * kBlock / 2 / 64 * 64; o < (h + 1) * kBlock / 2; o += 64)
               hwy::Prefetch(ahead + o);
           }
-          const auto load = [&](int64_t at) {
-            return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h));
-          };
-          const auto half = [&](int64_t at) {
-            return _mm256_cvtph_ps(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h)));
-          };
-          const __m256 d = half(0);
-          __m256i I[R];
-          for (int i = 0; i < R; ++i) I[i] = _mm256_setzero_si256();
-          if constexpr (!kSix) {
-            const __m256 neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
-            const __m256i s0 = load(64), s1 = load(128), s2 = load(192);
-            const __m256i six = _mm256_set1_epi8(0x3F), top = _mm256_set1_epi8(0x30);
-            const __m256i sc03 = _mm256_and_si256(s0, six), mn03 = _mm256_and_si256(s1, six);
-            const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(s2, low4),
-                                                 _mm256_and_si256(_mm256_srli_epi16(s0, 2), top));
-            const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4),
-                                                 _mm256_and_si256(_mm256_srli_epi16(s1, 2), top));
-            constexpr int64_t kCodes = t == QuantType::Q5_K ? 768 : 256;
-            constexpr int kRun = t == QuantType::Q5_K ? 4 : 8;
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) {
-              const __m256i sc_lo = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c) % 4);
-              const __m256i sc_hi = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
-              __m256i lo16[R], hi16[R];
-              for (int i = 0; i < R; ++i) lo16[i] = hi16[i] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-              for (int v = 0; v < 8; ++v) {
-                const __m256i codes = load(kCodes + 64 * (8 * c + v));
-                __m256i lo = _mm256_and_si256(codes, low4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), low4);
-                if constexpr (t == QuantType::Q5_K) {
-                  const __m256i qh = load(256 + 64 * v), bit4 = _mm256_set1_epi8(0x10);
-                  lo = _mm256_or_si256(lo, _mm256_and_si256(ShiftBits256(qh, 4 - 2 * c), bit4));
-                  hi = _mm256_or_si256(hi, _mm256_and_si256(ShiftBits256(qh, 3 - 2 * c), bit4));
-                }
-#pragma GCC unroll 4
-                for (int i = 0; i < R; ++i) {
-                  const int8_t* x = qx[i] + b * 256 + 64 * c + 4 * v;
-                  lo16[i] = _mm256_add_epi16(lo16[i], _mm256_maddubs_epi16(lo, Broadcast4(x)));
-                  hi16[i] = _mm256_add_epi16(hi16[i], _mm256_maddubs_epi16(hi, Broadcast4(x + 32)));
-                }
-                if (v % kRun == kRun - 1) {
-                  for (int i = 0; i < R; ++i) {
-                    I[i] =
-                        _mm256_add_epi32(I[i], _mm256_add_epi32(_mm256_madd_epi16(lo16[i], sc_lo),
-                                                                _mm256_madd_epi16(hi16[i], sc_hi)));
-                    lo16[i] = hi16[i] = _mm256_setzero_si256();
-                  }
-                }
-              }
-            }
-            for (int i = 0; i < R; ++i) {
-              // J = sum over groups of min * (x's group sum), |sum| < 2^15: the
-              // min zero-extended in each dword times the sum's low int16.
-              __m256i J = _mm256_setzero_si256();
-#pragma GCC unroll 8
-              for (int g = 0; g < kGroups; ++g) {
-                const __m256i mn = DwordByte256(g < 4 ? mn03 : mn47, g % 4);
-                J = _mm256_add_epi32(
-                    J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[i][b * kGroups + g] & 0xFFFF)));
-              }
-              const __m256 dxv = _mm256_set1_ps(dx[i][b]);
-              acc[i][h] =
-                  _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I[i]), acc[i][h]);
-              acc[i][h] =
-                  _mm256_fmadd_ps(_mm256_mul_ps(neg_dmin, dxv), _mm256_cvtepi32_ps(J), acc[i][h]);
-            }
-          } else {
-            // Q6_K: half k of the block, quads q of its 32-byte runs; code
-            // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
-            const __m256i top = _mm256_set1_epi8(0x30);
-            __m256i offset[R];  // sum over groups of scale * (x's group sum)
-            for (int i = 0; i < R; ++i) offset[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int k = 0; k < 2; ++k) {
-#pragma GCC unroll 2
-              for (int qq = 0; qq < 2; ++qq) {
-                // The int8 scales of groups 8k + 2s + qq (s: which 32-column
-                // run), sign-extended: per dword, in both int16 halves (sc2) and
-                // as the dword (sc4).
-                __m256i sc2[4], sc4[4];
-#pragma GCC unroll 4
-                for (int s = 0; s < 4; ++s) {
-                  const int g = 8 * k + 2 * s + qq;
-                  const __m256i sv = load(32 + 64 * (g / 4));
-                  sc4[s] = _mm256_srai_epi32(_mm256_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
-                  sc2[s] = _mm256_srai_epi16(_mm256_slli_epi16(DwordBytePair(sv, g % 4), 8), 8);
-                  for (int i = 0; i < R; ++i) {
-                    offset[i] = _mm256_add_epi32(
-                        offset[i], _mm256_madd_epi16(
-                                       sc4[s], _mm256_set1_epi32(xs[i][b * kGroups + g] & 0xFFFF)));
-                  }
-                }
-                __m256i dot16[R][4];
-                for (int i = 0; i < R; ++i) {
-                  for (int s = 0; s < 4; ++s) dot16[i][s] = _mm256_setzero_si256();
-                }
-#pragma GCC unroll 4
-                for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-                  const int64_t at = 288 + 768 * (2 * k + qq) + 64 * (q - 4 * qq);
-                  const __m256i qh = load(at), lo = load(at + 256), hi = load(at + 512);
-                  const __m256i u[4] = {
-                      _mm256_or_si256(_mm256_and_si256(lo, low4),
-                                      _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-                      _mm256_or_si256(_mm256_and_si256(hi, low4),
-                                      _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
-                                      _mm256_and_si256(qh, top)),
-                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), low4),
-                                      _mm256_and_si256(_mm256_srli_epi16(qh, 2), top))};
-#pragma GCC unroll 4
-                  for (int i = 0; i < R; ++i) {
-                    const int8_t* x = qx[i] + b * 256 + 128 * k + 4 * q;
-#pragma GCC unroll 4
-                    for (int s = 0; s < 4; ++s) {
-                      dot16[i][s] = _mm256_add_epi16(
-                          dot16[i][s], _mm256_maddubs_epi16(u[s], Broadcast4(x + 32 * s)));
-                    }
-                  }
-                  if (q % 2 == 1) {  // a run of two quads
-                    for (int i = 0; i < R; ++i) {
-                      for (int s = 0; s < 4; ++s) {
-                        I[i] = _mm256_add_epi32(I[i], _mm256_madd_epi16(dot16[i][s], sc2[s]));
-                        dot16[i][s] = _mm256_setzero_si256();
-                      }
-                    }
-                  }
-                }
-              }
-            }
-            for (int i = 0; i < R; ++i) {
-              I[i] = _mm256_sub_epi32(I[i], _mm256_slli_epi32(offset[i], 5));
-              acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx[i][b])),
-                                          _mm256_cvtepi32_ps(I[i]), acc[i][h]);
-            }
-          }
+          KBlockHalf256<t>(blk, h, row.qx + b * 256, row.dx[b], row_sums + b * kGroups,
+                           accs[sp][h]);
         }
         blks[sp] += kBlock;
       }
     }
     for (int sp = 0; sp < S; ++sp) {
-      const int64_t row = first[sp] + panel * kPanelRows;
+      const int64_t first_row = first[sp] + panel * kPanelRows;
       alignas(32) float out[kPanelRows];
-      _mm256_store_ps(out, accs[sp][0][0]);
-      _mm256_store_ps(out + 8, accs[sp][0][1]);
-      StorePanelRow(out, a, r, row, std::min(kPanelRows, n1 - row));
+      _mm256_store_ps(out, accs[sp][0]);
+      _mm256_store_ps(out + 8, accs[sp][1]);
+      StorePanelRow(out, a, r, first_row, std::min(kPanelRows, n1 - first_row));
     }
   }
 }
