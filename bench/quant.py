@@ -12,8 +12,9 @@ round, the engines' order reversed every other round so a change in machine load
   llama.cpp      llama-bench and llama-batched-bench on the same file
 Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time (hubzoo's
 own), seconds from starting a server (`hubzoo serve`, `llama-server`) to its first 200 from
-/health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (file bytes read per token /
-read bandwidth measured by build/bench/machine_bench just before each engine's run).
+/health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (the file's bytes a
+decode step reads / read bandwidth measured by build/bench/machine_bench just before each engine's
+run; see bytes_read_per_token).
 Writes bench/results/quant.{json,md}.
 """
 
@@ -52,6 +53,18 @@ def quantized_from_f32(llama_dir: Path, f32: Path, types: list[str]) -> dict[str
             tmp.rename(dst)
         out[dst.stem] = dst
     return out
+
+
+def bytes_read_per_token(path: Path) -> int:
+    """The file's bytes one decode step reads: every tensor's data once, except an untied
+    model's token_embd (a step looks up one of its rows; llama.cpp and hubzoo both then read
+    output.weight for the logits). Not the header and its vocabulary, read only at load.
+    For Qwen2.5-Coder-0.5B Q4_K_M that is 392 of the file's 491 MB; a tied model (SmolLM2,
+    Gemma 3) reads its token_embd whole as the output matrix."""
+    import gguf
+    sizes = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(path).tensors}
+    untied_embedding = sizes.get("token_embd.weight", 0) if "output.weight" in sizes else 0
+    return sum(sizes.values()) - untied_embedding
 
 
 def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
@@ -119,6 +132,7 @@ def main():
         engines = {f"hubzoo {m}": (lambda m=m, p=path: hubzoo_gguf(build, p, m, a)) for m in modes}
         engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a, ready=True)
         runs = {e: [] for e in engines}
+        read_bytes = bytes_read_per_token(path)
         # The read bandwidth just before each engine's run: a shared machine's moves within a
         # round (37-70 GB/s in one), and an engine's run takes tens of seconds.
         read_gbs = {e: [] for e in engines}
@@ -136,12 +150,13 @@ def main():
             ok = [x for x in r if "error" not in x]
             med[e] = median_engine(ok) if ok else {"error": r[0]["error"]}
             # decode b1 against the bound measured just before its run, then the median over rounds
-            ratios = [fig(x, "decode", "batch", 1) * path.stat().st_size / (gbs * 1e9)
+            ratios = [fig(x, "decode", "batch", 1) * read_bytes / (gbs * 1e9)
                       for x, gbs in zip(r, read_gbs[e]) if "error" not in x and fig(x, "decode", "batch", 1)]
             if ratios:
                 med[e]["bound_ratio"] = statistics.median(ratios)
                 med[e]["bound_ratio_rounds"] = ratios
-        report["files"][name] = {"path": str(path), "bytes": path.stat().st_size, "engines": med,
+        report["files"][name] = {"path": str(path), "bytes": path.stat().st_size,
+                                 "bytes_read_per_token": read_bytes, "engines": med,
                                  "read_gbs_runs": read_gbs,
                                  "read_gbs_rounds": [g for gs in read_gbs.values() for g in gs]}
     report["load_average_end"] = os.getloadavg()
@@ -162,15 +177,16 @@ def write_markdown(r: dict, path: Path) -> None:
              f"rounds, engines alternating. Load average {' '.join(f'{x:.2f}' for x in r['load_average_start'])} "
              f"at the start, {' '.join(f'{x:.2f}' for x in r['load_average_end'])} at the end. "
              f"Command: `{r['command']}`.", "",
-             "| file | MB | engine | decode b1 | b4 | b16 | prefill 512 | load s | server ready s | peak RSS MB | "
+             "| file | MB | MB read / token | engine | decode b1 | b4 | b16 | prefill 512 | load s | server ready s | peak RSS MB | "
              "RSS / (file + KV) | b1 / llama.cpp | b4 | b16 | prefill / llama.cpp | b1 / bandwidth bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, f in r["files"].items():
         ll = f["engines"].get("llama.cpp", {})
-        bound = lim["read_gbs"] * 1e9 / f["bytes"]
+        read_mb = f"{f['bytes_read_per_token'] / 1e6:.0f}" if "bytes_read_per_token" in f else "-"
+        bound = lim["read_gbs"] * 1e9 / f.get("bytes_read_per_token", f["bytes"])
         for e, x in f["engines"].items():
             if "error" in x:
-                lines.append(f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | failed: {x['error'][-120:]!r} |"
+                lines.append(f"| {name} | {f['bytes'] / 1e6:.0f} | {read_mb} | {e} | failed: {x['error'][-120:]!r} |"
                              + " |" * 12)
                 continue
             d = [fig(x, "decode", "batch", b) for b in (1, 4, 16)]
@@ -186,14 +202,15 @@ def write_markdown(r: dict, path: Path) -> None:
 
             rss, kv = x.get("peak_rss_bytes"), x.get("max_kv_cache_bytes")
             lines.append(
-                f"| {name} | {f['bytes'] / 1e6:.0f} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
+                f"| {name} | {f['bytes'] / 1e6:.0f} | {read_mb} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
                 f"{val(x.get('load_seconds'), '.2f')} | {val(x.get('ready_seconds'), '.2f')} | "
                 f"{val(rss / 1e6 if rss else None, '.0f')} | "
                 f"{ratio(rss, f['bytes'] + kv) if rss and kv is not None else '-'} | "
                 + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if e != "llama.cpp" else "- | - | -")
                 + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | "
                 + (f"{x['bound_ratio']:.2f} |" if "bound_ratio" in x else f"{ratio(d[0], bound)} |"))
-    lines += ["", "Bandwidth bound: read bandwidth / file bytes (every weight read once per decode step); "
+    lines += ["", "Bandwidth bound: read bandwidth / the file's bytes a decode step reads (MB read / token: "
+              "every tensor once, except an untied model's token embeddings, of which a step reads one row); "
               "b1 / bandwidth bound is the median over rounds of each run's decode against the "
               "bandwidth measured just before that run (a shared machine's bandwidth moves "
               "between runs: " + "; ".join(
