@@ -111,8 +111,9 @@ bool can_quantize(QuantType t);
 // ((p * (k / block_elems)) + b) * 16 * block_bytes. The 32-weight GGML types
 // Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0:
 //   d[16] (fp16, row l's scale), then m[16] (fp16, Q4_1 / Q5_1's min), then
-//   (Q5) eight 64-bit masks: mask v < 4 has bit 4l + i = row l's high bit of
-//   element 4v + i, mask 4 + v that of element 16 + 4v + i; then the codes:
+//   (Q5) 64 bytes of bit planes: byte 4l + i has bit v < 4 = row l's high bit
+//   of element 4v + i, bit 4 + v that of element 16 + 4v + i (a byte's bits
+//   one shift from the fifth bit of its 8 codes); then the codes:
 //   4-bit types: four 64-byte vectors, vector v holding at bytes 4l .. 4l + 3
 //   row l's qs[4v .. 4v + 3] (low nibble element 4v + i, high 16 + 4v + i);
 //   Q8_0: eight 64-byte vectors, vector q holding at byte 4l + i row l's

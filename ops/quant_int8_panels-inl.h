@@ -41,11 +41,11 @@ template <QuantType t>
 constexpr bool kPanelMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
 template <QuantType t>
 constexpr bool kPanelQ5 = t == QuantType::Q5_0 || t == QuantType::Q5_1;
-// Byte offsets in a panel block: the Q5 masks, the codes (d at 0, m at 32).
+// Byte offsets in a panel block: the Q5 bit planes, the codes (d at 0, m at 32).
 template <QuantType t>
-constexpr int64_t kPanelMasksAt = kPanelMin<t> ? 64 : 32;
+constexpr int64_t kPanelPlanesAt = kPanelMin<t> ? 64 : 32;
 template <QuantType t>
-constexpr int64_t kPanelCodesAt = kPanelMasksAt<t> + (kPanelQ5<t> ? 64 : 0);
+constexpr int64_t kPanelCodesAt = kPanelPlanesAt<t> + (kPanelQ5<t> ? 64 : 0);
 template <QuantType t>
 constexpr int64_t kPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
 
@@ -92,12 +92,17 @@ HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m51
       u[4 + v] = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
     }
     if constexpr (kPanelQ5<t>) {
-      alignas(64) uint64_t masks[8];
-      std::memcpy(masks, blk + kPanelMasksAt<t>, sizeof(masks));
+      // Quad q's fifth bits are bit q of the planes' bytes, shifted to bit 4
+      // (within a byte: a 16-bit shift by at most 4 brings no bit of the
+      // neighbouring byte to bit 4).
+      const __m512i planes = _mm512_loadu_si512(blk + kPanelPlanesAt<t>);
       const __m512i bit4 = _mm512_set1_epi8(16);
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q)
-        u[q] = _mm512_or_si512(u[q], _mm512_maskz_mov_epi8(_cvtu64_mask64(masks[q]), bit4));
+      for (int q = 0; q < 8; ++q) {
+        const __m512i at4 = q <= 4 ? _mm512_sll_epi16(planes, _mm_cvtsi32_si128(4 - q))
+                                   : _mm512_srl_epi16(planes, _mm_cvtsi32_si128(q - 4));
+        u[q] = _mm512_or_si512(u[q], _mm512_and_si512(at4, bit4));
+      }
     }
   }
 }
@@ -326,18 +331,17 @@ HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a,
       u[4 + v] = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
     }
     if constexpr (kPanelQ5<t>) {
-      // Mask q's bits 32h .. 32h + 31 spread to bytes: byte j gets bit j.
-      const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-      const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+      // As PanelBlock: quad q's fifth bits are bit q of the planes' bytes
+      // (a shift and a mask per quad; spreading a 32-bit mask to bytes took
+      // a broadcast, a shuffle and a compare).
+      const __m256i planes =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPanelPlanesAt<t> + 32 * h));
       const __m256i bit4 = _mm256_set1_epi8(16);
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
-        uint32_t m;
-        std::memcpy(&m, blk + kPanelMasksAt<t> + 8 * q + 4 * h, sizeof(m));
-        const __m256i bytes = _mm256_and_si256(
-            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), spread), bit);
-        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(_mm256_cmpeq_epi8(bytes, bit), bit4));
+        const __m256i at4 = q <= 4 ? _mm256_sll_epi16(planes, _mm_cvtsi32_si128(4 - q))
+                                   : _mm256_srl_epi16(planes, _mm_cvtsi32_si128(q - 4));
+        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(at4, bit4));
       }
     }
   }

@@ -19,13 +19,14 @@ constexpr int64_t kReportPanels = 1024 / kRows;  // attach_panels' `read` every 
 
 // Where a GGML block keeps its parts: the fp16 scale d at 0, the fp16 min m
 // (Q4_1 / Q5_1), the 32 high bits qh (Q5), and the codes qs. A panel block
-// holds the 16 rows' d, then their m, then the qh bits as 8 masks, then the
-// codes: panel_m(), panel_masks() and panel_codes() are where.
+// holds the 16 rows' d, then their m, then the qh bits as 64 bytes of bit
+// planes, then the codes: panel_m(), panel_planes() and panel_codes() are
+// where.
 struct BlockParts {
   int64_t m = -1, qh = -1, qs = 2;
   static constexpr int64_t panel_m() { return 2 * kRows; }
-  constexpr int64_t panel_masks() const { return panel_m() + (m >= 0 ? 2 * kRows : 0); }
-  constexpr int64_t panel_codes() const { return panel_masks() + (qh >= 0 ? 64 : 0); }
+  constexpr int64_t panel_planes() const { return panel_m() + (m >= 0 ? 2 * kRows : 0); }
+  constexpr int64_t panel_codes() const { return panel_planes() + (qh >= 0 ? 64 : 0); }
 };
 constexpr BlockParts block_parts(QuantType t) {
   switch (t) {
@@ -51,8 +52,7 @@ constexpr BlockParts block_parts(QuantType t) {
 // source is then read as one sequential stream (the loader's mapped file,
 // mostly not in any cache) while the panel, tens of KB, stays in cache; 16
 // interleaved 34-byte streams left the packing waiting on memory (~2.5x the
-// time of a copy of the same bytes). The qh masks of the Q5 types are OR-ed
-// in, so the caller zeroes them first.
+// time of a copy of the same bytes).
 template <QuantType T>
 void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
                     int64_t block_bytes, uint8_t* panel) {
@@ -61,18 +61,18 @@ void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
   for (int64_t b = 0; b < nb; ++b, row += row_step) {
     uint8_t* const d = panel + b * panel_block;
     uint8_t* const m = d + parts.panel_m();
-    uint8_t* const masks_at = d + parts.panel_masks();
+    uint8_t* const planes = d + parts.panel_planes();
     uint8_t* const codes = d + parts.panel_codes();
     std::memcpy(d + 2 * l, row, 2);
     if constexpr (parts.m >= 0) std::memcpy(m + 2 * l, row + parts.m, 2);
     if constexpr (parts.qh >= 0) {
       uint32_t qh;
       std::memcpy(&qh, row + parts.qh, 4);
-      for (int v = 0; v < 8; ++v) {
-        uint64_t mask;
-        std::memcpy(&mask, masks_at + 8 * v, 8);
-        mask |= static_cast<uint64_t>((qh >> (4 * (v % 4) + 16 * (v / 4))) & 0xF) << (4 * l);
-        std::memcpy(masks_at + 8 * v, &mask, 8);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t plane = 0;
+        for (int v = 0; v < 8; ++v)
+          plane |= static_cast<uint8_t>(((qh >> (4 * (v % 4) + 16 * (v / 4) + i)) & 1) << v);
+        planes[4 * l + i] = plane;
       }
     }
     if constexpr (T == QuantType::Q8_0) {
@@ -91,11 +91,6 @@ void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
 // Panel p of w (rows 16p .. 16p + 15, zero blocks past w.n) into `panel`.
 template <QuantType T>
 void pack_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes, uint8_t* panel) {
-  constexpr BlockParts parts = block_parts(T);
-  if constexpr (parts.qh >= 0) {
-    for (int64_t b = 0; b < nb; ++b)
-      std::memset(panel + b * kRows * block_bytes + parts.panel_masks(), 0, 64);
-  }
   static constexpr uint8_t kZero[64] = {};  // a row past the matrix: zero blocks
   for (int64_t l = 0; l < kRows; ++l) {
     const int64_t r = p * kRows + l;
@@ -113,14 +108,12 @@ void unpack_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* bloc
   std::memcpy(block, in + 2 * l, 2);
   if (parts.m >= 0) std::memcpy(block + parts.m, in + parts.panel_m() + 2 * l, 2);
   if (parts.qh >= 0) {
-    uint64_t masks[8];
-    std::memcpy(masks, in + parts.panel_masks(), sizeof(masks));
+    const uint8_t* const planes = in + parts.panel_planes();
     uint32_t qh = 0;
-    for (int v = 0; v < 4; ++v) {
-      for (int i = 0; i < 4; ++i) {
-        qh |= static_cast<uint32_t>((masks[v] >> (4 * l + i)) & 1) << (4 * v + i);
-        qh |= static_cast<uint32_t>((masks[4 + v] >> (4 * l + i)) & 1) << (16 + 4 * v + i);
-      }
+    for (int i = 0; i < 4; ++i) {
+      for (int v = 0; v < 8; ++v)
+        qh |= static_cast<uint32_t>((planes[4 * l + i] >> v) & 1)
+              << (4 * (v % 4) + 16 * (v / 4) + i);
     }
     std::memcpy(block + parts.qh, &qh, 4);
   }
