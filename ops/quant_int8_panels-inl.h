@@ -49,18 +49,20 @@ constexpr int64_t kPanelCodesAt = kPanelPlanesAt<t> + (kPanelQ5<t> ? 64 : 0);
 template <QuantType t>
 constexpr int64_t kPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
 
-// A range's panels are one stream, prefetched kPanelAhead blocks ahead up
-// to its end: the hardware prefetcher alone stops at every 4 KiB page
-// (SmolLM2 Q4_0 decode: 309 -> 363 tok/s). 16 blocks are 4.5 KiB of Q4_0 and
-// 8.5 KiB of Q8_0; 2, 8 and 16 KiB of Q4_0 were slower.
-constexpr int64_t kPanelAhead = 16;
+// A range's panels are one stream, prefetched kPanelAhead blocks (~4.5 KiB)
+// ahead up to its end: the hardware prefetcher alone stops at every 4 KiB
+// page (SmolLM2 Q4_0 decode: 309 -> 363 tok/s). For Q4_0 that is 16 blocks;
+// 2, 8 and 16 KiB were slower. Q8_0 took 16 blocks too (8.5 KiB) until its
+// 8 decoded the SmolLM2 Q8_0 file 1.06-1.12x as fast (AVX2, 4 of 4 pairs).
+template <QuantType t>
+constexpr int64_t kPanelAhead = std::max<int64_t>(1, 4608 / kPanelBlock<t>);
 template <QuantType t>
 HWY_INLINE const uint8_t* PanelsEnd(const QuantMatrix& w, int64_t n1) {
   return w.panels.get() + (n1 + kPanelRows - 1) / kPanelRows * (w.k / 32) * kPanelBlock<t>;
 }
 template <QuantType t>
 HWY_INLINE void PrefetchAhead(const uint8_t* blk, const uint8_t* end) {
-  const uint8_t* ahead = blk + kPanelAhead * kPanelBlock<t>;
+  const uint8_t* ahead = blk + kPanelAhead<t> * kPanelBlock<t>;
   if (ahead >= end) return;
 #pragma GCC unroll 9
   for (int64_t o = 0; o < kPanelBlock<t>; o += 64) hwy::Prefetch(ahead + o);
