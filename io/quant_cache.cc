@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +114,35 @@ std::string env(const char* name) {
 
 }  // namespace
 
+uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument(what + ": '" + text.substr(0, 64) + "' " + why +
+                           " (a byte count, optionally with K, M, G or T)");
+  };
+  size_t i = 0;
+  uint64_t value = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (value > (UINT64_MAX - digit) / 10) throw bad("is too large");
+    value = value * 10 + digit;
+  }
+  if (i == 0) throw bad("is not a size");
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (!unit.empty() && unit != "b") {
+    const std::string prefixes = "kmgt";
+    const size_t at = prefixes.find(unit[0]);
+    const std::string rest = unit.substr(1);
+    if (at == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib")) {
+      throw bad("has an unknown unit");
+    }
+    shift = 10 * static_cast<int>(at + 1);
+  }
+  if (value > ((uint64_t{1} << 63) >> shift)) throw bad("is too large");
+  return value << shift;
+}
+
 std::string QuantCacheKey::hex() const {
   char buf[33];
   std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(hi),
@@ -151,15 +183,18 @@ void QuantCacheEntry::release(uint64_t from, uint64_t to) const {
 QuantCache QuantCache::from_env() {
   const std::string set = env("HUBZOO_QUANT_CACHE");
   if (set == "0" || set == "off") return QuantCache();
-  if (!set.empty()) return QuantCache(set);
+  const std::string max = env("HUBZOO_QUANT_CACHE_MAX");
+  const uint64_t max_bytes =
+      max.empty() ? kQuantCacheDefaultMaxBytes : parse_byte_size(max, "HUBZOO_QUANT_CACHE_MAX");
+  if (!set.empty()) return QuantCache(set, max_bytes);
   if (const std::string root = env("HUBZOO_CACHE"); !root.empty()) {
-    return QuantCache(fs::path(root) / "quantized");
+    return QuantCache(fs::path(root) / "quantized", max_bytes);
   }
   if (const std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty()) {
-    return QuantCache(fs::path(xdg) / "hubzoo" / "quantized");
+    return QuantCache(fs::path(xdg) / "hubzoo" / "quantized", max_bytes);
   }
   if (const std::string home = env("HOME"); !home.empty()) {
-    return QuantCache(fs::path(home) / ".cache" / "hubzoo" / "quantized");
+    return QuantCache(fs::path(home) / ".cache" / "hubzoo" / "quantized", max_bytes);
   }
   return QuantCache();
 }
@@ -169,13 +204,20 @@ fs::path QuantCache::path_of(const QuantCacheKey& key) const { return dir_ / (ke
 std::optional<QuantCacheEntry> QuantCache::find(const QuantCacheKey& key,
                                                 const QuantCacheShape& shape) const {
   if (!enabled()) return std::nullopt;
-  return open_entry(path_of(key), key, shape, /*verify=*/true);
+  const fs::path path = path_of(key);
+  std::optional<QuantCacheEntry> found = open_entry(path, key, shape, /*verify=*/true);
+  // Used now: the last to go when the directory passes its bound (a cache
+  // on a read-only place keeps its old time, and still hits).
+  if (found) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  return found;
 }
 
 std::optional<QuantCacheEntry> QuantCache::store(const QuantCacheKey& key,
                                                  const QuantCacheShape& shape,
                                                  const uint8_t* rows) const {
   if (!enabled() || (shape.bytes() > 0 && !rows)) return std::nullopt;
+  const uint64_t file_bytes = kQuantCacheHeaderBytes + shape.bytes();
+  if (max_bytes_ > 0 && file_bytes > max_bytes_) return std::nullopt;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return std::nullopt;
@@ -192,9 +234,56 @@ std::optional<QuantCacheEntry> QuantCache::store(const QuantCacheKey& key,
     ::unlink(tmp.c_str());
     return std::nullopt;
   }
+  evict_for(file_bytes, final_path);
   // What was just written (or, where another process renamed its own copy
   // of this key over it since, that one: the same bytes by the key).
   return open_entry(final_path, key, shape, /*verify=*/false);
+}
+
+void QuantCache::evict_for(uint64_t incoming, const fs::path& keep) const {
+  if (max_bytes_ == 0) return;
+  const std::lock_guard<std::mutex> lock(usage_->mu);
+  if (usage_->listed) {
+    usage_->bytes += incoming;
+    if (usage_->bytes <= max_bytes_) return;
+  }
+  struct Item {
+    fs::file_time_type time;
+    fs::path path;
+    uint64_t bytes;
+  };
+  std::vector<Item> items;
+  uint64_t total = 0;
+  const fs::file_time_type stale = fs::file_time_type::clock::now() - std::chrono::hours(24);
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code entry_ec;  // an entry that vanished or cannot be read is skipped
+    if (!it->is_regular_file(entry_ec) || it->is_symlink(entry_ec)) continue;
+    const fs::file_time_type time = it->last_write_time(entry_ec);
+    const uint64_t bytes = it->file_size(entry_ec);
+    if (entry_ec) continue;
+    const fs::path& path = it->path();
+    if (path.filename().string().find(".tmp.") != std::string::npos) {
+      if (time < stale) fs::remove(path, entry_ec);  // a store that never finished
+      continue;
+    }
+    if (path.extension() != ".hzq") continue;
+    total += bytes;
+    if (path != keep) items.push_back({time, path, bytes});
+  }
+  if (total > max_bytes_) {
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+      return a.time != b.time ? a.time < b.time : a.path < b.path;
+    });
+    const uint64_t target = max_bytes_ - max_bytes_ / 8;
+    for (const Item& item : items) {
+      if (total <= target) break;
+      std::error_code remove_ec;
+      if (fs::remove(item.path, remove_ec)) total -= item.bytes;
+    }
+  }
+  usage_->listed = true;
+  usage_->bytes = total;
 }
 
 }  // namespace hubzoo

@@ -21,13 +21,24 @@
 // The key covers the quantizer's input (the stored bytes and how they become
 // floats, n, k), the block type and the quantizers' revision
 // (kQuantizerRevision, ops/quant.h): an entry can only be read back by code
-// that would have written the same bytes. Nothing is ever evicted: `rm -r` the directory to reclaim
-// the space.
+// that would have written the same bytes.
+//
+// The directory is bounded: once its entries would pass max_bytes
+// (HUBZOO_QUANT_CACHE_MAX, default kQuantCacheDefaultMaxBytes), the least
+// recently used go (a hit refreshes an entry's modification time), down to
+// 7/8 of the bound so that the next stores do not each scan the directory
+// again. An entry larger than the bound alone is not stored. The directory is
+// listed once per QuantCache (a load) and then tracked; a store that may
+// pass the bound lists it again, which also removes temporary files older
+// than a day (a store that died half-way). Entries in use by this or another
+// process may go: their mappings stay valid, and the next load quantizes
+// them again.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +49,12 @@
 namespace hubzoo {
 
 constexpr uint64_t kQuantCacheHeaderBytes = 4096;
+constexpr uint64_t kQuantCacheDefaultMaxBytes = uint64_t{32} << 30;
+
+// A size as HUBZOO_QUANT_CACHE_MAX gives it: digits, then optionally K, M,
+// G or T (powers of 1024, with or without "iB" / "B"). InvalidArgument
+// naming `what` otherwise, or past 2^63.
+uint64_t parse_byte_size(const std::string& text, const std::string& what);
 
 struct QuantCacheKey {
   uint64_t lo = 0, hi = 0;
@@ -83,14 +100,19 @@ struct QuantCacheEntry {
 class QuantCache {
  public:
   // An empty dir disables the cache: find() misses and store() keeps nothing.
-  explicit QuantCache(std::filesystem::path dir = {}) : dir_(std::move(dir)) {}
+  // max_bytes 0: unbounded.
+  explicit QuantCache(std::filesystem::path dir = {},
+                      uint64_t max_bytes = kQuantCacheDefaultMaxBytes)
+      : dir_(std::move(dir)), max_bytes_(max_bytes), usage_(std::make_shared<Usage>()) {}
   // The cache the environment asks for: $HUBZOO_QUANT_CACHE, a directory, or
   // "0" / "off" for none; unset, $HUBZOO_CACHE/quantized, else
   // $XDG_CACHE_HOME/hubzoo/quantized, else $HOME/.cache/hubzoo/quantized.
+  // Its bound: $HUBZOO_QUANT_CACHE_MAX (parse_byte_size; 0: unbounded).
   static QuantCache from_env();
 
   bool enabled() const { return !dir_.empty(); }
   const std::filesystem::path& dir() const { return dir_; }
+  uint64_t max_bytes() const { return max_bytes_; }
   std::filesystem::path path_of(const QuantCacheKey& key) const;
 
   // The entry stored under `key` if it holds rows of exactly `shape` and
@@ -98,12 +120,25 @@ class QuantCache {
   std::optional<QuantCacheEntry> find(const QuantCacheKey& key, const QuantCacheShape& shape) const;
   // Writes `rows` (shape.bytes() bytes) under `key` and returns the stored
   // entry, or nothing where the directory cannot take it (not writable, the
-  // disk full): the caller then keeps its own copy, and no partial file is left.
+  // disk full, the entry alone past max_bytes): the caller then keeps its own
+  // copy, and no partial file is left. Then evicts as above.
   std::optional<QuantCacheEntry> store(const QuantCacheKey& key, const QuantCacheShape& shape,
                                        const uint8_t* rows) const;
 
  private:
+  // The entries' bytes as last listed plus what this cache stored since
+  // (shared by copies of the cache: one load's loader and its copies).
+  struct Usage {
+    std::mutex mu;
+    bool listed = false;
+    uint64_t bytes = 0;
+  };
+  // Makes room for `incoming` more bytes (see above); `keep` is never removed.
+  void evict_for(uint64_t incoming, const std::filesystem::path& keep) const;
+
   std::filesystem::path dir_;
+  uint64_t max_bytes_ = kQuantCacheDefaultMaxBytes;
+  std::shared_ptr<Usage> usage_;
 };
 
 }  // namespace hubzoo

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/test_util.h"
 
 namespace hubzoo {
@@ -194,7 +196,8 @@ TEST(QuantCache, FromEnvironment) {
       }
     }
   } saved[] = {Saved("HUBZOO_QUANT_CACHE"), Saved("HUBZOO_CACHE"), Saved("XDG_CACHE_HOME"),
-               Saved("HOME")};
+               Saved("HOME"), Saved("HUBZOO_QUANT_CACHE_MAX")};
+  ::unsetenv("HUBZOO_QUANT_CACHE_MAX");
   ::unsetenv("HUBZOO_QUANT_CACHE");
   ::unsetenv("HUBZOO_CACHE");
   ::unsetenv("XDG_CACHE_HOME");
@@ -206,10 +209,91 @@ TEST(QuantCache, FromEnvironment) {
   EXPECT_EQ(QuantCache::from_env().dir(), fs::path("/c/quantized"));
   ::setenv("HUBZOO_QUANT_CACHE", "/q", 1);
   EXPECT_EQ(QuantCache::from_env().dir(), fs::path("/q"));
+  EXPECT_EQ(QuantCache::from_env().max_bytes(), kQuantCacheDefaultMaxBytes);
+  ::setenv("HUBZOO_QUANT_CACHE_MAX", "64M", 1);
+  EXPECT_EQ(QuantCache::from_env().max_bytes(), uint64_t{64} << 20);
+  ::setenv("HUBZOO_QUANT_CACHE_MAX", "0", 1);  // unbounded
+  EXPECT_EQ(QuantCache::from_env().max_bytes(), 0u);
+  ::setenv("HUBZOO_QUANT_CACHE_MAX", "12X", 1);
+  try {
+    QuantCache::from_env();
+    ADD_FAILURE() << "a bad bound was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HUBZOO_QUANT_CACHE_MAX"), std::string::npos) << e.what();
+  }
   for (const char* off : {"0", "off"}) {
     ::setenv("HUBZOO_QUANT_CACHE", off, 1);
     EXPECT_FALSE(QuantCache::from_env().enabled()) << off;
   }
+}
+
+TEST(QuantCache, ParsesByteSizes) {
+  EXPECT_EQ(parse_byte_size("0", "x"), 0u);
+  EXPECT_EQ(parse_byte_size("4096", "x"), 4096u);
+  EXPECT_EQ(parse_byte_size("1k", "x"), 1024u);
+  EXPECT_EQ(parse_byte_size("2KiB", "x"), 2048u);
+  EXPECT_EQ(parse_byte_size("3MB", "x"), uint64_t{3} << 20);
+  EXPECT_EQ(parse_byte_size("32G", "x"), uint64_t{32} << 30);
+  EXPECT_EQ(parse_byte_size("1t", "x"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_byte_size("8388608T", "x"), uint64_t{1} << 63);
+  for (const char* bad : {"", "G", "-1", "1.5G", "1 G", "1P", "1Gx", "8388609T",
+                          "99999999999999999999", "18446744073709551615"}) {
+    EXPECT_THROW(parse_byte_size(bad, "x"), InvalidArgument) << bad;
+  }
+}
+
+// Entries of kShape take kFile bytes on disk.
+constexpr uint64_t kFile = kQuantCacheHeaderBytes + 100 * 68;
+
+void set_age(const fs::path& p, std::chrono::seconds age) {
+  fs::last_write_time(p, fs::file_time_type::clock::now() - age);
+}
+
+TEST(QuantCache, EvictsTheLeastRecentlyUsedPastItsBound) {
+  TempDir dir;
+  const auto rows = bytes_of(kShape.bytes(), 3);
+  const QuantCache cache(dir.path(), 3 * kFile);  // three entries
+  const QuantCacheKey k1{1, 1}, k2{2, 2}, k3{3, 3}, k4{4, 4};
+  for (const QuantCacheKey& k : {k1, k2, k3}) ASSERT_TRUE(cache.store(k, kShape, rows.data()));
+  set_age(cache.path_of(k1), std::chrono::hours(3));  // the oldest write ...
+  set_age(cache.path_of(k2), std::chrono::hours(2));
+  set_age(cache.path_of(k3), std::chrono::hours(1));
+  ASSERT_TRUE(cache.find(k1, kShape));  // ... but the latest use
+  ASSERT_TRUE(cache.store(k4, kShape, rows.data()));
+  // Four entries passed the bound: the least recently used went until 7/8 of
+  // it was left (two entries), the one just stored stays.
+  EXPECT_TRUE(fs::exists(cache.path_of(k1)));
+  EXPECT_FALSE(fs::exists(cache.path_of(k2)));
+  EXPECT_FALSE(fs::exists(cache.path_of(k3)));
+  EXPECT_TRUE(fs::exists(cache.path_of(k4)));
+  EXPECT_TRUE(cache.find(k4, kShape));
+  // A cache that lists the directory afresh counts what is there.
+  const QuantCache again(dir.path(), 2 * kFile);
+  ASSERT_TRUE(again.store(k2, kShape, rows.data()));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  EXPECT_TRUE(fs::exists(again.path_of(k2)));
+  // Unbounded: nothing goes.
+  const QuantCache unbounded(dir.path(), 0);
+  for (const QuantCacheKey& k : {k1, k3, k4}) ASSERT_TRUE(unbounded.store(k, kShape, rows.data()));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
+}
+
+TEST(QuantCache, KeepsNothingLargerThanItsBoundAndClearsDeadStores) {
+  TempDir dir;
+  const auto rows = bytes_of(kShape.bytes(), 4);
+  EXPECT_FALSE(QuantCache(dir.path(), kFile - 1).store(QuantCacheKey{1, 1}, kShape, rows.data()));
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  // Temporary files: a day old, a store that died; fresh, one under way.
+  write_file(dir / "0123.tmp.dead01", {1, 2, 3});
+  set_age(dir / "0123.tmp.dead01", std::chrono::hours(25));
+  write_file(dir / "0123.tmp.live01", {1, 2, 3});
+  write_file(dir / "notes.txt", std::vector<uint8_t>(4 * kFile, 7));  // not an entry: not counted
+  const QuantCache cache(dir.path(), 2 * kFile);
+  ASSERT_TRUE(cache.store(QuantCacheKey{1, 1}, kShape, rows.data()));
+  EXPECT_FALSE(fs::exists(dir / "0123.tmp.dead01"));
+  EXPECT_TRUE(fs::exists(dir / "0123.tmp.live01"));
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  EXPECT_TRUE(cache.find(QuantCacheKey{1, 1}, kShape));
 }
 
 }  // namespace
