@@ -260,6 +260,7 @@ void QuantCache::evict_for(uint64_t incoming, const fs::path& keep) const {
     std::error_code entry_ec;  // an entry that vanished or cannot be read is skipped
     if (!it->is_regular_file(entry_ec) || it->is_symlink(entry_ec)) continue;
     const fs::file_time_type time = it->last_write_time(entry_ec);
+    if (entry_ec) continue;
     const uint64_t bytes = it->file_size(entry_ec);
     if (entry_ec) continue;
     const fs::path& path = it->path();
