@@ -68,11 +68,13 @@ void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
     if constexpr (parts.qh >= 0) {
       uint32_t qh;
       std::memcpy(&qh, row + parts.qh, 4);
+      // Plane byte 4l + i gathers qh's bits i, 4 + i, ..., 28 + i: every
+      // fourth bit, packed in three shift-and-mask steps.
       for (int i = 0; i < 4; ++i) {
-        uint8_t plane = 0;
-        for (int v = 0; v < 8; ++v)
-          plane |= static_cast<uint8_t>(((qh >> (4 * (v % 4) + 16 * (v / 4) + i)) & 1) << v);
-        planes[4 * l + i] = plane;
+        uint32_t x = (qh >> i) & 0x11111111u;
+        x = (x | (x >> 3)) & 0x03030303u;
+        x = (x | (x >> 6)) & 0x000F000Fu;
+        planes[4 * l + i] = static_cast<uint8_t>(x | (x >> 12));
       }
     }
     if constexpr (T == QuantType::Q8_0) {
