@@ -88,13 +88,6 @@ HWY_INLINE __m512i DwordByte(__m512i v, int j) {
   return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(c));
 }
 
-// Bytes shifted by s bits within each 16-bit lane (left for s > 0): the
-// bits a mask then keeps never cross from the neighbouring byte here.
-HWY_INLINE __m512i ShiftBits(__m512i v, int s) {
-  return s >= 0 ? _mm512_sll_epi16(v, _mm_cvtsi32_si128(s))
-                : _mm512_srl_epi16(v, _mm_cvtsi32_si128(-s));
-}
-
 // R rows of x from r against the K panel of weight rows n .. n + 15.
 template <QuantType t, int R>
 HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, const GroupSums& sums,
@@ -293,11 +286,6 @@ HWY_INLINE __m256i DwordByte256(__m256i v, int j) {
       _mm256_setr_epi8(b(0), -1, -1, -1, b(4), -1, -1, -1, b(8), -1, -1, -1, b(12), -1, -1, -1,
                        b(0), -1, -1, -1, b(4), -1, -1, -1, b(8), -1, -1, -1, b(12), -1, -1, -1);
   return _mm256_shuffle_epi8(v, c);
-}
-
-HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
-  return s >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(s))
-                : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-s));
 }
 
 HWY_INLINE __m256i Broadcast4(const int8_t* x) {

@@ -73,6 +73,14 @@ HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 HWY_DIAGNOSTICS_OFF(disable : 4700, ignored "-Wuninitialized")
 
+// Bytes shifted by s bits within each 16-bit lane (left for s > 0): for
+// |s| <= 4, bit 4 of each byte then comes from that byte, never from its
+// neighbour. Also used by the K panel kernels (quant_int8_kpanels-inl.h).
+HWY_INLINE __m512i ShiftBits(__m512i v, int s) {
+  return s >= 0 ? _mm512_sll_epi16(v, _mm_cvtsi32_si128(s))
+                : _mm512_srl_epi16(v, _mm_cvtsi32_si128(-s));
+}
+
 // The block's eight column-quad vectors (quad q: columns 4q .. 4q + 3 of the
 // 16 rows, unsigned codes) and its scales a (and mins c).
 template <QuantType t>
@@ -94,17 +102,12 @@ HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m51
       u[4 + v] = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
     }
     if constexpr (kPanelQ5<t>) {
-      // Quad q's fifth bits are bit q of the planes' bytes, shifted to bit 4
-      // (within a byte: a 16-bit shift by at most 4 brings no bit of the
-      // neighbouring byte to bit 4).
+      // Quad q's fifth bits are bit q of the planes' bytes, shifted to bit 4.
       const __m512i planes = _mm512_loadu_si512(blk + kPanelPlanesAt<t>);
       const __m512i bit4 = _mm512_set1_epi8(16);
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) {
-        const __m512i at4 = q <= 4 ? _mm512_sll_epi16(planes, _mm_cvtsi32_si128(4 - q))
-                                   : _mm512_srl_epi16(planes, _mm_cvtsi32_si128(q - 4));
-        u[q] = _mm512_or_si512(u[q], _mm512_and_si512(at4, bit4));
-      }
+      for (int q = 0; q < 8; ++q)
+        u[q] = _mm512_or_si512(u[q], _mm512_and_si512(ShiftBits(planes, 4 - q), bit4));
     }
   }
 }
@@ -296,6 +299,12 @@ HWY_DIAGNOSTICS(pop)
 #endif  // AVX-512
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// ShiftBits, 256 bits at a time.
+HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
+  return s >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(s))
+                : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-s));
+}
+
 // ---- Panels without AVX512-VNNI: 256-bit vpmaddubsw over the same panels.
 // A 64-byte quad vector's first 32 bytes are rows 0 .. 7 of the panel, its
 // last 32 rows 8 .. 15: half h of a block is one __m256i per quad, a lane
@@ -340,11 +349,8 @@ HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a,
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPanelPlanesAt<t> + 32 * h));
       const __m256i bit4 = _mm256_set1_epi8(16);
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) {
-        const __m256i at4 = q <= 4 ? _mm256_sll_epi16(planes, _mm_cvtsi32_si128(4 - q))
-                                   : _mm256_srl_epi16(planes, _mm_cvtsi32_si128(q - 4));
-        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(at4, bit4));
-      }
+      for (int q = 0; q < 8; ++q)
+        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(ShiftBits256(planes, 4 - q), bit4));
     }
   }
 }
