@@ -14,7 +14,8 @@
 // the 32-weight block types the panel of 16 packed weight rows), for a
 // before / after in one run.
 // --one-stream: m = 1 on panels also with each thread's range read front to
-// back as one stream (label "i8p1"; quant::set_int8_decode_streams(1)),
+// back as one stream (label "i8p1"; quant::set_int8_decode_streams(1), no
+// long pieces),
 // against the default several streams at once ("i8p").
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -189,9 +191,12 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
              bench(copies, budget, panels_int8));
       if (o.one_stream && m == 1) {  // the same, reading each range as one stream
         const int streams = quant::int8_decode_streams();
+        const int64_t long_bytes = quant::int8_long_piece_bytes();
         quant::set_int8_decode_streams(1);
+        quant::set_int8_long_piece_bytes(std::numeric_limits<int64_t>::max());
         const double sec1 = bench(copies, budget, panels_int8);
         quant::set_int8_decode_streams(streams);
+        quant::set_int8_long_piece_bytes(long_bytes);
         report((std::string(name) + " i8p1").c_str(), s, m, q.bytes(), sec1);
       }
     }

@@ -318,6 +318,7 @@ namespace {
 std::atomic<bool> g_vnni_allowed{true};
 std::atomic<bool> g_fused_allowed{true};
 std::atomic<int> g_decode_streams{3};
+std::atomic<int64_t> g_long_piece_bytes{int64_t{4} << 20};
 }  // namespace
 bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
 void set_int8_vnni_allowed(bool allowed) { g_vnni_allowed.store(allowed); }
@@ -326,6 +327,10 @@ void set_int8_fused_allowed(bool allowed) { g_fused_allowed.store(allowed); }
 int int8_decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }
 void set_int8_decode_streams(int streams) {
   g_decode_streams.store(std::clamp(streams, 1, kMaxDecodeStreams));
+}
+int64_t int8_long_piece_bytes() { return g_long_piece_bytes.load(std::memory_order_relaxed); }
+void set_int8_long_piece_bytes(int64_t bytes) {
+  g_long_piece_bytes.store(std::max<int64_t>(0, bytes));
 }
 
 float exact_lane_dot(const float* x, const float* w, int64_t k) {

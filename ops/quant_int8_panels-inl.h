@@ -437,12 +437,13 @@ HWY_NOINLINE void Panel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, cons
 // them in flight read faster (Zen 2, SmolLM2's 49152x576 Q4_0 lm_head on 2
 // threads: 23-25 GB/s with one stream, 35-37 with three to five,
 // bench/quant_matmul_bench --one-stream). Each output's chain is
-// Panel256<t, 1>'s.
+// Panel256<t, 1>'s. Without `prefetch`, the hardware prefetchers alone
+// (quant::kLongPieceStreams).
 template <QuantType t, int S>
 HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                                   const BlockSums& sums, int64_t rc, int64_t r,
                                   const int64_t* first, const int64_t* stop, int64_t count,
-                                  int64_t n1) {
+                                  int64_t n1, bool prefetch) {
   constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
@@ -450,11 +451,12 @@ HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& act
   const auto at = [&](int64_t row) {
     return w.panels.get() + row / kPanelRows * nb * kPanelBlock<t>;
   };
-  // Each stream prefetches up to its own end (the next one's start was read long ago).
+  // Each stream prefetches up to its own end (the next one's start was read
+  // long ago); an end at its start prefetches nothing.
   const uint8_t *blk[S], *end[S];
   for (int p = 0; p < S; ++p) {
     blk[p] = at(first[p]);
-    end[p] = std::min(at(stop[p]), all_end);
+    end[p] = prefetch ? std::min(at(stop[p]), all_end) : blk[p];
   }
   const XRows<1> xs(acts, sums, rc, r, nb);
   for (int64_t i = 0; i < count; ++i) {
@@ -490,7 +492,7 @@ HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& act
 }
 
 using StreamsFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&, int64_t,
-                           int64_t, const int64_t*, const int64_t*, int64_t, int64_t);
+                           int64_t, const int64_t*, const int64_t*, int64_t, int64_t, bool);
 template <QuantType t>
 constexpr StreamsFn kStreamsOf[quant::kMaxDecodeStreams] = {
     &Panel256Streams<t, 1>, &Panel256Streams<t, 2>, &Panel256Streams<t, 3>, &Panel256Streams<t, 4>,
@@ -512,13 +514,19 @@ HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& 
     const int64_t rc_end = std::min(r1, rc + kTokenChunk);
     SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
     // The types with a min hold two more vectors per stream: three streams
-    // spill (Q4_1, 49152x576 on 2 threads: 20 GB/s with three, 24 with two).
-    if (const int streams =
-            kPanelMin<t> ? std::min(2, quant::int8_decode_streams()) : quant::int8_decode_streams();
-        rc_end - rc == 1 && streams > 1 && n1 > n0) {
+    // spill (Q4_1, 49152x576 on 2 threads: 20 GB/s with three, 24 with two),
+    // so they read no long pieces as seven either.
+    const bool long_piece =
+        !kPanelMin<t> && (n1 - n0 + kPanelRows - 1) / kPanelRows * (a.w->k / 32) * kPanelBlock<t> >=
+                             quant::int8_long_piece_bytes();
+    const int streams = long_piece     ? quant::kLongPieceStreams
+                        : kPanelMin<t> ? std::min(2, quant::int8_decode_streams())
+                                       : quant::int8_decode_streams();
+    if (rc_end - rc == 1 && streams > 1 && n1 > n0) {
       ForDecodeStreams(n0, n1, streams,
                        [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
-                         kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1);
+                         kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1,
+                                              !long_piece);
                        });
       continue;
     }

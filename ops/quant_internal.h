@@ -116,6 +116,18 @@ void set_int8_fused_allowed(bool allowed);
 constexpr int kMaxDecodeStreams = 8;
 int int8_decode_streams();
 void set_int8_decode_streams(int streams);
+// A long piece of a decode step's 32-weight panels (a thread's claim of at
+// least int8_long_piece_bytes(), default 4 MiB: an lm_head's, not a layer's
+// products in the models measured) is read as kLongPieceStreams runs with no
+// software prefetch: on huge pages the hardware prefetchers keep seven long
+// streams going, and prefetch instructions on top of seven streams slowed
+// them. Zen 2, 2 threads: Gemma-3-270M's 262144x640 Q8_0 lm_head 5.75 ->
+// 4.72 ms, Qwen2.5-0.5B's 151936x896 4.04 -> 3.32 ms. Shorter pieces keep
+// int8_decode_streams() and the prefetch (their streams are too short for
+// the hardware to find). INT64_MAX turns it off.
+constexpr int kLongPieceStreams = 7;
+int64_t int8_long_piece_bytes();
+void set_int8_long_piece_bytes(int64_t bytes);
 
 // The int8-mode order (quant.h), in scalar code: one float chain from 0.0f
 // over the blocks of `block` columns (32, or 256 for the K types) in k

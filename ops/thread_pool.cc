@@ -184,7 +184,8 @@ void ThreadPool::run_shares(uint64_t gen, int self) {
       s = own.load(std::memory_order_acquire);
       continue;
     }
-    const int64_t take = (end - next + 1) / 2;
+    // The first piece is 7/8 of the share, the rest half of what is left.
+    const int64_t take = claimed ? (end - next + 1) / 2 : (7 * (end - next) + 7) / 8;
     if (!own.compare_exchange_weak(s, share(gen, next + take, end), std::memory_order_acq_rel,
                                    std::memory_order_acquire)) {
       continue;  // s reloaded: a thief took the back

@@ -68,12 +68,14 @@ class ThreadPool {
   // parallel_for for a stream of independent work on threads that may run at
   // unequal speeds (on a shared machine one core can have a busy neighbour):
   // each thread owns the contiguous share parallel_for would give it and
-  // claims it front to back, half of what is left at a time; a thread whose
-  // share is done takes the back half of the largest share left and goes on
-  // with that as its own. Each thread still reads its share as one stream,
-  // and nobody waits for a slowed-down thread's whole share. fn(begin, end)
-  // is called once per claimed piece (about log2 of a share's grains per
-  // thread), pieces starting on multiples of grain. The rest is as
+  // claims it front to back, 7/8 of it first and then half of what is left
+  // at a time; a thread whose share is done takes the back half of the
+  // largest share left and goes on with that as its own. Each thread still
+  // reads its share as one stream, and nobody waits for a slowed-down
+  // thread's whole share (up to an eighth of it is left to take). fn(begin,
+  // end) is called once per claimed piece (about log2 of an eighth of a
+  // share's grains, plus one, per thread), pieces starting on multiples of
+  // grain. The rest is as
   // parallel_for: results must not depend on the pieces, exceptions are
   // rethrown, nested calls run inline.
   void parallel_for_balanced(int64_t n, int64_t grain, RangeFn fn);
