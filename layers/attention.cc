@@ -363,6 +363,15 @@ void attend_ring(const Chunk& c) {
       c.chunks);
 }
 
+// Whether no slot has more rows in the batch than `ring` positions.
+bool rows_fit_window(const TokenBatch& batch, const KvCache& cache, int64_t ring) {
+  std::vector<int64_t> rows(cache.num_slots(), 0);
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    if (++rows[batch.slot[t]] > ring) return false;
+  }
+  return true;
+}
+
 // One past each slot's last position; every slot's rows must be its whole
 // sequence (an empty cache), since a row sees the positions after its own.
 std::vector<int64_t> bidirectional_ends(const TokenBatch& batch, const KvCache& cache) {
@@ -434,7 +443,12 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
                           " keeps a window of " + std::to_string(ring) +
                           " positions, which does not cover the attention window");
   }
-  if (ring == 0 && store) {  // every position stays: write first, then read the cache alone
+  // A windowed layer's pages hold every position its rows see once the chunk
+  // is stored, when no slot's rows outnumber the window: the last chunk left
+  // positions [length - ring, length) and reserve() paged the chunk's own.
+  const bool paged_window = ring > 0 && store && c.online() && cache.blocked_keys(layer) &&
+                            rows_fit_window(batch, cache, ring);
+  if ((ring == 0 || paged_window) && store) {  // write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
     if (c.online() && cache.blocked_keys(layer)) {
       attend_blocked_cache(c);
@@ -446,7 +460,6 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
     }
     return;
   }
-  throw_if_blocked(cache, layer, "which the deferred-store path does not read");
   attend_ring(c);
   if (store) store_chunk(batch, k, v, cache, layer);
 }

@@ -149,7 +149,41 @@ TEST(BlockedKeyCache, SameBitsAsRowCacheWithAndWithoutWindow) {
   // Eager or softcapped scores read key rows, which a blocked cache does not have.
   KvCache other({spec}, 2);
   EXPECT_THROW(run(other, seqs, chunks, options(true, 0.0f), pool), InvalidArgument);
-  EXPECT_THROW(KvCache({KvLayerSpec{kKv, 4, true}}, 1), InvalidArgument);
+}
+
+// A windowed layer keeping blocked keys: chunks no longer than the window are
+// stored first and read from the pages (a decode step), longer ones go the
+// ring path, which gathers key rows from the blocks' lanes. Both give the
+// bits of a windowed cache of key rows, for a cache window equal to the
+// attention window and larger, in float32 and bf16.
+TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
+  ThreadPool pool(2);
+  std::vector<Rows> seqs = {random_rows(61, 11), random_rows(60, 12)};
+  for (auto& r : seqs) {
+    for (auto* x : {&r.k, &r.v}) round_bf16(x->data(), static_cast<int64_t>(x->size()));
+  }
+  // Chunks longer than the window (20, 13, 9), as long (7), shorter, decode.
+  const std::vector<std::vector<int64_t>> chunks = {{1, 5, 20, 1, 1, 13, 1, 1, 7, 1, 1, 1, 6, 1, 1},
+                                                    {17, 1, 3, 1, 9, 1, 1, 1, 6, 1, 1, 5, 1, 7, 5}};
+  ChunkOptions opt = options(false, 0.0f);
+  opt.window = kWindow;
+  for (int64_t ring : {kWindow, int64_t{20}}) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE("ring " + std::to_string(ring) + " bf16 " + std::to_string(bf16));
+      KvLayerSpec spec{kKv, ring, true, bf16};
+      KvCache blocked({spec}, 2);
+      spec.blocked_keys = false;
+      KvCache rows({spec}, 2);
+      const auto a = run(blocked, seqs, chunks, opt, pool);
+      const auto b = run(rows, seqs, chunks, opt, pool);
+      expect_same_bits(a[0], b[0]);
+      expect_same_bits(a[1], b[1]);
+      // The window's pages only: slot 0 at length 61 keeps positions 54 .. 60
+      // (ring 7: page 3) or 41 .. 60 (ring 20: pages 2 and 3).
+      EXPECT_EQ(blocked.bytes(), rows.bytes());
+      EXPECT_EQ(blocked.bytes(0, 0), (ring == kWindow ? 1 : 2) * blocked.page_bytes(0));
+    }
+  }
 }
 
 // 16-bit storage: keys and values that are bf16 values (as bf16 modes store

@@ -23,9 +23,6 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_slots)
     if (s.row_size <= 0 || s.window < 0) {
       throw InvalidArgument("KvCache: a layer needs row_size > 0 and window >= 0");
     }
-    if (s.blocked_keys && s.window > 0) {
-      throw InvalidArgument("KvCache: a windowed layer cannot keep blocked keys");
-    }
   }
 }
 
@@ -269,11 +266,20 @@ const float* KvCache::read_row(int64_t layer, const std::vector<const void*>& pa
 
 const float* KvCache::read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
                                float* scratch) const {
-  if (layers_[layer].blocked_keys) {
-    throw InvalidArgument("KvCache: layer " + std::to_string(layer) + " keeps blocked keys");
+  const std::vector<const void*>& pages = tables_[index(layer, slot)].keys;
+  if (!layers_[layer].blocked_keys) {
+    return read_row(layer, pages, pos, pos % kKvPage * row_size(layer) + offset, n, scratch);
   }
-  return read_row(layer, tables_[index(layer, slot)].keys, pos,
-                  pos % kKvPage * row_size(layer) + offset, n, scratch);
+  // [row_size][16]: element e of the row is lane pos % 16 of the page's row e.
+  const char* lane = element(layer, pages, pos, offset * kKvPage + pos % kKvPage);
+  if (layers_[layer].bf16) {
+    const uint16_t* in = reinterpret_cast<const uint16_t*>(lane);
+    for (int64_t e = 0; e < n; ++e) from_bf16(in + e * kKvPage, 1, scratch + e);
+  } else {
+    const float* in = reinterpret_cast<const float*>(lane);
+    for (int64_t e = 0; e < n; ++e) scratch[e] = in[e * kKvPage];
+  }
+  return scratch;
 }
 
 const float* KvCache::read_value(int64_t layer, int64_t slot, int64_t pos, int64_t offset,
@@ -286,6 +292,9 @@ const float* KvCache::read_key_rows(int64_t layer, int64_t slot, int64_t pos, in
                                     float* scratch) const {
   if (rows < 1 || pos % kKvPage + rows > kKvPage) {
     throw InvalidArgument("KvCache: key rows beyond their page");
+  }
+  if (layers_[layer].blocked_keys) {
+    throw InvalidArgument("KvCache: layer " + std::to_string(layer) + " keeps blocked keys");
   }
   return read_key(layer, slot, pos, 0, rows * row_size(layer), scratch);
 }

@@ -46,9 +46,10 @@ struct KvCacheFull : Error {
 struct KvLayerSpec {
   int64_t row_size = 0;  // num_kv_heads * head_dim of the layer
   int64_t window = 0;    // > 0: keep only the pages of the last `window` positions
-  // Keys of a page kept transposed, [row_size][16] (window 0 only): for each
-  // key/value head the [head_dim][16] block ops/attend_online.h reads, so
-  // attention never transposes them (key() is then not available).
+  // Keys of a page kept transposed, [row_size][16]: for each key/value head
+  // the [head_dim][16] block ops/attend_online.h reads, so attention never
+  // transposes them (read_key() gathers a row from the lanes; read_key_rows()
+  // is then not available).
   bool blocked_keys = false;
   bool bf16 = false;  // keys and values stored as bf16 bits (uint16_t), else float32
 };
@@ -137,9 +138,9 @@ class KvCache {
   }
 
   // Floats [offset, offset + n) of the key (value) row of `pos`, which the
-  // slot must hold: a pointer into the page (float32 layers) or into
-  // `scratch` (n floats), converted (bf16 layers). Keys: layers without
-  // blocked keys only.
+  // slot must hold: a pointer into the page (float32 rows) or into
+  // `scratch` (n floats), converted (bf16 layers) or gathered from the
+  // lanes of blocked keys.
   const float* read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
                         float* scratch) const;
   const float* read_value(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,

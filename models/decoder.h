@@ -109,7 +109,7 @@ struct DecoderSpec {
   // layer; 0: none.
   int64_t hidden_size_per_layer_input = 0, vocab_size_per_layer_input = 0;
 
-  // The cache keeps full layers' keys as blocks (ops/attend_online.h) in fp32
+  // The cache keeps layers' keys as blocks (ops/attend_online.h) in fp32
   // and fused bf16 when scores have no softcap.
   bool blocked_key_cache = false;
 

@@ -192,9 +192,8 @@ void Decoder::plan_cache() {
   for (const DecoderLayer& layer : layers_) {
     const LayerSpec& s = layer.spec;
     // fp32 and fused bf16 attention read keys as blocks (ops/attend_online.h):
-    // the cache keeps them so where every position stays. Eager bf16 reads rows.
-    if (spec_.blocked_key_cache && !s.attn.kv_shared && !layer.has_consumers &&
-        s.attn.window == 0) {
+    // the cache keeps them so, in windowed layers too. Eager bf16 reads rows.
+    if (spec_.blocked_key_cache && !s.attn.kv_shared && !layer.has_consumers) {
       cache_specs_[layer.cache_layer].blocked_keys = !numerics_.eager_bf16() && s.attn.softcap <= 0;
     }
   }

@@ -43,6 +43,7 @@ DecoderSpec gemma_common_spec(const GemmaCommonConfig& cfg, NormKind norm_kind) 
   s.final_logit_softcapping = cfg.final_logit_softcapping;
   s.rope_full = cfg.rope_full;
   s.rope_sliding = cfg.rope_sliding;
+  s.blocked_key_cache = true;  // where scores have no softcap (Gemma 3, 4)
   return s;
 }
 
