@@ -104,6 +104,16 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   }
 }
 
+// Both caches run the same chunks of two slots to the same bits.
+void expect_same_runs(KvCache& a, KvCache& b, const std::vector<Rows>& seqs,
+                      const std::vector<std::vector<int64_t>>& chunks, const ChunkOptions& opt,
+                      ThreadPool& pool) {
+  const auto x = run(a, seqs, chunks, opt, pool);
+  const auto y = run(b, seqs, chunks, opt, pool);
+  expect_same_bits(x[0], y[0]);
+  expect_same_bits(x[1], y[1]);
+}
+
 TEST(RingKvCache, MatchesFullCacheWithWindowMask) {
   ThreadPool pool(2);
   const std::vector<Rows> seqs = {random_rows(48, 1), random_rows(48, 2)};
@@ -174,10 +184,7 @@ TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
       KvCache blocked({spec}, 2);
       spec.blocked_keys = false;
       KvCache rows({spec}, 2);
-      const auto a = run(blocked, seqs, chunks, opt, pool);
-      const auto b = run(rows, seqs, chunks, opt, pool);
-      expect_same_bits(a[0], b[0]);
-      expect_same_bits(a[1], b[1]);
+      expect_same_runs(blocked, rows, seqs, chunks, opt, pool);
       // The window's pages only: slot 0 at length 61 keeps positions 54 .. 60
       // (ring 7: page 3) or 41 .. 60 (ring 20: pages 2 and 3).
       EXPECT_EQ(blocked.bytes(), rows.bytes());
@@ -215,10 +222,7 @@ TEST(Bf16KvCache, SameBitsAsFloat32Cache) {
     KvCache wide({spec}, 2);
     spec.bf16 = true;
     KvCache narrow({spec}, 2);
-    const auto a = run(wide, seqs, chunks, opt, pool);
-    const auto b = run(narrow, seqs, chunks, opt, pool);
-    expect_same_bits(a[0], b[0]);
-    expect_same_bits(a[1], b[1]);
+    expect_same_runs(wide, narrow, seqs, chunks, opt, pool);
     EXPECT_EQ(narrow.bytes() * 2, wide.bytes());
   }
 }
