@@ -40,6 +40,10 @@ namespace HWY_NAMESPACE {
 // are unchanged (as BlockSums).
 struct GroupSums {
   std::vector<int32_t> sum;  // [rows][k / G]
+  // [rows][k / G / 2]: per four groups 4j .. 4j + 3, the int16 pairs
+  // (sum 4j, sum 4j + 2) and (sum 4j + 1, sum 4j + 3) as dwords, |sum| < 2^15
+  // (the AVX2 Q6_K kernel's offset, two groups per vpmaddwd).
+  std::vector<int32_t> pairs;
   uint64_t version = 0;
   int64_t r0 = 0, r1 = 0, group = 0;
 };
@@ -56,12 +60,23 @@ inline void SumGroups(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int64
   out.group = group;
   const int64_t ng = acts.k / group;
   out.sum.resize((r1 - r0) * ng);
+  out.pairs.resize((r1 - r0) * (ng / 2));
+  const auto pair = [](int32_t lo, int32_t hi) {
+    return static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFF) | static_cast<uint32_t>(hi)
+                                                                           << 16);
+  };
   for (int64_t r = r0; r < r1; ++r) {
     const int8_t* qx = acts.qx.data() + r * acts.k;
+    int32_t* sum = out.sum.data() + (r - r0) * ng;
     for (int64_t g = 0; g < ng; ++g) {
       int32_t s = 0;
       for (int64_t e = 0; e < group; ++e) s += qx[g * group + e];
-      out.sum[(r - r0) * ng + g] = s;
+      sum[g] = s;
+    }
+    int32_t* pairs = out.pairs.data() + (r - r0) * (ng / 2);
+    for (int64_t j = 0; j + 4 <= ng; j += 4) {
+      pairs[j / 2] = pair(sum[j], sum[j + 2]);
+      pairs[j / 2 + 1] = pair(sum[j + 1], sum[j + 3]);
     }
   }
 }
@@ -288,6 +303,16 @@ HWY_INLINE __m256i DwordByte256(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, c);
 }
 
+// Byte j of every dword of v, as the high byte of both its int16 halves
+// (the low bytes zero): an arithmetic shift right by 8 then sign-extends it.
+HWY_INLINE __m256i DwordByteHigh(__m256i v, int j) {
+  const auto b = [&](int at) { return static_cast<char>(at + j); };
+  const __m256i c = _mm256_setr_epi8(-1, b(0), -1, b(0), -1, b(4), -1, b(4), -1, b(8), -1, b(8), -1,
+                                     b(12), -1, b(12), -1, b(0), -1, b(0), -1, b(4), -1, b(4), -1,
+                                     b(8), -1, b(8), -1, b(12), -1, b(12));
+  return _mm256_shuffle_epi8(v, c);
+}
+
 HWY_INLINE __m256i Broadcast4(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, sizeof(v));
@@ -299,7 +324,7 @@ HWY_INLINE __m256i Broadcast4(const int8_t* x) {
 // group sums; acc += the 8 rows' products.
 template <QuantType t>
 HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float dx,
-                              const int32_t* xs, __m256& acc) {
+                              const int32_t* xs, const int32_t* xs_pairs, __m256& acc) {
   constexpr bool kSix = t == QuantType::Q6_K;
   constexpr int64_t kGroups = kSix ? 16 : 8;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -353,7 +378,8 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
 #pragma GCC unroll 8
     for (int g = 0; g < kGroups; ++g) {
       const __m256i mn = DwordByte256(g < 4 ? mn03 : mn47, g % 4);
-      J = _mm256_add_epi32(J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[g] & 0xFFFF)));
+      // mn's high int16 is zero: the sum's high half (its sign) meets zero.
+      J = _mm256_add_epi32(J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[g])));
     }
     const __m256 dxv = _mm256_set1_ps(dx);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I), acc);
@@ -362,23 +388,31 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
     // Q6_K: half k of the block, quads q of its 32-byte runs; code
     // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
     const __m256i top = _mm256_set1_epi8(0x30);
-    __m256i offset = _mm256_setzero_si256();  // sum over groups of scale * (x's group sum)
+    (void)xs;
+    // The sum over groups of scale * (x's group sum), two groups per
+    // vpmaddwd: a dword's scale bytes 0 and 2 (1 and 3) sign-extended into
+    // its int16 halves meet the pair of sums GroupSums::pairs holds for them.
+    __m256i offset = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i sv = load(32 + 64 * j);
+      const __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(sv, 8), 8);
+      const __m256i odd = _mm256_srai_epi16(sv, 8);
+      offset = _mm256_add_epi32(
+          offset, _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(xs_pairs[2 * j])),
+                                   _mm256_madd_epi16(odd, _mm256_set1_epi32(xs_pairs[2 * j + 1]))));
+    }
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
 #pragma GCC unroll 2
       for (int qq = 0; qq < 2; ++qq) {
         // The int8 scales of groups 8k + 2s + qq (s: which 32-column
-        // run), sign-extended: per dword, in both int16 halves (sc2) and
-        // as the dword (sc4).
-        __m256i sc2[4], sc4[4];
+        // run), sign-extended into both int16 halves of each dword.
+        __m256i sc2[4];
 #pragma GCC unroll 4
         for (int s = 0; s < 4; ++s) {
           const int g = 8 * k + 2 * s + qq;
-          const __m256i sv = load(32 + 64 * (g / 4));
-          sc4[s] = _mm256_srai_epi32(_mm256_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
-          sc2[s] = _mm256_srai_epi16(_mm256_slli_epi16(DwordBytePair(sv, g % 4), 8), 8);
-          offset = _mm256_add_epi32(offset,
-                                    _mm256_madd_epi16(sc4[s], _mm256_set1_epi32(xs[g] & 0xFFFF)));
+          sc2[s] = _mm256_srai_epi16(DwordByteHigh(load(32 + 64 * (g / 4)), g % 4), 8);
         }
         __m256i dot16[4];
         for (int s = 0; s < 4; ++s) dot16[s] = _mm256_setzero_si256();
@@ -439,6 +473,7 @@ HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, con
   }
   const quant::Int8Row row = acts.row(r);
   const int32_t* const row_sums = sums.sum.data() + (r - rc) * (w.k / sums.group);
+  const int32_t* const row_pairs = sums.pairs.data() + (r - rc) * (w.k / sums.group / 2);
   for (int64_t panel = 0; panel < count; ++panel) {
     __m256 accs[S][2];
     for (int sp = 0; sp < S; ++sp) accs[sp][0] = accs[sp][1] = _mm256_setzero_ps();
@@ -448,14 +483,18 @@ HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, con
         const uint8_t* const blk = blks[sp];
         const uint8_t* const ahead =
             blk + kKPanelAhead<t> * kBlock < ends[sp] ? blk + kKPanelAhead<t> * kBlock : nullptr;
-#pragma GCC unroll 2
+        // Not unrolled either: with both halves in view GCC computed a block's
+        // 64 broadcasts of x once and spilled them (cache-resident Q6_K
+        // 896x4864, 1 thread: 233 us unrolled, 210 not, with the offset
+        // below taken two groups at a time; Q4_K and Q5_K the same).
+#pragma GCC unroll 1
         for (int h = 0; h < 2; ++h) {
           if (ahead) {  // half the block kKPanelAhead ahead per half of this one
             for (int64_t o = h * kBlock / 2 / 64 * 64; o < (h + 1) * kBlock / 2; o += 64)
               hwy::Prefetch(ahead + o);
           }
           KBlockHalf256<t>(blk, h, row.qx + b * 256, row.dx[b], row_sums + b * kGroups,
-                           accs[sp][h]);
+                           row_pairs + b * kGroups / 2, accs[sp][h]);
         }
         blks[sp] += kBlock;
       }
