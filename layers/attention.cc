@@ -365,6 +365,7 @@ void attend_ring(const Chunk& c) {
 
 // Whether no slot has more rows in the batch than `ring` positions.
 bool rows_fit_window(const TokenBatch& batch, const KvCache& cache, int64_t ring) {
+  if (batch.size() <= ring) return true;  // a decode step: no count needed
   std::vector<int64_t> rows(cache.num_slots(), 0);
   for (int64_t t = 0; t < batch.size(); ++t) {
     if (++rows[batch.slot[t]] > ring) return false;

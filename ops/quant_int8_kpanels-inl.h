@@ -388,7 +388,6 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
     // Q6_K: half k of the block, quads q of its 32-byte runs; code
     // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
     const __m256i top = _mm256_set1_epi8(0x30);
-    (void)xs;
     // The sum over groups of scale * (x's group sum), two groups per
     // vpmaddwd: a dword's scale bytes 0 and 2 (1 and 3) sign-extended into
     // its int16 halves meet the pair of sums GroupSums::pairs holds for them.
