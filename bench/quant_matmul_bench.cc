@@ -2,8 +2,8 @@
 // on Qwen2.5-0.5B's MLP shapes: decode (m = 1, GB/s of weight bytes read)
 // and prefill (m = 512, GFLOP/s).
 //
-//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--threads T]
-//                      [--type Q4_K] [--m M] [--shape NxK]
+//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx]
+//                      [--threads T] [--type Q4_K] [--m M] [--shape NxK]
 //
 // --shape NxK: that shape instead of Qwen's (e.g. SmolLM2's 1536x576 gate/up).
 //
@@ -17,6 +17,9 @@
 // back as one stream (label "i8p1"; quant::set_int8_decode_streams(1), no
 // long pieces),
 // against the default several streams at once ("i8p").
+// --amx: m > 16 on panels also with the AMX tiles on (label "i8pa";
+// quant::set_int8_amx_enabled, off by default), where the CPU has them, beside
+// the default vpdpbusd quad tile ("i8p").
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level
 // cache, so its GB/s is the weight streaming rate a decode step sees.
@@ -32,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu_amx.h"
 #include "ops/matmul.h"
 #include "ops/quant.h"
 #include "ops/quant_internal.h"
@@ -99,6 +103,7 @@ struct Options {
   bool hot = false;         // m = 1 on one copy of the weights (cache-resident: compute speed)
   bool tiled = false;       // also time the int8 mode without the fused kernels
   bool one_stream = false;  // also time m = 1 on panels read as one stream per range
+  bool amx = false;         // also time m > 16 on panels with the AMX tiles
   int64_t n = 0, k = 0;     // --shape NxK
 };
 
@@ -199,6 +204,12 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
         quant::set_int8_long_piece_bytes(long_bytes);
         report((std::string(name) + " i8p1").c_str(), s, m, q.bytes(), sec1);
       }
+      if (o.amx && m > 16 && amx_int8_ready()) {  // the same on AMX tiles
+        quant::set_int8_amx_enabled(true);
+        const double seca = bench(copies, budget, panels_int8);
+        quant::set_int8_amx_enabled(false);
+        report((std::string(name) + " i8pa").c_str(), s, m, q.bytes(), seca);
+      }
     }
   }
 }
@@ -214,6 +225,8 @@ int main(int argc, char** argv) {
       o.hot = true;
     } else if (!std::strcmp(argv[i], "--tiled")) {
       o.tiled = true;
+    } else if (!std::strcmp(argv[i], "--amx")) {
+      o.amx = true;
     } else if (!std::strcmp(argv[i], "--one-stream")) {
       o.one_stream = true;
     } else if (!std::strcmp(argv[i], "--cpu")) {
@@ -230,10 +243,11 @@ int main(int argc, char** argv) {
                o.n > 0 && o.k > 0 && o.n * o.k <= (int64_t{1} << 30)) {
       ++i;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--threads T] "
-                   "[--type Q4_K] [--m M] [--shape NxK]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx] [--threads T] "
+          "[--type Q4_K] [--m M] [--shape NxK]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -316,12 +316,18 @@ float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, 
 
 namespace {
 std::atomic<bool> g_vnni_allowed{true};
+std::atomic<bool> g_amx_enabled{false};
+std::atomic<int64_t> g_amx_tiles{0};
 std::atomic<bool> g_fused_allowed{true};
 std::atomic<int> g_decode_streams{3};
 std::atomic<int64_t> g_long_piece_bytes{int64_t{4} << 20};
 }  // namespace
 bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
 void set_int8_vnni_allowed(bool allowed) { g_vnni_allowed.store(allowed); }
+bool int8_amx_enabled() { return g_amx_enabled.load(std::memory_order_relaxed); }
+void set_int8_amx_enabled(bool enabled) { g_amx_enabled.store(enabled); }
+int64_t int8_amx_tiles() { return g_amx_tiles.load(std::memory_order_relaxed); }
+void count_int8_amx_tile() { g_amx_tiles.fetch_add(1, std::memory_order_relaxed); }
 bool int8_fused_allowed() { return g_fused_allowed.load(std::memory_order_relaxed); }
 void set_int8_fused_allowed(bool allowed) { g_fused_allowed.store(allowed); }
 int int8_decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }

@@ -259,9 +259,15 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
     }
     return;
   }
+  // Where enabled and the CPU has AMX, groups of 16 rows of x take their
+  // block integers from tiles, the rest the vpdpbusd tile: the same bits.
+  const bool amx = r1 - r0 >= kAmxRows && quant::int8_amx_enabled() && amx_int8_ready();
+  thread_local std::vector<int8_t> amx_rows;
+  if (amx) AmxConfigure();
   for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
     const int64_t rc_end = std::min(r1, rc + kTokenChunk);
     SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
+    if (amx) PackAmxRows(acts.row(rc).qx, acts.k, (rc_end - rc) / kAmxRows, amx_rows);
     for (int64_t n = n0; n < n1; n += kPanelRows) {
       if constexpr (kHasPanels<t>) {
         if (panels) {
@@ -272,7 +278,18 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
       } else {
         PackQuads<t>(*a.w, n, n1, panel);
       }
-      for (int64_t rb = rc; rb < rc_end; rb += kMRQuads) {
+      for (int64_t rb = rc; rb < rc_end;) {
+        if (amx && rc_end - rb >= kAmxRows) {
+          alignas(64) float out[kAmxRows][kPanelRows];
+          QuadRowsAmx<kMin, kRowZ>(amx_rows.data() + (rb - rc) / kAmxRows * nb * 512,
+                                   acts.row(rb).dx, sums.start.data() + (rb - rc) * nb,
+                                   sums.sum.data() + (rb - rc) * nb, panel, nb, out);
+          quant::count_int8_amx_tile();
+          for (int64_t r = 0; r < kAmxRows; ++r)
+            StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+          rb += kAmxRows;
+          continue;
+        }
         const int64_t mr = std::min<int64_t>(kMRQuads, rc_end - rb);
         const int8_t* qx[kMRQuads];
         const float* dx[kMRQuads];
@@ -289,9 +306,11 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
         kTiles[mr - 1](qx, dx, start, jsum, panel, nb, out);
         for (int64_t r = 0; r < mr; ++r)
           StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
+        rb += mr;
       }
     }
   }
+  if (amx) AmxRelease();
   if (r1 - r0 > 64) sums = BlockSums{};
 }
 

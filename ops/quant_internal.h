@@ -102,6 +102,18 @@ void panel_row_range(const QuantMatrix& w, int64_t r, int64_t b0, int64_t nb, ui
 // true); tests turn it off to cover the vpmaddwd path on such a CPU.
 bool int8_vnni_allowed();
 void set_int8_vnni_allowed(bool allowed);
+// Whether the int8 mode's tiled path for the 32-weight types takes the
+// block integers of groups of 16 rows of x from AMX tiles where
+// amx_int8_ready() (ops/cpu_amx.h). Default false: on the one AMX machine
+// measured (Xeon, 2 cores) it was no faster than the vpdpbusd tile
+// (bench/results/amx_int8.md); tests turn it on to keep it the same bits,
+// bench/quant_matmul_bench --amx to time it on another machine.
+bool int8_amx_enabled();
+void set_int8_amx_enabled(bool enabled);
+// How many 16-row AMX tiles the int8 kernels have run in this process (tests
+// check that the tiles are reached where the CPU has them).
+int64_t int8_amx_tiles();
+void count_int8_amx_tile();
 // Whether the int8 mode may take the fused few-rows kernels (default true);
 // tests and bench/quant_matmul_bench turn it off to cover / time the tiled path.
 bool int8_fused_allowed();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/cpu_amx.h"
 #include "ops/quant.h"
 #include "ops/quant_internal.h"
 
@@ -131,6 +132,8 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
 #include "ops/quant_int8_fused-inl.h"
 // The int8 kernels of the 32-weight block types (a lane per weight row).
 #include "ops/quant_int8_rows-inl.h"
+// The quad tile's block integers from AMX tiles, where the CPU has them.
+#include "ops/quant_int8_amx-inl.h"
 // Their kernels over panels, the quad tile and the dispatch of a range.
 #include "ops/quant_int8_panels-inl.h"
 // The int8 decode kernels of the K types over their panels.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "base/error.h"
 #include "hwy/targets.h"
+#include "ops/cpu_amx.h"
 #include "ops/quant_internal.h"
 #include "ops/test_values.h"
 
@@ -152,6 +154,10 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
               quant::set_int8_vnni_allowed(false);
               expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
               quant::set_int8_vnni_allowed(true);
+              // Where the CPU has AMX, its tiles for groups of 16 rows as well.
+              quant::set_int8_amx_enabled(true);
+              expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
+              quant::set_int8_amx_enabled(false);
               // The int8 mode's tiled path where few rows take the fused kernels.
               if (mode == QuantMode::kInt8 && m <= 16) {
                 quant::set_int8_fused_allowed(false);
@@ -163,6 +169,42 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
         }
       }
     }
+  }
+}
+
+// Where /proc/cpuinfo lists AMX-TILE and AMX-INT8 (Linux lists them only if
+// it saves their state), amx_int8_ready() holds and a prefill-sized int8
+// product with the tiles enabled (quant::set_int8_amx_enabled) reaches
+// them, and not when they are off: 40 rows of x are two 16-row tiles and 8 rows on
+// the vpdpbusd tile per panel, the same bits as the reference, for every
+// 32-weight type (offsets, mins, per-row zeros) and an odd block count
+// (the tiles alternate two sets per block).
+TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("flags", 0) != 0) {
+  }
+  line += ' ';
+  const bool listed =
+      line.find(" amx_tile ") != std::string::npos && line.find(" amx_int8 ") != std::string::npos;
+  EXPECT_EQ(amx_int8_ready(), listed);
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                      QuantType::Q8_0, QuantType::Q4_G, QuantType::Q8_G}) {
+    SCOPED_TRACE(std::string(quant_name(t)));
+    const Shape s{40, 53, 7 * 32};
+    Weights w = random_weights(t, s.n, s.k, 11);
+    if (quant_has_panel_layout(t)) attach_panels(w.w);
+    const auto x = test::spread_values(s.m * s.ldx(), 13, -6, 6);
+    const auto bias = test::spread_values(s.n, 3, -4, 4);
+    const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+    const int64_t before = quant::int8_amx_tiles();
+    expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+    EXPECT_EQ(quant::int8_amx_tiles(), before);  // off by default
+    quant::set_int8_amx_enabled(true);
+    expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+    quant::set_int8_amx_enabled(false);
+    EXPECT_EQ(quant::int8_amx_tiles() > before, listed);
   }
 }
 
