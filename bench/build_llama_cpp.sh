@@ -25,7 +25,20 @@ if [[ ! -f "$SDIST" ]]; then
   rm -rf "$tmp"
 fi
 SHA="$(sha256sum "$SDIST" | cut -c1-12)"
+# NO_AMX=1: a second build with AMX off, in its own folder. On an AMX host
+# (Xeon, Debian's GCC 12) the vendored ggml-cpu AMX kernels die of SIGILL at
+# their first tile load in any quantized product of more than one row
+# (prefill, batched decode): the tile config they build on the stack is not
+# what _tile_loadconfig receives (llama.cpp pull 26954, open). Its decode at
+# batch 1 does run there, and faster than without AMX, so bench/quant.py
+# times both builds on such a host. Explicit -mno-amx-* win over
+# -march=native in GCC.
+NO_AMX_FLAGS=""
 DIR="$CACHE/llama.cpp-$VERSION-$SHA"
+if [[ "${NO_AMX:-0}" == 1 ]]; then
+  NO_AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  DIR="$CACHE/llama.cpp-noamx-$VERSION-$SHA"
+fi
 SRC="$DIR/src"
 BIN="$DIR/bin"
 
@@ -45,7 +58,7 @@ if [[ $missing == 1 ]]; then
   cmake -S "$SRC" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
-    -DBUILD_SHARED_LIBS=OFF >&2
+    -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$NO_AMX_FLAGS" -DCMAKE_CXX_FLAGS="$NO_AMX_FLAGS" >&2
   nice -n 10 cmake --build "$DIR/build" -j "${JOBS:-2}" --target "${TOOLS[@]}" >&2
   mkdir -p "$BIN"
   for t in "${TOOLS[@]}"; do cp "$DIR/build/bin/$t" "$BIN/"; done

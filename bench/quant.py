@@ -10,6 +10,10 @@ round, the engines' order reversed every other round so a change in machine load
   hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
   hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
   llama.cpp      llama-bench and llama-batched-bench on the same file
+On a CPU with AMX, llama.cpp's native build dies of SIGILL in every quantized product of more
+than one row (bench/build_llama_cpp.sh), so there "llama.cpp" is its build with AMX off, and
+"llama.cpp AMX" the native build's decode at batch 1 (llama-bench -p 0), which does run and is
+faster; the ratio at batch 1 is against the faster of the two.
 Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time (hubzoo's
 own), seconds from starting a server (`hubzoo serve`, `llama-server`) to its first 200 from
 /health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (the file's bytes a
@@ -65,6 +69,23 @@ def bytes_read_per_token(path: Path) -> int:
     sizes = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(path).tensors}
     untied_embedding = sizes.get("token_embd.weight", 0) if "output.weight" in sizes else 0
     return sum(sizes.values()) - untied_embedding
+
+
+def cpu_has_amx() -> bool:
+    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
+    return "amx_int8" in flags and "amx_tile" in flags
+
+
+def llama_cpp_decode_b1(llama_dir: Path, gguf: Path, a) -> dict:
+    """llama-bench's decode at batch 1 alone (no prefill run before it)."""
+    usage: dict = {}
+    out, _ = run_process([str(llama_dir / "bin/llama-bench"), "-m", str(gguf), "-t", str(a.threads),
+                          "-p", "0", "-n", str(a.decode_tokens), "-r", "1", "-o", "json"], usage=usage)
+    rows = json.loads(out)
+    tg1 = next(row["avg_ts"] for row in rows if row["n_gen"] > 0)
+    return {"engine": "llama.cpp AMX", "decode": [{"batch": 1, "tok_s": tg1}], "llama_bench_tg_batch1": tg1,
+            "peak_rss_bytes": usage["peak_rss_bytes"], "gguf": gguf.name,
+            "build": rows[0].get("build_commit") if rows else None}
 
 
 def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
@@ -125,12 +146,22 @@ def main():
     report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "threads": a.threads,
               "rounds": a.rounds, "machine": machine_description(), "load_average_start": os.getloadavg(),
               "llama_cpp_dir": str(llama_dir), "files": {}}
+    # With AMX: the build without it for every figure, the native one for decode at batch 1.
+    amx_llama_dir = None
+    if cpu_has_amx():
+        amx_llama_dir = llama_dir
+        out, _ = run_process(["env", "NO_AMX=1", "bash", str(ROOT / "bench/build_llama_cpp.sh")])
+        llama_dir = Path(out.strip().splitlines()[-1])
+        report["llama_cpp_dir"] = str(llama_dir)
+        report["llama_cpp_amx_dir"] = str(amx_llama_dir)
     log("machine limits")
     report["machine_limits"] = machine_limits(build, a.threads)
     modes = [m for m in a.modes.split(",") if m]
     for name, path in files.items():
         engines = {f"hubzoo {m}": (lambda m=m, p=path: hubzoo_gguf(build, p, m, a)) for m in modes}
         engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a, ready=True)
+        if amx_llama_dir:
+            engines["llama.cpp AMX"] = lambda p=path: llama_cpp_decode_b1(amx_llama_dir, p, a)
         runs = {e: [] for e in engines}
         read_bytes = bytes_read_per_token(path)
         # The read bandwidth just before each engine's run: a shared machine's moves within a
@@ -192,6 +223,9 @@ def write_markdown(r: dict, path: Path) -> None:
             d = [fig(x, "decode", "batch", b) for b in (1, 4, 16)]
             p = fig(x, "prefill", "tokens", 512)
             dl = [fig(ll, "decode", "batch", b) for b in (1, 4, 16)] if "error" not in ll else [None] * 3
+            amx_b1 = fig(f["engines"].get("llama.cpp AMX", {}), "decode", "batch", 1)
+            if amx_b1 and (dl[0] is None or amx_b1 > dl[0]):
+                dl[0] = amx_b1  # the faster llama.cpp at batch 1
             pl = fig(ll, "prefill", "tokens", 512) if "error" not in ll else None
 
             def ratio(u, v):
@@ -201,13 +235,14 @@ def write_markdown(r: dict, path: Path) -> None:
                 return "-" if v is None else format(v, spec)
 
             rss, kv = x.get("peak_rss_bytes"), x.get("max_kv_cache_bytes")
+            is_llama = e.startswith("llama.cpp")
             lines.append(
                 f"| {name} | {f['bytes'] / 1e6:.0f} | {read_mb} | {e} | {val(d[0])} | {val(d[1])} | {val(d[2])} | {val(p)} | "
                 f"{val(x.get('load_seconds'), '.2f')} | {val(x.get('ready_seconds'), '.2f')} | "
                 f"{val(rss / 1e6 if rss else None, '.0f')} | "
                 f"{ratio(rss, f['bytes'] + kv) if rss and kv is not None else '-'} | "
-                + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if e != "llama.cpp" else "- | - | -")
-                + f" | {ratio(p, pl) if e != 'llama.cpp' else '-'} | "
+                + (" | ".join(ratio(d[i], dl[i]) for i in range(3)) if not is_llama else "- | - | -")
+                + f" | {ratio(p, pl) if not is_llama else '-'} | "
                 + (f"{x['bound_ratio']:.2f} |" if "bound_ratio" in x else f"{ratio(d[0], bound)} |"))
     lines += ["", "Bandwidth bound: read bandwidth / the file's bytes a decode step reads (MB read / token: "
               "every tensor once, except an untied model's token embeddings, of which a step reads one row); "
