@@ -68,6 +68,27 @@ HWY_INLINE void PrefetchAhead(const uint8_t* blk, const uint8_t* end) {
   for (int64_t o = 0; o < kPanelBlock<t>; o += 64) hwy::Prefetch(ahead + o);
 }
 
+// How many streams a decode step (one row of x) reads panels [n0, n1) of a
+// k-column matrix as, and whether as a long piece (seven streams, no
+// software prefetch: quant::int8_long_piece_bytes()) where `long_pieces`.
+// The types with a min hold two more vectors per stream: on AVX2 three
+// streams spill (Q4_1, 49152x576 on 2 threads: 20 GB/s with three, 24 with
+// two), so they take two at most and no long pieces.
+struct DecodeStreams {
+  int streams;
+  bool long_piece;
+};
+template <QuantType t>
+HWY_INLINE DecodeStreams DecodeStreamsOf(int64_t n0, int64_t n1, int64_t k, bool long_pieces) {
+  const bool long_piece = long_pieces && !kPanelMin<t> &&
+                          (n1 - n0 + kPanelRows - 1) / kPanelRows * (k / 32) * kPanelBlock<t> >=
+                              quant::int8_long_piece_bytes();
+  const int streams = long_piece     ? quant::kLongPieceStreams
+                      : kPanelMin<t> ? std::min(2, quant::int8_decode_streams())
+                                     : quant::int8_decode_streams();
+  return {streams, long_piece};
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
@@ -148,6 +169,69 @@ HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
   }
   xs.Store(acc, a, r, n, n1);
 }
+
+// One row of x (a decode step) against S streams of panels, as
+// Panel256Streams (below) does on AVX2: stream p is `count` panels from row
+// first[p] on, prefetched up to row stop[p] (nothing without `prefetch`).
+// Each output's chain is DirectPanel<t, 1>'s.
+template <QuantType t, int S>
+HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& acts,
+                                     const BlockSums& sums, int64_t rc, int64_t r,
+                                     const int64_t* first, const int64_t* stop, int64_t count,
+                                     int64_t n1, bool prefetch) {
+  constexpr bool kMin = kPanelMin<t>;
+  const QuantMatrix& w = *a.w;
+  const int64_t nb = w.k / 32;
+  const uint8_t* const all_end = PanelsEnd<t>(w, n1);
+  const auto at = [&](int64_t row) {
+    return w.panels.get() + row / kPanelRows * nb * kPanelBlock<t>;
+  };
+  const uint8_t *blk[S], *end[S];
+  for (int p = 0; p < S; ++p) {
+    blk[p] = at(first[p]);
+    end[p] = prefetch ? std::min(at(stop[p]), all_end) : blk[p];
+  }
+  const DirectX<1> xs(acts, sums, rc, r, nb);
+  for (int64_t i = 0; i < count; ++i) {
+    __m512 acc[S];
+    for (int p = 0; p < S; ++p) acc[p] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* x = xs.qx[0] + b * 32;
+      const __m512 d = _mm512_set1_ps(xs.dx[0][b]);
+#pragma GCC unroll 8
+      for (int p = 0; p < S; ++p) {
+        PrefetchAhead<t>(blk[p], end[p]);
+        __m512i u[8];
+        __m512 av, cv = _mm512_setzero_ps();
+        PanelBlock<t>(blk[p], u, av, cv);
+        __m512i i0 = _mm512_set1_epi32(xs.start[0][b]), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 8; q += 2) {
+          i0 = Dot4Broadcast(i0, u[q], x + 4 * q);
+          i1 = Dot4Broadcast(i1, u[q + 1], x + 4 * q + 4);
+        }
+        acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                                 acc[p]);
+        if constexpr (kMin)
+          acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(xs.jsum[0][b]), acc[p]);
+        blk[p] += kPanelBlock<t>;
+      }
+    }
+    for (int p = 0; p < S; ++p) {
+      const __m512 one[1] = {acc[p]};
+      xs.Store(one, a, r, first[p] + i * kPanelRows, n1);
+    }
+  }
+}
+
+using DirectStreamsFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&,
+                                 int64_t, int64_t, const int64_t*, const int64_t*, int64_t, int64_t,
+                                 bool);
+template <QuantType t>
+constexpr DirectStreamsFn kDirectStreamsOf[quant::kMaxDecodeStreams] = {
+    &DirectPanelStreams<t, 1>, &DirectPanelStreams<t, 2>, &DirectPanelStreams<t, 3>,
+    &DirectPanelStreams<t, 4>, &DirectPanelStreams<t, 5>, &DirectPanelStreams<t, 6>,
+    &DirectPanelStreams<t, 7>, &DirectPanelStreams<t, 8>};
 
 // The quad panel of rows n .. n + 15 from panels: the same vectors PackQuads
 // makes from the rows, without gathers or transpositions.
@@ -243,6 +327,21 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
   // (Tests turn the direct path off to cover the panel with few rows.)
   if (r1 - r0 <= kDirectRows && quant::int8_fused_allowed()) {
     SumBlocks(acts, r0, r1, CommonOffset(t), sums);
+    if constexpr (kHasPanels<t>) {
+      // A decode step reads its panels as several streams at once, but no
+      // long pieces: on the Xeon measured, Gemma 3's 262144x640 Q8_0 lm_head
+      // took 3.29-3.41 ms as seven unprefetched streams against 3.17 as one,
+      // and its decode fell from 147-155 to 123-145 tok/s.
+      const DecodeStreams ds = DecodeStreamsOf<t>(n0, n1, a.w->k, false);
+      if (panels && r1 - r0 == 1 && ds.streams > 1 && n1 > n0) {
+        ForDecodeStreams(n0, n1, ds.streams,
+                         [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
+                           kDirectStreamsOf<t>[s - 1](a, acts, sums, r0, r0, first, stop, count, n1,
+                                                      !ds.long_piece);
+                         });
+        return;
+      }
+    }
     for (int64_t n = n0; n < n1; n += kPanelRows) {
       for (int64_t r = r0; r < r1;) {
         const int rows = static_cast<int>(std::min<int64_t>(r1 - r, 4));
@@ -532,20 +631,12 @@ HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& 
   for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
     const int64_t rc_end = std::min(r1, rc + kTokenChunk);
     SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
-    // The types with a min hold two more vectors per stream: three streams
-    // spill (Q4_1, 49152x576 on 2 threads: 20 GB/s with three, 24 with two),
-    // so they read no long pieces as seven either.
-    const bool long_piece =
-        !kPanelMin<t> && (n1 - n0 + kPanelRows - 1) / kPanelRows * (a.w->k / 32) * kPanelBlock<t> >=
-                             quant::int8_long_piece_bytes();
-    const int streams = long_piece     ? quant::kLongPieceStreams
-                        : kPanelMin<t> ? std::min(2, quant::int8_decode_streams())
-                                       : quant::int8_decode_streams();
-    if (rc_end - rc == 1 && streams > 1 && n1 > n0) {
-      ForDecodeStreams(n0, n1, streams,
+    const DecodeStreams ds = DecodeStreamsOf<t>(n0, n1, a.w->k, true);
+    if (rc_end - rc == 1 && ds.streams > 1 && n1 > n0) {
+      ForDecodeStreams(n0, n1, ds.streams,
                        [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
                          kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1,
-                                              !long_piece);
+                                              !ds.long_piece);
                        });
       continue;
     }
