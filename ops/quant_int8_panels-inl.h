@@ -172,13 +172,13 @@ HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
 
 // One row of x (a decode step) against S streams of panels, as
 // Panel256Streams (below) does on AVX2: stream p is `count` panels from row
-// first[p] on, prefetched up to row stop[p] (nothing without `prefetch`).
-// Each output's chain is DirectPanel<t, 1>'s.
+// first[p] on, prefetched up to row stop[p]. Each output's chain is
+// DirectPanel<t, 1>'s.
 template <QuantType t, int S>
 HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                                      const BlockSums& sums, int64_t rc, int64_t r,
                                      const int64_t* first, const int64_t* stop, int64_t count,
-                                     int64_t n1, bool prefetch) {
+                                     int64_t n1) {
   constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
@@ -189,7 +189,7 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
   const uint8_t *blk[S], *end[S];
   for (int p = 0; p < S; ++p) {
     blk[p] = at(first[p]);
-    end[p] = prefetch ? std::min(at(stop[p]), all_end) : blk[p];
+    end[p] = std::min(at(stop[p]), all_end);
   }
   const DirectX<1> xs(acts, sums, rc, r, nb);
   for (int64_t i = 0; i < count; ++i) {
@@ -225,8 +225,8 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
 }
 
 using DirectStreamsFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&,
-                                 int64_t, int64_t, const int64_t*, const int64_t*, int64_t, int64_t,
-                                 bool);
+                                 int64_t, int64_t, const int64_t*, const int64_t*, int64_t,
+                                 int64_t);
 template <QuantType t>
 constexpr DirectStreamsFn kDirectStreamsOf[quant::kMaxDecodeStreams] = {
     &DirectPanelStreams<t, 1>, &DirectPanelStreams<t, 2>, &DirectPanelStreams<t, 3>,
@@ -336,8 +336,8 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
       if (panels && r1 - r0 == 1 && ds.streams > 1 && n1 > n0) {
         ForDecodeStreams(n0, n1, ds.streams,
                          [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
-                           kDirectStreamsOf<t>[s - 1](a, acts, sums, r0, r0, first, stop, count, n1,
-                                                      !ds.long_piece);
+                           kDirectStreamsOf<t>[s - 1](a, acts, sums, r0, r0, first, stop, count,
+                                                      n1);
                          });
         return;
       }

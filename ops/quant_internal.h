@@ -124,11 +124,12 @@ void set_int8_fused_allowed(bool allowed);
 // 4 and 5 were no faster, 7 and 8 slower in the kernels). 1 reads the range
 // front to back as one stream (bench/quant_matmul_bench --one-stream times
 // it beside the default). The types with a min (Q4_1, Q5_1) take two at
-// most. Clamped to 1 .. kMaxDecodeStreams.
+// most. The AVX2 kernels and the 32-weight types' VNNI kernel read streams;
+// the K types' VNNI kernel one. Clamped to 1 .. kMaxDecodeStreams.
 constexpr int kMaxDecodeStreams = 8;
 int int8_decode_streams();
 void set_int8_decode_streams(int streams);
-// A long piece of a decode step's 32-weight panels (a thread's claim of at
+// A long piece of a decode step's 32-weight panels on AVX2 (a thread's claim of at
 // least int8_long_piece_bytes(), default 4 MiB: an lm_head's, not a layer's
 // products in the models measured) is read as kLongPieceStreams runs with no
 // software prefetch: on huge pages the hardware prefetchers keep seven long
