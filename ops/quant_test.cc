@@ -177,8 +177,9 @@ TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
 // product with the tiles enabled (quant::set_int8_amx_enabled) reaches
 // them, and not when they are off: 40 rows of x are two 16-row tiles and 8 rows on
 // the vpdpbusd tile per panel, the same bits as the reference, for every
-// 32-weight type (offsets, mins, per-row zeros) and an odd block count
-// (the tiles alternate two sets per block).
+// 32-weight type (offsets, mins, per-row zeros), with 2 blocks (fewer than
+// the tiles run ahead of the floats) and 7 (odd, and no multiple of the four
+// tile sets).
 TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
@@ -191,20 +192,22 @@ TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
   ThreadPool pool(2);
   for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
                       QuantType::Q8_0, QuantType::Q4_G, QuantType::Q8_G}) {
-    SCOPED_TRACE(std::string(quant_name(t)));
-    const Shape s{40, 53, 7 * 32};
-    Weights w = random_weights(t, s.n, s.k, 11);
-    if (quant_has_panel_layout(t)) attach_panels(w.w);
-    const auto x = test::spread_values(s.m * s.ldx(), 13, -6, 6);
-    const auto bias = test::spread_values(s.n, 3, -4, 4);
-    const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
-    const int64_t before = quant::int8_amx_tiles();
-    expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
-    EXPECT_EQ(quant::int8_amx_tiles(), before);  // off by default
-    quant::set_int8_amx_enabled(true);
-    expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
-    quant::set_int8_amx_enabled(false);
-    EXPECT_EQ(quant::int8_amx_tiles() > before, listed);
+    for (int64_t blocks : {2, 7}) {
+      SCOPED_TRACE(std::string(quant_name(t)) + ", blocks " + std::to_string(blocks));
+      const Shape s{40, 53, blocks * 32};
+      Weights w = random_weights(t, s.n, s.k, 11);
+      if (quant_has_panel_layout(t)) attach_panels(w.w);
+      const auto x = test::spread_values(s.m * s.ldx(), 13, -6, 6);
+      const auto bias = test::spread_values(s.n, 3, -4, 4);
+      const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
+      const int64_t before = quant::int8_amx_tiles();
+      expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+      EXPECT_EQ(quant::int8_amx_tiles(), before);  // off by default
+      quant::set_int8_amx_enabled(true);
+      expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &pool), ref);
+      quant::set_int8_amx_enabled(false);
+      EXPECT_EQ(quant::int8_amx_tiles() > before, listed);
+    }
   }
 }
 
