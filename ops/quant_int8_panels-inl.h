@@ -89,6 +89,24 @@ HWY_INLINE DecodeStreams DecodeStreamsOf(int64_t n0, int64_t n1, int64_t k, bool
   return {streams, long_piece};
 }
 
+// Where each of S decode streams (ForDecodeStreams) starts reading panels:
+// at row first[p]; it prefetches up to its own end, row stop[p] (the next
+// stream's start was read long ago), or, without `prefetch`, nothing (an end
+// at its start).
+template <QuantType t, int S>
+HWY_INLINE void StreamStarts(const QuantMatrix& w, const int64_t* first, const int64_t* stop,
+                             int64_t n1, bool prefetch, const uint8_t* (&blk)[S],
+                             const uint8_t* (&end)[S]) {
+  const uint8_t* const all_end = PanelsEnd<t>(w, n1);
+  const auto at = [&](int64_t row) {
+    return w.panels.get() + row / kPanelRows * (w.k / 32) * kPanelBlock<t>;
+  };
+  for (int p = 0; p < S; ++p) {
+    blk[p] = at(first[p]);
+    end[p] = prefetch ? std::min(at(stop[p]), all_end) : blk[p];
+  }
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
@@ -182,15 +200,8 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
   constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
-  const uint8_t* const all_end = PanelsEnd<t>(w, n1);
-  const auto at = [&](int64_t row) {
-    return w.panels.get() + row / kPanelRows * nb * kPanelBlock<t>;
-  };
   const uint8_t *blk[S], *end[S];
-  for (int p = 0; p < S; ++p) {
-    blk[p] = at(first[p]);
-    end[p] = std::min(at(stop[p]), all_end);
-  }
+  StreamStarts<t, S>(w, first, stop, n1, true, blk, end);
   const DirectX<1> xs(acts, sums, rc, r, nb);
   for (int64_t i = 0; i < count; ++i) {
     __m512 acc[S];
@@ -565,17 +576,8 @@ HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& act
   constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
-  const uint8_t* const all_end = PanelsEnd<t>(w, n1);
-  const auto at = [&](int64_t row) {
-    return w.panels.get() + row / kPanelRows * nb * kPanelBlock<t>;
-  };
-  // Each stream prefetches up to its own end (the next one's start was read
-  // long ago); an end at its start prefetches nothing.
   const uint8_t *blk[S], *end[S];
-  for (int p = 0; p < S; ++p) {
-    blk[p] = at(first[p]);
-    end[p] = prefetch ? std::min(at(stop[p]), all_end) : blk[p];
-  }
+  StreamStarts<t, S>(w, first, stop, n1, prefetch, blk, end);
   const XRows<1> xs(acts, sums, rc, r, nb);
   for (int64_t i = 0; i < count; ++i) {
     __m256 acc[S][2];
