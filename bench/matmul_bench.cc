@@ -1,12 +1,14 @@
 // hubzoo's batch-invariant matmul vs oneDNN sgemm vs the scalar reference, on
 // the SmolLM2-135M linear layers, at decode (M = 1) and prefill batch sizes.
 //
-//   matmul_bench [--json FILE] [--quick] [--bf16] [--bf16-activations [--no-bf16-dot]]
-//                [--shape NAME|NxK] [--m M]
+//   matmul_bench [--json FILE] [--quick] [--bf16] [--bf16-activations [--no-bf16-dot]
+//                [--tiles]] [--shape NAME|NxK] [--m M]
 //
 // --bf16-activations: bf16 weights marked as multiplying bf16 activations
 // (eager bf16, ops/matmul.h): the CPU's bf16 dot products where it has them,
 // or with --no-bf16-dot the FMA kernel under FTZ/DAZ (the same values).
+// --tiles: those weights in the tile layout (the tile chain: AMX tiles where
+// the CPU has AMX-BF16, else the scalar chain).
 // --shape NxK runs one other shape (e.g. 2048x2048: a row stride of x that is a
 // multiple of 4 KiB, see ops/matmul.cc).
 // M = 1 cycles through enough copies of the weights to overflow the last-level
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool bf16 = false;  // hubzoo's weights as bf16 (oneDNN stays fp32: its sgemm is the baseline)
   bool bf16_activations = false;
+  bool tiles = false;
   std::string only_shape;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
@@ -104,6 +107,8 @@ int main(int argc, char** argv) {
       bf16 = true;
     } else if (!std::strcmp(argv[i], "--bf16-activations")) {
       bf16 = bf16_activations = true;
+    } else if (!std::strcmp(argv[i], "--tiles")) {
+      bf16 = bf16_activations = tiles = true;
     } else if (!std::strcmp(argv[i], "--no-bf16-dot")) {
       hubzoo::set_matmul_bf16_dot_allowed(false);
     } else if (!std::strcmp(argv[i], "--quick")) {
@@ -115,7 +120,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--bf16] [--bf16-activations "
-                   "[--no-bf16-dot]] [--shape NAME|NxK] [--m M]\n",
+                   "[--no-bf16-dot] [--tiles]] [--shape NAME|NxK] [--m M]\n",
                    argv[0]);
       return 2;
     }
@@ -156,6 +161,7 @@ int main(int argc, char** argv) {
       w_packed.push_back(bf16 ? hubzoo::pack_weights_bf16(w_raw.back().data(), s.n, s.k)
                               : hubzoo::pack_weights(w_raw.back().data(), s.n, s.k));
       w_packed.back().bf16_activations = bf16_activations;
+      if (tiles) w_packed.back() = hubzoo::to_bf16_tiles(std::move(w_packed.back()));
     }
     for (int64_t m : ms) {
       if (only_m && m != only_m) continue;

@@ -205,6 +205,7 @@ int run_bench(const BenchArgs& a, std::chrono::steady_clock::time_point process_
       {"threads", a.threads},
       {"matmul_target", matmul_target_name()},
       {"bf16_dot_products", matmul_bf16_dot()},
+      {"bf16_tiles", matmul_bf16_tiles()},
       {"num_parameters", info.num_parameters},
       {"weight_bytes",
        info.weight_bytes > 0 ? info.weight_bytes : info.num_parameters * bytes_per_param},

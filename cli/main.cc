@@ -169,6 +169,7 @@ int run_inspect(const std::string& model_ref, const LoadOptions& options) {
       {"matmul_target", matmul_target_name()},
       {"quant_target", quant_target_name()},
       {"bf16_dot_products", matmul_bf16_dot()},
+      {"bf16_tiles", matmul_bf16_tiles()},
       {"load_seconds", load_s},
       {"hubzoo_version", HUBZOO_VERSION},
       {"git_commit", HUBZOO_GIT_COMMIT},

@@ -235,13 +235,21 @@ PackedMatrix WeightLoader::take_lookup_table(const std::string& name, int64_t n,
 }
 
 PackedMatrix WeightLoader::take_packed(const std::string& name, int64_t n, int64_t k) {
-  PackedMatrix p = take_packed_as(name, n, k, numerics_.bf16);
+  PackedMatrix p = mark_activations(take_packed_as(name, n, k, numerics_.bf16));
   bytes_ += p.bytes();
-  return mark_activations(std::move(p));
+  return p;
+}
+
+bool WeightLoader::tiles_wanted() const {
+  return numerics_.bf16_matmul_inputs() && matmul_bf16_tiles();
 }
 
 PackedMatrix WeightLoader::mark_activations(PackedMatrix p) const {
   p.bf16_activations = numerics_.bf16_matmul_inputs() && p.is_bf16();
+  // On AMX-BF16, laid out for the tile chain (ops/matmul.h): every product of
+  // the matrix, a decode step's included, then runs that one chain. The
+  // loader's own packing writes that layout at once; others are converted.
+  if (p.bf16_activations && tiles_wanted()) return to_bf16_tiles(std::move(p));
   return p;
 }
 
@@ -273,18 +281,20 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
     return q;
   }
   TensorView v = ckpt_->view(name);
-  const auto pack = bf16 ? pack_weights_bf16 : pack_weights;
+  const bool tiles = bf16 && tiles_wanted();  // packed in the tile layout straight away
+  const auto pack = [&](const float* w) { return pack_weights_concat({{w, n}}, k, bf16, tiles); };
   PackedMatrix packed;
   if (transformed(info)) {
-    packed = pack(read_f32(name, info).data(), n, k);
+    packed = pack(read_f32(name, info).data());
   } else if (info.dtype == DType::F32) {
-    packed = pack(static_cast<const float*>(v.data), n, k);
+    packed = pack(static_cast<const float*>(v.data));
   } else if (info.dtype == DType::BF16) {  // widened while packing: no float32 copy
-    packed = pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, bf16);
+    packed =
+        pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, bf16, tiles);
   } else {
     std::vector<float> tmp(static_cast<size_t>(n * k));
     convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
-    packed = pack(tmp.data(), n, k);
+    packed = pack(tmp.data());
   }
   ckpt_->release(name);  // the packed copy is the only one kept resident
   return packed;
@@ -334,10 +344,11 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
       parts.push_back({converted[i].data(), ns[i]});
     }
   }
-  PackedMatrix packed = pack_weights_concat(parts, k, numerics_.bf16);
+  PackedMatrix packed = mark_activations(
+      pack_weights_concat(parts, k, numerics_.bf16, numerics_.bf16 && tiles_wanted()));
   for (const auto& name : names) ckpt_->release(name);  // the packed copy is the only one kept
   bytes_ += packed.bytes();
-  return mark_activations(std::move(packed));
+  return packed;
 }
 
 std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& name, int64_t count,

@@ -85,9 +85,12 @@ class WeightLoader {
   std::vector<PackedMatrix> take_packed_stack(const std::string& name, int64_t count, int64_t n,
                                               int64_t k, int64_t parts = 1);
   // `p` with bf16_activations set where this loader's numerics multiply it by
-  // bf16 activations (eager bf16 and bf16dot; ops/matmul.h). take_packed* mark what they
+  // bf16 activations (eager bf16 and bf16dot; ops/matmul.h), and laid out for
+  // the tile chain where matmul_bf16_tiles(). take_packed* mark what they
   // return; a matrix packed outside the loader is marked with this.
   PackedMatrix mark_activations(PackedMatrix p) const;
+  // Whether bf16 matrices multiplying bf16 activations take the tile layout here.
+  bool tiles_wanted() const;
   // Marks a tensor as deliberately unused.
   void ignore(const std::string& name, const std::string& reason);
   // Throws TensorMappingError naming every tensor neither taken nor ignored.

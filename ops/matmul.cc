@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "hwy/aligned_allocator.h"
 #include "ops/bf16.h"
+#include "ops/cpu_amx.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
 #endif
@@ -70,7 +71,44 @@ inline float add_bias_flushed(float acc, const float* bias, int64_t n) {
   return bias ? flush_denormal(acc + flush_denormal(bias[n])) : acc;
 }
 
+// The tile chain (matmul.h) of x (rounded to bf16 and flushed, zero from K
+// to tile_k()) against column c of a bf16_tiles panel: per kTileK block,
+// the even and the odd k's chains, then their sum.
+inline float tile_chain_dot(const float* x, int64_t kp, const uint16_t* panel, int64_t c) {
+  float total = 0.0f;
+  for (int64_t k0 = 0; k0 < kp; k0 += kTileK) {
+    float even = 0.0f, odd = 0.0f;
+    for (int64_t k = k0; k < k0 + kTileK; k += 2) {
+      const uint16_t* pair = panel + (k / 2) * 2 * kPanel + c * 2;
+      even = flush_denormal(std::fma(x[k], flush_denormal(bf16_to_float(pair[0])), even));
+      odd = flush_denormal(std::fma(x[k + 1], flush_denormal(bf16_to_float(pair[1])), odd));
+    }
+    total = flush_denormal(total + flush_denormal(even + odd));
+  }
+  return total;
+}
+
+// Rows [r0, r1) x panels [p0, p1) of a bf16_tiles product in that scalar
+// code (a CPU without AMX-BF16 runs tile-layout matrices only in tests).
+inline void tile_chain_rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const PackedMatrix& w = *a.w;
+  const int64_t n_end = std::min(w.n, p1 * kPanel);
+  std::vector<float> x(static_cast<size_t>(w.tile_k()), 0.0f);
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t k = 0; k < w.k; ++k) {
+      x[k] = flush_denormal(round_bf16(flush_denormal(a.x[r * a.ldx + k])));
+    }
+    for (int64_t n = p0 * kPanel; n < n_end; ++n) {
+      const float acc = tile_chain_dot(
+          x.data(), w.tile_k(), w.bf16.get() + (n / kPanel) * w.panel_elements(), n % kPanel);
+      a.y[r * a.ldy + n] = add_bias_flushed(acc, a.bias, n);
+    }
+  }
+}
+
 std::atomic<bool> g_bf16_dot_allowed{true};
+std::atomic<bool> g_bf16_tiles_allowed{true};
+std::atomic<int64_t> g_amx_products{0};
 
 // MXCSR flush-to-zero and denormals-are-zero on this thread while alive
 // (bf16_activations), restored after.
@@ -411,7 +449,8 @@ void ForEachRowBlock(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, in
   }
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // MatmulTileDot: bf16 dot products
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // MatmulTileDot, MatmulTileAmx
+#include "ops/matmul_bf16_amx-inl.h"
 #include "ops/matmul_bf16_dot-inl.h"
 #endif
 
@@ -441,6 +480,12 @@ void RoundBf16Flushed(const float* HWY_RESTRICT src, int64_t k, float* HWY_RESTR
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const bool flushed = a.w->bf16_activations;
   FlushDenormals guard(flushed);
+  if (a.w->bf16_tiles) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AMX tiles
+    if (amx_bf16_ready()) return MatmulTileAmx(a, r0, r1, p0, p1);
+#endif
+    return tile_chain_rows(a, r0, r1, p0, p1);
+  }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
   if (flushed && UseBf16Dot()) return MatmulTileDot(a, r0, r1, p0, p1);
 #endif
@@ -510,6 +555,7 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
 constexpr int kMR = 1;
 
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  if (a.w->bf16_tiles) return tile_chain_rows(a, r0, r1, p0, p1);
   const int64_t K = a.w->k;
   const int64_t n_end = std::min(a.w->n, p1 * kPanel);
   for (int64_t r = r0; r < r1; ++r) {
@@ -536,7 +582,7 @@ constexpr int64_t kMinDecodeBytesPerThread = 160 * 1024;
 // and those after it.
 ThreadPool::Region PanelStart(const void* ctx, int64_t p) {
   const PackedMatrix& w = *static_cast<const PackedMatrix*>(ctx);
-  const int64_t panel_bytes = w.k * kPanel * (w.is_bf16() ? 2 : 4);
+  const int64_t panel_bytes = w.panel_elements() * (w.is_bf16() ? 2 : 4);
   const char* base = w.is_bf16() ? reinterpret_cast<const char*>(w.bf16.get())
                                  : reinterpret_cast<const char*>(w.data.get());
   if (!base || p >= w.num_panels()) return {};
@@ -613,6 +659,8 @@ void check_args(const MatmulArgs& a) {
     throw InvalidArgument("matmul: weights are not packed");
   if (a.w && a.w->bf16_activations && (a.w->k > 0 && a.w->n > 0) && !a.w->is_bf16())
     throw InvalidArgument("matmul: bf16_activations on weights that are not bf16");
+  if (a.w && a.w->bf16_tiles && (!a.w->is_bf16() || !a.w->bf16_activations))
+    throw InvalidArgument("matmul: the tile layout on weights without bf16 activations");
   if (a.m < 0) throw InvalidArgument("matmul: negative row count");
   if (a.m > 0 && a.w->n > 0 && (!a.y || (a.w->k > 0 && !a.x)))
     throw InvalidArgument("matmul: null input or output");
@@ -656,6 +704,7 @@ void matmul_reference(const MatmulArgs& a) {
   check_args(a);
   if (a.w->is_quantized()) return matmul_quantized(a, nullptr);
   const PackedMatrix& w = *a.w;
+  if (w.bf16_tiles) return tile_chain_rows(a, 0, a.m, 0, w.num_panels());
   for (int64_t m = 0; m < a.m; ++m) {
     for (int64_t n = 0; n < w.n; ++n) {
       const int64_t at = (n / kPanel) * w.k * kPanel + n % kPanel;
@@ -687,6 +736,10 @@ bool matmul_has_vector_kernel() { return HWY_DYNAMIC_DISPATCH(HasVectorKernel)()
 
 bool matmul_bf16_dot() { return HWY_DYNAMIC_DISPATCH(UsesBf16Dot)(); }
 void set_matmul_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
+
+bool matmul_bf16_tiles() { return amx_bf16_ready() && g_bf16_tiles_allowed.load(); }
+void set_matmul_bf16_tiles_allowed(bool allowed) { g_bf16_tiles_allowed.store(allowed); }
+int64_t matmul_amx_products() { return g_amx_products.load(); }
 
 }  // namespace hubzoo
 #endif  // HWY_ONCE

@@ -12,6 +12,14 @@
 // W is packed once at load into column panels of kPanel columns:
 // panel p, element (n, k) lives at data[(p * K + k) * kPanel + (n - p * kPanel)],
 // with zero padding past N. Threads split rows and panels, never K.
+//
+// The tile chain (bf16_tiles below; Intel AMX-BF16's tdpbf16ps computes it,
+// measured bit for bit): K is cut into blocks of kTileK, past K padded with
+// zeros; within a block the even k's and the odd k's each run one FMA chain
+// in k order from 0.0f, their sum is added to the total (from 0.0f) in
+// block order, and bias is added last; x is rounded to bf16 and every operand
+// and result flushed as for bf16_activations. Like the chain above, it does
+// not depend on M, tiling, threads or ISA: it equals matmul_reference().
 #pragma once
 
 #include <cstdint>
@@ -25,6 +33,7 @@ namespace hubzoo {
 
 constexpr int64_t kPanel = 32;   // columns per packed panel (2 AVX-512 vectors)
 constexpr int64_t kKBlock = 64;  // k per FMA chain; fixed, whatever the shape
+constexpr int64_t kTileK = 32;   // k per block of the tile chain (one AMX tile's k)
 
 // Weights packed as float32 or as bf16 (bit patterns, converted exactly to
 // float32 in registers): the same layout, the same reduction order, so a bf16
@@ -53,6 +62,16 @@ struct PackedMatrix {
   // kernel runs under MXCSR FTZ/DAZ. Only values below 2^-126 in magnitude
   // can differ from the unflushed chain.
   bool bf16_activations = false;
+  // bf16_activations weights laid out as tdpbf16ps's second operand and
+  // multiplied in the tile chain (above): in panel p, K rounded up to kTileK
+  // (tile_k()), the pair (k, k + 1) of column n at
+  // bf16[p * tile_k() * kPanel + (k / 2) * 2 * kPanel + (n % kPanel) * 2 + k % 2],
+  // zero past K and N. Made by to_bf16_tiles where matmul_bf16_tiles() says
+  // so; on a CPU without AMX-BF16 the chain runs in scalar code (tests).
+  bool bf16_tiles = false;
+  int64_t tile_k() const { return (k + kTileK - 1) / kTileK * kTileK; }
+  // bf16 or float elements from one panel to the next.
+  int64_t panel_elements() const { return (bf16_tiles ? tile_k() : k) * kPanel; }
   bool is_bf16() const { return bf16 != nullptr; }
   bool is_quantized() const { return !quant.empty(); }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
@@ -80,7 +99,12 @@ struct WeightRows {
   // exactly while packing, without a float32 copy of the tensor.
   const uint16_t* bf16_bits = nullptr;
 };
-PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16);
+// `tiles`: bf16 in the tile layout (bf16_tiles, which implies bf16_activations).
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16,
+                                 bool tiles = false);
+// A bf16_activations matrix laid out for the tile chain (bf16_tiles); the
+// values are the same. Throws InvalidArgument on other matrices.
+PackedMatrix to_bf16_tiles(PackedMatrix p);
 // Packed matrices (same k and dtype) stacked by rows into one: the panels
 // copied where every part but the last fills whole panels, else repacked;
 // quantized matrices share their parts (same k and mode).
@@ -111,6 +135,15 @@ const char* matmul_target_name();
 // to run them on the FMA kernel instead (the same values, bit for bit).
 bool matmul_bf16_dot();
 void set_matmul_bf16_dot_allowed(bool allowed);
+
+// Whether this process lays bf16_activations matrices out for the tile chain
+// (the model loader asks at load): the CPU has AMX-BF16, Linux grants the
+// tile state (ops/cpu_amx.h) and it is allowed (a switch for tests and
+// benchmarks; it decides the layout of matrices loaded after it, and with it
+// their bits). How many products the AMX kernel has run (tests).
+bool matmul_bf16_tiles();
+void set_matmul_bf16_tiles_allowed(bool allowed);
+int64_t matmul_amx_products();
 
 // Whether that target runs the register-tiled SIMD kernel. Targets without a
 // native FMA (SSE2, SSSE3, SSE4, EMU128) and scalable vectors run the scalar

@@ -49,22 +49,26 @@ T* alloc_panels(int64_t panels, int64_t k) {
   return data;
 }
 
-// Row-major W [n, k] into rows [row0, row0 + n) of the panels, a 32-row x
-// 64-k block at a time (both sides in L1) instead of one row at a time with
-// 128-byte strided writes.
-template <typename S, typename T, typename Convert>
-void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+// Row-major W [n, k] into rows [row0, row0 + n) of the panels (`stride`
+// elements apart; kTiles: the tile layout of PackedMatrix::bf16_tiles), a
+// 32-row x 64-k block at a time (both sides in L1) instead of one row at a
+// time with 128-byte strided writes.
+template <bool kTiles, typename S, typename T, typename Convert>
+void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t stride, int64_t row0,
+               Convert convert) {
   constexpr int64_t kKStep = 64;
   for (int64_t r0 = 0; r0 < n;) {
     const int64_t global = row0 + r0;  // first row in the destination
     const int64_t rows = std::min(kPanel - global % kPanel, n - r0);
-    T* panel = data + (global / kPanel) * k * kPanel + global % kPanel;
+    T* panel = data + (global / kPanel) * stride + global % kPanel * (kTiles ? 2 : 1);
     for (int64_t c0 = 0; c0 < k; c0 += kKStep) {
       const int64_t c1 = std::min(k, c0 + kKStep);
       for (int64_t r = 0; r < rows; ++r) {
         const S* src = w + (r0 + r) * k;
-        T* dst = panel + r;
-        for (int64_t c = c0; c < c1; ++c) dst[c * kPanel] = convert(widen(src[c]));
+        T* dst = panel + r * (kTiles ? 2 : 1);
+        for (int64_t c = c0; c < c1; ++c) {
+          dst[kTiles ? c / 2 * 2 * kPanel + c % 2 : c * kPanel] = convert(widen(src[c]));
+        }
       }
     }
     r0 += rows;
@@ -75,15 +79,16 @@ void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert 
 // boundaries: the kernel zeroes the fresh pages a thread first writes, so the
 // page clearing (most of a cold load) runs in parallel with the copying.
 // SmolLM2-135M fp32 load: 0.41-0.53 s on one thread -> see bench/README.md.
-template <typename S, typename T, typename Convert>
-void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert convert) {
+template <bool kTiles = false, typename S, typename T, typename Convert>
+void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t stride, int64_t row0,
+               Convert convert) {
   const int64_t bytes = n * k * static_cast<int64_t>(sizeof(T));
   const int64_t threads = bytes < (4 << 20)
                               ? 1
                               : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
                                                     std::min<int64_t>(4, n / kPanel));
   if (threads <= 1) {
-    pack_rows(w, n, k, data, row0, convert);
+    pack_rows<kTiles>(w, n, k, data, stride, row0, convert);
     return;
   }
   // Split points: rows whose global index starts a panel.
@@ -95,10 +100,12 @@ void pack_into(const S* w, int64_t n, int64_t k, T* data, int64_t row0, Convert 
   cut.push_back(n);
   std::vector<std::thread> helpers;
   for (int64_t t = 1; t < threads; ++t) {
-    helpers.emplace_back(
-        [=] { pack_rows(w + cut[t] * k, cut[t + 1] - cut[t], k, data, row0 + cut[t], convert); });
+    helpers.emplace_back([=] {
+      pack_rows<kTiles>(w + cut[t] * k, cut[t + 1] - cut[t], k, data, stride, row0 + cut[t],
+                        convert);
+    });
   }
-  pack_rows(w, cut[1], k, data, row0, convert);
+  pack_rows<kTiles>(w, cut[1], k, data, stride, row0, convert);
   for (auto& h : helpers) h.join();
 }
 
@@ -119,7 +126,7 @@ int64_t PackedMatrix::bytes() const {
     for (const auto& part : quant) total += part->bytes();
     return total;
   }
-  return num_panels() * k * kPanel * (is_bf16() ? 2 : 4);
+  return num_panels() * panel_elements() * (is_bf16() ? 2 : 4);
 }
 
 float PackedMatrix::at(int64_t row, int64_t col) const {
@@ -127,6 +134,10 @@ float PackedMatrix::at(int64_t row, int64_t col) const {
     std::vector<float> values(static_cast<size_t>(k));
     copy_row(row, values.data());
     return values[col];
+  }
+  if (bf16_tiles) {
+    return bf16_to_float(bf16[(row / kPanel) * panel_elements() + (col / 2) * 2 * kPanel +
+                              (row % kPanel) * 2 + col % 2]);
   }
   const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
   return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
@@ -136,6 +147,11 @@ void PackedMatrix::copy_row(int64_t row, float* out) const {
   if (is_quantized()) {
     const auto [part, r] = quant_part(*this, row);
     part->dequantize_row(r, out);
+    return;
+  }
+  if (bf16_tiles) {
+    const uint16_t* column = bf16.get() + (row / kPanel) * panel_elements() + (row % kPanel) * 2;
+    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(column[(c / 2) * 2 * kPanel + c % 2]);
     return;
   }
   const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
@@ -152,7 +168,7 @@ PackedMatrix pack_weights(const float* w, int64_t n, int64_t k) {
   p.n = n;
   p.k = k;
   p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
-  pack_into(w, n, k, p.data.get(), 0, [](float v) { return v; });
+  pack_into(w, n, k, p.data.get(), p.panel_elements(), 0, [](float v) { return v; });
   return p;
 }
 
@@ -162,7 +178,7 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
   p.n = n;
   p.k = k;
   p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
-  pack_into(w, n, k, p.bf16.get(), 0, [](float v) { return bf16_bits(v); });
+  pack_into(w, n, k, p.bf16.get(), p.panel_elements(), 0, [](float v) { return bf16_bits(v); });
   return p;
 }
 
@@ -181,16 +197,24 @@ PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> part
   return p;
 }
 
-PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16) {
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16,
+                                 bool tiles) {
   if (k < 0) throw InvalidArgument("pack_weights_concat: negative shape");
+  if (tiles && !bf16) throw InvalidArgument("pack_weights_concat: the tile layout is bf16");
   PackedMatrix p;
   p.k = k;
+  p.bf16_activations = p.bf16_tiles = tiles;
   for (const WeightRows& part : parts) {
     if (part.rows < 0) throw InvalidArgument("pack_weights_concat: negative shape");
     p.n += part.rows;
   }
+  const int64_t stride = p.panel_elements();
   if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), stride / kPanel), &free_aligned16};
+    // Tiles past K: alloc_panels zeroes only the last panel.
+    if (tiles && p.tile_k() != k) {
+      std::memset(p.bf16.get(), 0, static_cast<size_t>(p.num_panels() * stride) * 2);
+    }
   } else {
     p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   }
@@ -198,18 +222,50 @@ PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k
   const auto to_bf16 = [](float v) { return bf16_bits(v); };
   const auto to_f32 = [](float v) { return v; };
   for (const WeightRows& part : parts) {
-    if (part.bf16_bits && bf16) {
-      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), row0, to_bf16);
+    if (tiles && part.bf16_bits) {
+      pack_into<true>(part.bf16_bits, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
+    } else if (tiles) {
+      pack_into<true>(part.w, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
+    } else if (part.bf16_bits && bf16) {
+      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
     } else if (part.bf16_bits) {
-      pack_into(part.bf16_bits, part.rows, k, p.data.get(), row0, to_f32);
+      pack_into(part.bf16_bits, part.rows, k, p.data.get(), stride, row0, to_f32);
     } else if (bf16) {
-      pack_into(part.w, part.rows, k, p.bf16.get(), row0, to_bf16);
+      pack_into(part.w, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
     } else {
-      pack_into(part.w, part.rows, k, p.data.get(), row0, to_f32);
+      pack_into(part.w, part.rows, k, p.data.get(), stride, row0, to_f32);
     }
     row0 += part.rows;
   }
   return p;
+}
+
+PackedMatrix to_bf16_tiles(PackedMatrix p) {
+  if (!p.is_bf16() || !p.bf16_activations) {
+    throw InvalidArgument("to_bf16_tiles: the tile chain needs bf16 weights and bf16 activations");
+  }
+  if (p.bf16_tiles) return p;
+  PackedMatrix t;
+  t.n = p.n;
+  t.k = p.k;
+  t.bf16_activations = true;
+  t.bf16_tiles = true;
+  const int64_t panels = p.num_panels(), k = p.k, pairs = t.tile_k() / 2;
+  t.bf16 = {alloc_panels<uint16_t>(panels, t.tile_k()), &free_aligned16};
+  // Each panel's rows k and k + 1 interleaved, as 32-bit words (low half k).
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const uint16_t* src = p.bf16.get() + panel * k * kPanel;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(t.bf16.get() + panel * t.panel_elements());
+    for (int64_t q = 0; q < pairs; ++q) {
+      const int64_t k0 = 2 * q;
+      for (int64_t c = 0; c < kPanel; ++c) {
+        const uint32_t lo = k0 < k ? src[k0 * kPanel + c] : 0u;
+        const uint32_t hi = k0 + 1 < k ? src[(k0 + 1) * kPanel + c] : 0u;
+        dst[q * kPanel + c] = lo | hi << 16;
+      }
+    }
+  }
+  return t;
 }
 
 PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
@@ -230,8 +286,9 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
     if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
       throw InvalidArgument("concat_packed: parts differ in k or dtype");
     }
-    if (parts[i]->bf16_activations != parts[0]->bf16_activations) {
-      throw InvalidArgument("concat_packed: parts differ in bf16_activations");
+    if (parts[i]->bf16_activations != parts[0]->bf16_activations ||
+        parts[i]->bf16_tiles != parts[0]->bf16_tiles) {
+      throw InvalidArgument("concat_packed: parts differ in bf16_activations or layout");
     }
     if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
   }
@@ -244,18 +301,19 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
       for (int64_t r = 0; r < parts[i]->n; ++r) parts[i]->copy_row(r, &rows[i][r * k]);
       src.push_back({rows[i].data(), parts[i]->n});
     }
-    PackedMatrix packed = pack_weights_concat(src, k, bf16);
+    PackedMatrix packed = pack_weights_concat(src, k, bf16, parts[0]->bf16_tiles);
     packed.bf16_activations = bf16_activations;
     return packed;
   }
-  // Panels are independent [k][kPanel] blocks: the concatenation's panels are
-  // the parts' panels one after the other (the last part's padding included).
+  // Panels are independent blocks: the concatenation's panels are the parts'
+  // panels one after the other (the last part's padding included).
   PackedMatrix p;
   p.k = k;
   p.bf16_activations = bf16_activations;
+  p.bf16_tiles = parts[0]->bf16_tiles;
   for (const PackedMatrix* part : parts) p.n += part->n;
   if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), p.panel_elements() / kPanel), &free_aligned16};
   } else {
     p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   }

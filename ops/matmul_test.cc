@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "hwy/targets.h"
 #include "ops/bf16.h"
+#include "ops/cpu_amx.h"
 #include "ops/test_values.h"
 
 namespace hubzoo {
@@ -372,6 +373,142 @@ TEST(Matmul, Bf16DotUsedWhereTheCpuHasIt) {
   EXPECT_FALSE(matmul_bf16_dot());
   set_matmul_bf16_dot_allowed(true);
 #endif
+}
+
+// The tile chain of matmul.h from row-major W [n, k]: per block of kTileK
+// (zero past K), the chain of the even k's and that of the odd k's, each
+// from 0, summed; block sums added in order from 0; then the bias. Every
+// operand and result flushed, x rounded to bf16 as for bf16_activations.
+std::vector<float> contract_tiles(const Problem& p, const float* x, const std::vector<float>& w,
+                                  const float* bias) {
+  std::vector<float> y(p.m * p.ldy(), sentinel());
+  for (int64_t r = 0; r < p.m; ++r) {
+    for (int64_t n = 0; n < p.n; ++n) {
+      const auto xv = [&](int64_t k) {
+        return k < p.k ? flushed(round_bf16(flushed(x[r * p.ldx() + k]))) : 0.0f;
+      };
+      const auto wv = [&](int64_t k) { return k < p.k ? flushed(w[n * p.k + k]) : 0.0f; };
+      float total = 0.0f;
+      for (int64_t k0 = 0; k0 < p.k; k0 += kTileK) {
+        float chains[2] = {0.0f, 0.0f};
+        for (int64_t k = k0; k < k0 + kTileK; ++k) {
+          chains[k % 2] = flushed(std::fma(xv(k), wv(k), chains[k % 2]));
+        }
+        total = flushed(total + flushed(chains[0] + chains[1]));
+      }
+      y[r * p.ldy() + n] = p.bias ? flushed(total + flushed(bias[n])) : total;
+    }
+  }
+  return y;
+}
+
+// bf16_tiles on every target (AMX tiles where the CPU has AMX-BF16 and the
+// target is AVX-512, the scalar chain elsewhere) and in the reference: bit
+// for bit the contract above, whatever the batch (1 row to several row tiles
+// and row chunks), threads, K (odd, under one block, not whole blocks),
+// strides and values whose chains flush. The values are spread out, so the
+// chain of bf16_activations (one chain per 64 k) would fail it.
+TEST(Matmul, TileChainBitIdenticalToContract) {
+  std::vector<Problem> problems;
+  for (int64_t m : {1, 2, 16, 17, 40}) {
+    for (int64_t n : {1, 17, 32, 70}) {
+      for (int64_t k : {1, 7, 32, 63, 577}) problems.push_back({m, n, k, m != 2, m == 17});
+    }
+  }
+  problems.push_back({530, 17, 1600, true, true});  // two row chunks
+  problems.push_back({29, 70, 2048, true, false, 2048});
+  ThreadPool one(1), two(2);
+  const int64_t amx_before = matmul_amx_products();
+  bool amx_target = false;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    for (bool tiny : {false, true}) {
+      SCOPED_TRACE("problem " + std::to_string(i) + (tiny ? " tiny" : ""));
+      Data d = make_bf16_activations_data(p, static_cast<uint32_t>(5000 + i), tiny);
+      d.packed = to_bf16_tiles(std::move(d.packed));
+      ASSERT_TRUE(d.packed.bf16_tiles);
+      const auto want = contract_tiles(p, d.x.data(), bf16_widened(d.w), d.bias.data());
+      expect_same_bits(p, want, run(p, d, nullptr));
+      EveryTarget::run([&] {
+        amx_target |= std::string(matmul_target_name()).rfind("AVX3", 0) == 0;
+        for (ThreadPool* pool : {&one, &two}) expect_same_bits(p, want, run(p, d, pool));
+      });
+    }
+  }
+  // Where the CPU has AMX-BF16, the tiles ran (on the AVX-512 targets).
+  EXPECT_EQ(matmul_amx_products() > amx_before, amx_bf16_ready() && amx_target);
+}
+
+// The tile layout holds the same values: at(), copy_row(), stacking (whole
+// panels copied, or repacked), and the size it reports.
+TEST(Matmul, TileLayoutRoundTrips) {
+  const Problem p{1, 70, 45, false, false};
+  const Data d = make_bf16_activations_data(p, 77, false);
+  const std::vector<float> wide = bf16_widened(d.w);
+  PackedMatrix plain = pack_weights_bf16(d.w.data(), p.n, p.k);
+  plain.bf16_activations = true;
+  const PackedMatrix tiles = to_bf16_tiles(std::move(plain));
+  EXPECT_EQ(tiles.bytes(), tiles.num_panels() * 64 * kPanel * 2);  // k 45 -> 64
+  // Packed in the layout straight away (what the loader does), from floats or bf16 bits: the
+  // same bytes, padding included.
+  std::vector<uint16_t> stored(d.w.size());
+  for (size_t i = 0; i < d.w.size(); ++i) stored[i] = bf16_bits(d.w[i]);
+  for (const WeightRows& rows :
+       {WeightRows{d.w.data(), p.n}, WeightRows{nullptr, p.n, stored.data()}}) {
+    const PackedMatrix direct = pack_weights_concat({rows}, p.k, true, true);
+    ASSERT_TRUE(direct.bf16_tiles && direct.bf16_activations);
+    ASSERT_EQ(direct.bytes(), tiles.bytes());
+    EXPECT_EQ(std::memcmp(direct.bf16.get(), tiles.bf16.get(), tiles.bytes()), 0);
+  }
+  EXPECT_THROW(pack_weights_concat({{d.w.data(), p.n}}, p.k, false, true), InvalidArgument);
+  std::vector<float> row(p.k);
+  for (int64_t r = 0; r < p.n; ++r) {
+    tiles.copy_row(r, row.data());
+    for (int64_t c = 0; c < p.k; ++c) {
+      ASSERT_EQ(bits(row[c]), bits(wide[r * p.k + c])) << r << "," << c;
+      ASSERT_EQ(bits(tiles.at(r, c)), bits(wide[r * p.k + c])) << r << "," << c;
+    }
+  }
+  const auto part = [&](int64_t r0, int64_t rows) {
+    PackedMatrix m = pack_weights_bf16(d.w.data() + r0 * p.k, rows, p.k);
+    m.bf16_activations = true;
+    return to_bf16_tiles(std::move(m));
+  };
+  for (int64_t first : {32, 20}) {  // whole panels, then a part ending mid-panel
+    const PackedMatrix a = part(0, first), b = part(first, p.n - first);
+    const PackedMatrix both = concat_packed({&a, &b});
+    ASSERT_TRUE(both.bf16_tiles);
+    ASSERT_EQ(both.n, p.n);
+    for (int64_t r = 0; r < p.n; ++r) {
+      for (int64_t c = 0; c < p.k; ++c) ASSERT_EQ(bits(both.at(r, c)), bits(wide[r * p.k + c]));
+    }
+  }
+  PackedMatrix fp32 = pack_weights(d.w.data(), p.n, p.k);
+  EXPECT_THROW(to_bf16_tiles(std::move(fp32)), InvalidArgument);
+  PackedMatrix no_activations = pack_weights_bf16(d.w.data(), p.n, p.k);
+  EXPECT_THROW(to_bf16_tiles(std::move(no_activations)), InvalidArgument);
+}
+
+// The loader lays matrices out for tiles exactly where AMX-BF16 runs (and the switch allows).
+TEST(Matmul, TilesChosenWhereTheCpuHasAmxBf16) {
+  bool listed = false;
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[8192];
+    while (std::fgets(line, sizeof line, f)) {
+      const std::string s = line;
+      if (s.rfind("flags", 0) == 0) {
+        listed =
+            s.find(" amx_bf16") != std::string::npos && s.find(" amx_tile") != std::string::npos;
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  EXPECT_EQ(amx_bf16_ready(), listed);
+  EXPECT_EQ(matmul_bf16_tiles(), listed);
+  set_matmul_bf16_tiles_allowed(false);
+  EXPECT_FALSE(matmul_bf16_tiles());
+  set_matmul_bf16_tiles_allowed(true);
 }
 
 TEST(Bf16, RoundsToNearestEvenLikeTorch) {

@@ -96,6 +96,7 @@ class PyCausalLM {
     d["ignored_modules"] = i.ignored_modules;
     d["matmul_target"] = std::string(matmul_target_name());
     d["bf16_dot_products"] = matmul_bf16_dot();
+    d["bf16_tiles"] = matmul_bf16_tiles();
     d["dtype"] = std::string(i.numerics.dtype_name());
     d["mode"] = std::string(i.numerics.mode_name());
     return d;

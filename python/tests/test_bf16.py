@@ -153,6 +153,8 @@ def test_bf16dot_rounds_matmul_inputs_and_needs_bf16(hz, tiny_paths):
     # The dot product kernel runs wherever the CPU has AVX512-BF16 (else the FMA kernel).
     cpu_flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
     assert dot.info["bf16_dot_products"] == ("avx512_bf16" in cpu_flags)
+    # AMX-BF16 (with the tile state) lays its matrices out for the tile chain (ops/matmul.h).
+    assert dot.info["bf16_tiles"] == ("amx_bf16" in cpu_flags and "amx_tile" in cpu_flags)
     a, b = fused.forward(ids)[0], dot.forward(ids)[0]
     assert not np.array_equal(a, b)
     assert np.abs(a - b).max() < 0.05 * np.abs(a).max()
