@@ -18,22 +18,12 @@
 // tmm6/7 the panel's two column halves over one kTileK block.
 constexpr int64_t kAmxTileRows = 16;
 
-struct alignas(64) Bf16TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Loads the palette into this thread's tile configuration (each product
-// asks: other code on the thread may load its own).
+// Every tile 16 rows of 64 bytes.
 HWY_INLINE void ConfigureBf16Tiles() {
-  Bf16TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = kAmxTileRows;
-    c.colsb[t] = 64;
-  }
-  asm volatile("ldtilecfg %0" : : "m"(c) : "memory");
+  AmxTileConfig c;
+  std::fill(std::begin(c.rows), std::begin(c.rows) + 8, kAmxTileRows);
+  std::fill(std::begin(c.colsb), std::begin(c.colsb) + 8, 64);
+  c.load();
 }
 
 // The first `valid` of 16 lanes (0 when valid <= 0).

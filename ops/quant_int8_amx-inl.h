@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "hwy/highway.h"
+#include "ops/cpu_amx.h"
 #include "ops/quant_internal.h"
 #if HWY_ARCH_X86
 #include <immintrin.h>
@@ -49,15 +50,8 @@ constexpr int kAmxRows = 16;
 // the tiles run kAmxAhead blocks ahead of the floats that read them.
 constexpr int kAmxSets = 4;
 constexpr int64_t kAmxAhead = 3;
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
-// Loads the palette into this thread's tile configuration. Asked for by each
-// range that uses the tiles, as other code on the thread may load its own.
+// Loads the palette into this thread's tile configuration (each range that uses the tiles).
 inline void AmxConfigure() {
   AmxTileConfig c;
   for (int t = 0; t < 4; ++t) {
@@ -72,7 +66,7 @@ inline void AmxConfigure() {
     c.rows[t] = 8;
     c.colsb[t] = 64;
   }
-  asm volatile("ldtilecfg %0" : : "m"(c) : "memory");
+  c.load();
 }
 
 // Back to the initial state: the tile data is no longer saved on a switch.
