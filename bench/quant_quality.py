@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant import quantized_from_f32  # noqa: E402
+from quant import cpu_has_amx, quantized_from_f32  # noqa: E402
 from run import ROOT, log, machine_description, run_process  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
@@ -285,6 +285,11 @@ def main():
     f32 = llama_dir.parent / "gguf" / f"SmolLM2-135M-Instruct-{sha}-f32.gguf"
     files = quantized_from_f32(llama_dir, f32, FTYPES)
     by_type = {ft: files[f32.name.replace("-f32.gguf", f"-{ft.lower()}")] for ft in FTYPES}
+    if cpu_has_amx():
+        # The native build's AMX kernels die of SIGILL on a batch of quantized rows (llama.cpp
+        # pull 26954, bench/quant.py): llama-perplexity from the build without them.
+        out, _ = run_process(["env", "NO_AMX=1", "bash", str(ROOT / "bench/build_llama_cpp.sh")])
+        llama_dir = Path(out.strip().splitlines()[-1])
     report = {"command": " ".join([Path(sys.executable).name] + sys.argv),
               "machine": machine_description(), "llama_cpp_dir": str(llama_dir),
               "text": str(TEXT), "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
