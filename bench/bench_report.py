@@ -102,7 +102,8 @@ def write_markdown(r: dict, path: Path) -> None:
                          f"{_fmt(x['hubzoo_vs_onednn'], '.2f')} |")
     if "embed" in r:
         lines += ["", "## Embeddings", "", "See [embed.md](embed.md) (bench/embed.py, same run)."]
-    lines += ["", "![prefill](bench_prefill.png) ![decode](bench_decode.png)", ""]
+    # The plots write_plots made beside this file (named after it).
+    lines += ["", f"![prefill]({path.stem}_prefill.png) ![decode]({path.stem}_decode.png)", ""]
     path.write_text("\n".join(lines))
 
 
