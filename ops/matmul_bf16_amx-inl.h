@@ -144,14 +144,22 @@ void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
   const int64_t lda_bytes = ld * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t chunk =
       std::max<int64_t>(1, kRowChunkBytes / lda_bytes / (2 * kAmxTileRows)) * 2 * kAmxTileRows;
-  thread_local std::vector<uint16_t> xb;
+  // 64-byte aligned, so that each tile row is one cache line (a loop of
+  // these tile loads and products over operands straddling two lines ran at
+  // half the rate of the aligned one, 0.7 against 1.5 TFLOP/s on one thread).
+  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> xb;
+  thread_local int64_t xb_capacity = 0;
   g_amx_products.fetch_add(1, std::memory_order_relaxed);
   ConfigureBf16Tiles();
   for (int64_t rc = r0; rc < r1; rc += chunk) {
     const int64_t rows = std::min(chunk, r1 - rc);
     const int64_t padded = CeilDiv(rows, kAmxTileRows) * kAmxTileRows;
-    xb.resize(static_cast<size_t>(padded * ld));
-    ToBf16Rows(a.x + rc * a.ldx, a.ldx, rows, padded, K, kp, xb.data(), ld);
+    if (padded * ld > xb_capacity) {
+      xb = hwy::AllocateAligned<uint16_t>(static_cast<size_t>(padded * ld));
+      if (!xb) throw std::bad_alloc();
+      xb_capacity = padded * ld;
+    }
+    ToBf16Rows(a.x + rc * a.ldx, a.ldx, rows, padded, K, kp, xb.get(), ld);
     for (int64_t p = p0; p < p1; ++p) {
       const uint16_t* wp = w.bf16.get() + p * w.panel_elements();
       const int64_t col = p * kPanel, cols = std::min(kPanel, w.n - col);
@@ -160,14 +168,14 @@ void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
         float* y = a.y + (rc + rt) * a.ldy + col;
         const int64_t left = rows - rt;  // rows of y from the tile's first on
         if (rt + kAmxTileRows < padded) {
-          AmxPanelRows<true>(xb.data() + rt * ld, lda_bytes, wp, blocks);
+          AmxPanelRows<true>(xb.get() + rt * ld, lda_bytes, wp, blocks);
           TotalsToY<0>(y, a.ldy, left, cols, bias);
           TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
           float* y2 = y + kAmxTileRows * a.ldy;
           TotalsToY<2>(y2, a.ldy, left - kAmxTileRows, cols, bias);
           TotalsToY<3>(y2 + 16, a.ldy, left - kAmxTileRows, cols - 16, bias ? bias + 16 : nullptr);
         } else {
-          AmxPanelRows<false>(xb.data() + rt * ld, lda_bytes, wp, blocks);
+          AmxPanelRows<false>(xb.get() + rt * ld, lda_bytes, wp, blocks);
           TotalsToY<0>(y, a.ldy, left, cols, bias);
           TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
         }
