@@ -29,21 +29,6 @@ struct Variant {
 };
 
 #if defined(__x86_64__)
-void step(const uint16_t* a, int64_t as, const uint16_t* a2, const uint16_t* w) {
-  asm volatile(
-      "tileloadd (%[w],%[ws],1), %%tmm6\n\t"
-      "tileloadd (%[w2],%[ws],1), %%tmm7\n\t"
-      "tileloadd (%[a],%[as],1), %%tmm4\n\t"
-      "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
-      "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
-      "tileloadd (%[a2],%[as],1), %%tmm5\n\t"
-      "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\t"
-      "tdpbf16ps %%tmm7, %%tmm5, %%tmm3"
-      :
-      : [w] "r"(w), [w2] "r"(w + 32), [ws] "r"(int64_t{128}), [a] "r"(a), [a2] "r"(a2), [as] "r"(as)
-      : "memory");
-}
-
 void store_totals(float* c, int64_t stride_bytes, int64_t row_floats) {
   asm volatile(
       "tilestored %%tmm0, (%0,%2,1)\n\ttilestored %%tmm1, (%1,%2,1)\n\t"
@@ -78,7 +63,7 @@ double run(const Variant& v, int64_t m, int64_t n, int64_t k, std::vector<char>&
                        : "memory");
       for (int64_t b = 0; b < blocks; ++b) {
         const uint16_t* a = x + r * ld + b * 32;
-        step(a, ld * 2, a + 16 * ld, wp + b * 32 * 32);
+        hubzoo::amx_bf16_block<true>(a, a + 16 * ld, ld * 2, wp + b * 32 * 32);
       }
       if (v.staged) {
         store_totals(stage.data() + r * 32, 32 * 4, 32);

@@ -370,7 +370,7 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   if (transformed(info))
     throw TensorMappingError("tensor '" + name + "': a stacked tensor with a row order");
   TensorView v = ckpt_->view(name);
-  const auto pack = numerics_.bf16 ? pack_weights_bf16 : pack_weights;
+  const bool tiles = numerics_.bf16 && tiles_wanted();  // packed in the tile layout at once
   const size_t block = static_cast<size_t>(rows * k);
   std::vector<float> tmp(numerics_.quantize ? 0 : block);  // --quantize reads rows in chunks
   std::vector<PackedMatrix> out;
@@ -387,7 +387,8 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
           })));
     } else {
       convert_to_f32(info.dtype, src, tmp.data(), block);
-      out.push_back(mark_activations(pack(tmp.data(), rows, k)));
+      out.push_back(
+          mark_activations(pack_weights_concat({{tmp.data(), rows}}, k, numerics_.bf16, tiles)));
     }
     bytes_ += out.back().bytes();
   }

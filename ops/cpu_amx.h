@@ -28,6 +28,45 @@ struct alignas(64) AmxTileConfig {
 #endif
 };
 
+#if defined(__x86_64__)
+// One 32-k block of the bf16 tile product (ops/matmul_bf16_amx-inl.h, and
+// bench/amx_bf16_loop, which times it alone), tiles configured 16 rows x 64
+// bytes: tmm0 / tmm1 += the 16 rows of x at `a` (rows a_stride bytes apart,
+// 32 bf16 each) times a panel's column halves at w and w + 32 (16 pairs of
+// k, rows 128 bytes apart); with kTwo also tmm2 / tmm3 += the rows at a2.
+// Uses tmm4-7 for the operands.
+template <bool kTwo>
+inline void amx_bf16_block(const uint16_t* a, const uint16_t* a2, int64_t a_stride,
+                           const uint16_t* w) {
+  const int64_t ws = 128;
+  if constexpr (kTwo) {
+    asm volatile(
+        "tileloadd (%[w],%[ws],1), %%tmm6\n\t"
+        "tileloadd (%[w2],%[ws],1), %%tmm7\n\t"
+        "tileloadd (%[a],%[as],1), %%tmm4\n\t"
+        "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
+        "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+        "tileloadd (%[a2],%[as],1), %%tmm5\n\t"
+        "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\t"
+        "tdpbf16ps %%tmm7, %%tmm5, %%tmm3"
+        :
+        : [w] "r"(w), [w2] "r"(w + 32), [ws] "r"(ws), [a] "r"(a), [a2] "r"(a2), [as] "r"(a_stride)
+        : "memory");
+  } else {
+    (void)a2;
+    asm volatile(
+        "tileloadd (%[w],%[ws],1), %%tmm6\n\t"
+        "tileloadd (%[w2],%[ws],1), %%tmm7\n\t"
+        "tileloadd (%[a],%[as],1), %%tmm4\n\t"
+        "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
+        "tdpbf16ps %%tmm7, %%tmm4, %%tmm1"
+        :
+        : [w] "r"(w), [w2] "r"(w + 32), [ws] "r"(ws), [a] "r"(a), [as] "r"(a_stride)
+        : "memory");
+  }
+}
+#endif
+
 }  // namespace hubzoo
 
 #endif  // HUBZOO_OPS_CPU_AMX_H_

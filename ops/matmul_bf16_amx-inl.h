@@ -61,36 +61,11 @@ HWY_INLINE void AmxPanelRows(const uint16_t* xa, int64_t lda_bytes, const uint16
                              int64_t blocks) {
   asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1" ::: "memory");
   if constexpr (kTwo) asm volatile("tilezero %%tmm2\n\ttilezero %%tmm3" ::: "memory");
-  const int64_t ws = 2 * kPanel * sizeof(uint16_t);  // a pair of k: 128 bytes
+  static_assert(2 * kPanel * sizeof(uint16_t) == 128, "amx_bf16_block: pairs 128 bytes apart");
   for (int64_t b = 0; b < blocks; ++b) {
     const uint16_t* a = xa + b * kTileK;
-    const uint16_t* w = wp + b * kTileK * kPanel;
-    if constexpr (kTwo) {
-      const uint16_t* a2 = a + kAmxTileRows * (lda_bytes / 2);
-      asm volatile(
-          "tileloadd (%[w],%[ws],1), %%tmm6\n\t"
-          "tileloadd (%[w2],%[ws],1), %%tmm7\n\t"
-          "tileloadd (%[a],%[as],1), %%tmm4\n\t"
-          "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
-          "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
-          "tileloadd (%[a2],%[as],1), %%tmm5\n\t"
-          "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\t"
-          "tdpbf16ps %%tmm7, %%tmm5, %%tmm3"
-          :
-          :
-          [w] "r"(w), [w2] "r"(w + 32), [ws] "r"(ws), [a] "r"(a), [a2] "r"(a2), [as] "r"(lda_bytes)
-          : "memory");
-    } else {
-      asm volatile(
-          "tileloadd (%[w],%[ws],1), %%tmm6\n\t"
-          "tileloadd (%[w2],%[ws],1), %%tmm7\n\t"
-          "tileloadd (%[a],%[as],1), %%tmm4\n\t"
-          "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
-          "tdpbf16ps %%tmm7, %%tmm4, %%tmm1"
-          :
-          : [w] "r"(w), [w2] "r"(w + 32), [ws] "r"(ws), [a] "r"(a), [as] "r"(lda_bytes)
-          : "memory");
-    }
+    amx_bf16_block<kTwo>(a, a + kAmxTileRows * (lda_bytes / 2), lda_bytes,
+                         wp + b * kTileK * kPanel);
   }
 }
 
