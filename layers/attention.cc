@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "ops/attend_head.h"
 #include "ops/attend_online.h"
+#include "ops/attend_tiles.h"
 #include "ops/bf16.h"
 #include "ops/elementwise.h"
 
@@ -115,6 +116,8 @@ struct Chunk {
   // fp32 scores without softcap: one pass with an online softmax over keys in
   // blocks of 16 positions (ops/attend_online.h).
   bool online() const { return !opt.score.eager_bf16 && opt.score.softcap <= 0; }
+  // The same scores on bf16 tile products (ops/attend_tiles.h).
+  bool tiles() const { return online() && opt.score.tiles; }
 };
 
 // Full cache, online: each row's query heads of a KV head in one call over
@@ -227,6 +230,161 @@ void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
   });
 }
 
+// Strategy 5, tile attention (ops/attend_tiles.h): per (slot, KV head) the
+// positions [base, top) the slot's rows see, packed into tiles once by
+// put(kv, slot, kvh, pos) (TileKv::put or put_bits); then the slot's
+// (row, head) pairs of each KV head in groups of 16, a group per call. The
+// groups' loads differ (causal rows grow), so they are taken from both
+// ends in turn. The packed tiles live in ws.key_blocks.
+// Slots marked in `skip` are left out (attend_tiles_cache attends them).
+template <class Put>
+void attend_tiles_rows(const Chunk& c, LayerWorkspace& ws, const std::vector<int64_t>& base,
+                       const std::vector<int64_t>& top, const Put& put,
+                       const std::vector<char>& skip = {}) {
+  const int64_t n_all = c.cache.num_slots(), d = c.d;
+  std::vector<std::vector<int64_t>> rows(n_all);
+  for (int64_t t = 0; t < c.m; ++t) {
+    if (skip.empty() || !skip[c.batch.slot[t]]) rows[c.batch.slot[t]].push_back(t);
+  }
+  // Packed blocks: one TileKv per (slot, KV head) with rows, 64-byte aligned
+  // (every TileKv's keys and values are whole KiBs).
+  std::vector<TileKv> kvs(n_all * c.nkv);
+  std::vector<int64_t> packs;
+  int64_t elements = 0;
+  for (int64_t slot = 0; slot < n_all; ++slot) {
+    for (int64_t kvh = 0; kvh < c.nkv && !rows[slot].empty(); ++kvh) {
+      TileKv& kv = kvs[slot * c.nkv + kvh];
+      kv.d = d;
+      kv.block0 = base[slot] / kTileBlock;
+      kv.blocks = std::max<int64_t>(1, (top[slot] + kTileBlock - 1) / kTileBlock - kv.block0);
+      elements += kv.key_elements() + kv.value_elements();
+      packs.push_back(slot * c.nkv + kvh);
+    }
+  }
+  float* const buffer = ws.key_blocks.get(static_cast<size_t>(elements / 2 + 16));
+  auto* at =
+      reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(buffer) + 63) & ~uintptr_t{63});
+  for (int64_t i : packs) {
+    kvs[i].keys = at;
+    kvs[i].values = at + kvs[i].key_elements();
+    at += kvs[i].key_elements() + kvs[i].value_elements();
+  }
+  c.pool.parallel_for(
+      static_cast<int64_t>(packs.size()), 1,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t slot = packs[i] / c.nkv, kvh = packs[i] % c.nkv;
+          const TileKv& kv = kvs[packs[i]];
+          kv.clear();
+          for (int64_t pj = base[slot]; pj < top[slot]; ++pj) put(kv, slot, kvh, pj);
+        }
+      },
+      c.chunks);
+  // Groups: (slot, KV head, first pair), pair i of a slot's KV head being
+  // row rows[slot][i / group], head kvh * group + i % group.
+  struct Group {
+    int64_t slot, kvh, first;
+  };
+  std::vector<Group> groups;
+  for (int64_t i : packs) {
+    const int64_t slot = i / c.nkv, pairs = static_cast<int64_t>(rows[slot].size()) * c.group;
+    for (int64_t first = 0; first < pairs; first += kTileRows)
+      groups.push_back({slot, i % c.nkv, first});
+  }
+  const int64_t n_groups = static_cast<int64_t>(groups.size());
+  c.pool.parallel_for(
+      n_groups, 1,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const Group& g = groups[i % 2 == 0 ? i / 2 : n_groups - 1 - i / 2];
+          const std::vector<int64_t>& slot_rows = rows[g.slot];
+          const int64_t pairs = static_cast<int64_t>(slot_rows.size()) * c.group;
+          TileRows r;
+          r.rows = std::min(kTileRows, pairs - g.first);
+          r.scale = c.opt.score.scale;
+          for (int64_t k = 0; k < r.rows; ++k) {
+            const int64_t t = slot_rows[(g.first + k) / c.group];
+            const int64_t h = g.kvh * c.group + (g.first + k) % c.group;
+            r.q[k] = &c.q[t * c.q_size + h * d];
+            r.out[k] = &c.out[t * c.q_size + h * d];
+            r.lo[k] = c.first_visible(c.batch.pos[t]);
+            r.end[k] = c.visible_end(t);
+          }
+          attend_tiles(kvs[g.slot * c.nkv + g.kvh], r);
+        }
+      },
+      c.chunks);
+}
+
+// Tile attention over a cache that holds every position its rows see. A
+// slot with at most one group of (row, head) pairs per KV head (a decode
+// step's) is attended straight from its pages (attend_tiles_pages, blocked
+// keys): packing its whole sequence into tiles for one row would cost more
+// than the row. The bits are the same either way.
+void attend_tiles_cache(const Chunk& c, LayerWorkspace& ws) {
+  const KvCache& stored = c.cache;
+  const int64_t n_all = stored.num_slots();
+  std::vector<int64_t> base(n_all, std::numeric_limits<int64_t>::max()), top(n_all, 0);
+  std::vector<std::vector<int64_t>> rows(n_all);
+  for (int64_t t = 0; t < c.m; ++t) {
+    const int64_t slot = c.batch.slot[t];
+    base[slot] = std::min(base[slot], c.first_visible(c.batch.pos[t]));
+    top[slot] = std::max(top[slot], c.visible_end(t));
+    rows[slot].push_back(t);
+  }
+  std::vector<char> paged(n_all, 0);
+  std::vector<int64_t> items;  // slot * nkv + kvh of the paged slots
+  for (int64_t slot = 0; slot < n_all && stored.blocked_keys(c.layer); ++slot) {
+    const auto n = static_cast<int64_t>(rows[slot].size());
+    if (n == 0 || n * c.group > kTileRows) continue;
+    paged[slot] = 1;
+    for (int64_t kvh = 0; kvh < c.nkv; ++kvh) items.push_back(slot * c.nkv + kvh);
+  }
+  c.pool.parallel_for(
+      static_cast<int64_t>(items.size()), 1,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t slot = items[i] / c.nkv, kvh = items[i] % c.nkv;
+          const TilePages kv{.d = c.d,
+                             .key_pages = stored.key_pages(c.layer, slot),
+                             .key_offset = kvh * c.d * kKvPage,
+                             .value_pages = stored.value_pages(c.layer, slot),
+                             .value_offset = kvh * c.d,
+                             .value_stride = c.kv_size};
+          TileRows r;
+          r.scale = c.opt.score.scale;
+          for (int64_t t : rows[slot]) {
+            for (int64_t h = kvh * c.group; h < (kvh + 1) * c.group; ++h, ++r.rows) {
+              r.q[r.rows] = &c.q[t * c.q_size + h * c.d];
+              r.out[r.rows] = &c.out[t * c.q_size + h * c.d];
+              r.lo[r.rows] = c.first_visible(c.batch.pos[t]);
+              r.end[r.rows] = c.visible_end(t);
+            }
+          }
+          attend_tiles_pages(kv, r);
+        }
+      },
+      c.chunks);
+  // The bf16 pages' bits as they are: keys [16][row] or, blocked, [row][16];
+  // values [16][row].
+  const bool blocked = stored.blocked_keys(c.layer);
+  attend_tiles_rows(
+      c, ws, base, top,
+      [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
+        const auto* keys =
+            static_cast<const uint16_t*>(stored.key_pages(c.layer, slot)[pj / kKvPage]);
+        const auto* values =
+            static_cast<const uint16_t*>(stored.value_pages(c.layer, slot)[pj / kKvPage]);
+        const int64_t lane = pj % kKvPage, row = lane * c.kv_size + kvh * c.d;
+        if (blocked) {
+          kv.put_bits(pj, keys + kvh * c.d * kKvPage + lane, kKvPage, values + row);
+        } else {
+          kv.put_bits(pj, keys + row, 1, values + row);
+        }
+      },
+      paged);
+}
+
 // Strategy 3 (eager bf16 or softcap): each (row, head) reduces over its own
 // sequence's cached positions in position order, whatever else is in the batch.
 void attend_cache_rows(const Chunk& c) {
@@ -262,7 +420,7 @@ void attend_cache_rows(const Chunk& c) {
 // values and key blocks once per (slot, KV head), aligned to the sequence as
 // every row's own would be, so each row reads its window out of them.
 // Otherwise each (row, head) gathers its own rows.
-void attend_ring(const Chunk& c) {
+void attend_ring(const Chunk& c, LayerWorkspace& ws) {
   const KvCache& stored = c.cache;
   const int64_t n_all = c.cache.num_slots(), d = c.d, kv_size = c.kv_size;
   std::vector<std::vector<int64_t>> rows(n_all);
@@ -289,6 +447,14 @@ void attend_ring(const Chunk& c) {
     return pj < cached ? stored.read_value(c.layer, slot, pj, kvh * d, d, buf)
                        : &c.v[rows[slot][pj - cached] * kv_size + kvh * d];
   };
+  if (c.tiles()) {
+    return attend_tiles_rows(
+        c, ws, base, top, [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
+          thread_local std::vector<float> key, value;
+          key.resize(d), value.resize(d);
+          kv.put(pj, key_at(slot, kvh, pj, key.data()), value_at(slot, kvh, pj, value.data()));
+        });
+  }
   if (!c.online()) {
     c.pool.parallel_for(
         c.m * c.nh, 1,
@@ -433,6 +599,10 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
           8 * pool.num_threads(),
           {}};
   if (opt.bidirectional) c.seq_end = bidirectional_ends(batch, cache);
+  if (c.tiles() && !cache.bf16(layer)) {
+    throw InvalidArgument("attention: tile attention on cache layer " + std::to_string(layer) +
+                          ", which does not keep bf16 keys and values");
+  }
   const int64_t ring = cache.window(layer);
   if (cache.row_size(layer) != c.kv_size) {
     throw InvalidArgument("attention: cache layer " + std::to_string(layer) + " holds rows of " +
@@ -451,7 +621,9 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
                             rows_fit_window(batch, cache, ring);
   if ((ring == 0 || paged_window) && store) {  // write first, then read the cache alone
     store_chunk(batch, k, v, cache, layer);
-    if (c.online() && cache.blocked_keys(layer)) {
+    if (c.tiles()) {
+      attend_tiles_cache(c, ws);
+    } else if (c.online() && cache.blocked_keys(layer)) {
       attend_blocked_cache(c);
     } else if (c.online()) {
       attend_transposed_cache(c, ws);
@@ -461,13 +633,13 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
     }
     return;
   }
-  attend_ring(c);
+  attend_ring(c, ws);
   if (store) store_chunk(batch, k, v, cache, layer);
 }
 
 Attention::Attention(WeightLoader& w, const std::string& prefix, const AttentionOptions& opt,
                      const Rope* rope)
-    : opt_(opt), numerics_(w.numerics()), rope_(rope) {
+    : opt_(opt), numerics_(w.numerics()), tiles_(w.tiles_wanted()), rope_(rope) {
   const int64_t q_size = opt.num_heads * opt.head_dim;
   const int64_t kv_size = opt.num_kv_heads * opt.head_dim;
   // q/k/v as one matrix: [q_size | kv_size | kv_size] outputs (k_eq_v: no
@@ -518,7 +690,9 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   qkv_proj_.forward(x, m, qkv, pool);
   num.round_eager(qkv, m * fused);
   const auto take = [&](int64_t offset, int64_t size, float* dst) {
-    for (int64_t t = 0; t < m; ++t) std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
+    pool.parallel_rows(m, min_parallel_rows(size), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) std::copy_n(&qkv[t * fused + offset], size, &dst[t * size]);
+    });
   };
   take(0, q_size, q);
   // Over [M * heads, D] (kHead) or [M, heads * D] (kProjection): rows of norm.size().
@@ -562,14 +736,16 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     if (k_norm_) norm_heads(*k_norm_, k, kv_size);
     if (v_norm_) v_norm_->forward(v, m * nkv, v);
     // Keys and values are stored: bf16 in both bf16 modes.
-    num.round_stored(v, m * kv_size);
-    for (int64_t t = 0; t < m; ++t) {
-      if (rope_) {
-        rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16,
-                     long_row(t));
+    pool.parallel_rows(m, min_parallel_rows(q_size + 2 * kv_size), [&](int64_t t0, int64_t t1) {
+      num.round_stored(&v[t0 * kv_size], (t1 - t0) * kv_size);
+      for (int64_t t = t0; t < t1; ++t) {
+        if (rope_) {
+          rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16,
+                       long_row(t));
+        }
+        num.round_stored(&k[t * kv_size], kv_size);
       }
-      num.round_stored(&k[t * kv_size], kv_size);
-    }
+    });
     if (rope_ && opt_.rope_fp32) num.round_eager(q, m * q_size);
     keys = k;
     values = v;
@@ -584,6 +760,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
       opt_.scale > 0 ? opt_.scale : static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   chunk.score.softcap = opt_.softcap;
   chunk.score.eager_bf16 = num.eager_bf16();
+  chunk.score.tiles = tiles_;
   const bool store = !opt_.kv_shared && !sharing.defer_store;
   attend_chunk(batch, q, keys, values, cache, layer, chunk, attn, pool, ws, store);
   o_proj_.forward(attn, m, out, pool);

@@ -58,6 +58,10 @@ struct ScoreOptions {
   // Added to position j's score after scaling and softcapping (T5's relative
   // position bias, len floats; eager bf16 rounds the sum); null: none.
   const float* bias = nullptr;
+  // Tile attention (ops/attend_tiles.h): fp32 scores without softcap or bias
+  // computed as AMX-BF16 tiles compute them, for bf16 keys and values (a
+  // bf16dot model whose matrices run on the tiles).
+  bool tiles = false;
 };
 
 // One query head over `len` cached positions: softmax(q k^T * scale) v, with
@@ -137,6 +141,7 @@ class Attention {
  private:
   AttentionOptions opt_;
   Numerics numerics_;
+  bool tiles_ = false;  // ScoreOptions::tiles: the matrices run on the tiles
   const Rope* rope_;
   // q_proj, k_proj (unless kv_shared) and v_proj (unless k_eq_v) as one
   // Linear (Linear::concat): outputs [M, q_size | kv_size | kv_size].

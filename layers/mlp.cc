@@ -50,28 +50,30 @@ void GatedMlp::forward(const float* x, int64_t m, float* out, ThreadPool& pool,
   // gate half, which down_proj reads with a row stride of 2 * inter.
   float* const gate_up = ws.step.get(m * 2 * inter);
   gate_up_.forward(x, m, gate_up, pool);
-  for (int64_t r = 0; r < m; ++r) {
-    float* g = &gate_up[r * 2 * inter];
-    const float* u = g + inter;
-    if (act_ == Activation::kGeluTanh && !numerics_.eager_bf16()) {
-      gelu_tanh_mul(g, u, inter, g);
-    } else if (act_ == Activation::kGeluTanh) {
-      // transformers: act(gate) * up; in bf16 gate, up, the activation and the
-      // product are each rounded.
-      for (int64_t i = 0; i < inter; ++i) {
-        const float gi = numerics_.round_eager(g[i]), ui = numerics_.round_eager(u[i]);
-        g[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gi)) * ui);
+  pool.parallel_rows(m, min_parallel_rows(2 * inter), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* g = &gate_up[r * 2 * inter];
+      const float* u = g + inter;
+      if (act_ == Activation::kGeluTanh && !numerics_.eager_bf16()) {
+        gelu_tanh_mul(g, u, inter, g);
+      } else if (act_ == Activation::kGeluTanh) {
+        // transformers: act(gate) * up; in bf16 gate, up, the activation and the
+        // product are each rounded.
+        for (int64_t i = 0; i < inter; ++i) {
+          const float gi = numerics_.round_eager(g[i]), ui = numerics_.round_eager(u[i]);
+          g[i] = numerics_.round_eager(numerics_.round_eager(gelu_tanh(gi)) * ui);
+        }
+      } else if (numerics_.eager_bf16()) {
+        // transformers in bf16: gate, up, silu(gate) and the product each rounded.
+        for (int64_t i = 0; i < inter; ++i) {
+          const float gi = round_bf16(g[i]), ui = round_bf16(u[i]);
+          g[i] = round_bf16(round_bf16(gi / (1.0f + std::exp(-gi))) * ui);
+        }
+      } else {
+        silu_mul(g, u, inter, g);
       }
-    } else if (numerics_.eager_bf16()) {
-      // transformers in bf16: gate, up, silu(gate) and the product each rounded.
-      for (int64_t i = 0; i < inter; ++i) {
-        const float gi = round_bf16(g[i]), ui = round_bf16(u[i]);
-        g[i] = round_bf16(round_bf16(gi / (1.0f + std::exp(-gi))) * ui);
-      }
-    } else {
-      silu_mul(g, u, inter, g);
     }
-  }
+  });
   down_.forward(gate_up, m, out, pool, 2 * inter);
   numerics_.round_eager(out, m * down_.out_features());
 }

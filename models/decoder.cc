@@ -112,7 +112,7 @@ void Decoder::layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm,
   if (spec_.fuse_residual_add) {
     next_norm.add_forward(s.x, s.branch, s.m, s.normed, numerics_);  // a bf16 residual add in eager
   } else {
-    add_inplace(s.x, s.branch, s.m * s.h);
+    add_rows(s);
     numerics_.round_eager(s.x, s.m * s.h);  // a bf16 residual add in eager
   }
   if (layer.spec.per_layer_input) per_layer_block(layer, s);
@@ -122,6 +122,13 @@ void Decoder::layer_forward(const DecoderLayer& layer, const RMSNorm& next_norm,
     }
   }
   s.capture(layer.names.layer, s.x, s.m, s.h);
+}
+
+// x += branch, rows split over the threads.
+void Decoder::add_rows(Step& s) const {
+  pool_->parallel_rows(s.m, min_parallel_rows(s.h), [&](int64_t r0, int64_t r1) {
+    add_inplace(s.x + r0 * s.h, s.branch + r0 * s.h, (r1 - r0) * s.h);
+  });
 }
 
 // x *= factor (unless 1), rounded as a bf16 tensor times a Python float in eager mode.
@@ -161,7 +168,7 @@ void Decoder::attention_block(const DecoderLayer& layer, Step& s) {
   if (pre_mlp) {
     pre_mlp->add_forward(s.x, s.branch, s.m, s.normed, numerics_);
   } else {  // kPost: the MLP reads x itself
-    add_inplace(s.x, s.branch, s.m * s.h);
+    add_rows(s);
     numerics_.round_eager(s.x, s.m * s.h);  // a bf16 residual add in eager
   }
 }

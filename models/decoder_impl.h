@@ -114,6 +114,7 @@ class Decoder final : public CausalLM {
   void per_layer_block(const DecoderLayer& layer, Step& s);
   void logits_tail(const float* normed, Step& s);
   void scale_rows(float* x, int64_t n, float factor) const;
+  void add_rows(Step& s) const;  // x += branch
 
   std::shared_ptr<ThreadPool> pool_;
   DecoderSpec spec_;

@@ -13,18 +13,6 @@
 
 #ifndef HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
 #define HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
-namespace hubzoo::expf32 {
-// Cephes expf: exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 in two
-// steps (C1 has few mantissa bits, so n * C1 is exact), exp(r) a degree-7
-// polynomial 1 + r + r^2 (p5 + r (p4 + ...)).
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kC1 = 0.693359375f, kC2 = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f;
-constexpr float kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
-constexpr float kMin = -87.0f;  // below: 0 (2^n stays a normal number above it)
-constexpr float kMax = 88.0f;   // above: clamped (n <= 127)
-}  // namespace hubzoo::expf32
-
 namespace hubzoo {
 // Block b's keys and values as OnlineAttention places them: through the
 // page tables when set (elements KT / VT: float, or uint16_t bf16 bits,
@@ -62,6 +50,7 @@ inline float sum_lanes16(float* l) {
 #define HWY_TARGET_INCLUDE "ops/attend_online.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/exp_f32-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {
@@ -80,26 +69,7 @@ constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 static_assert(kKeyBlock % kN == 0, "lanes must divide the key block");
 constexpr int kS = static_cast<int>(kKeyBlock / kN);  // score vectors per block
 
-// exp_f32(), lane by lane, with the same operations in the same order.
-HWY_INLINE V ExpF32(DF d, V x) {
-  using namespace expf32;
-  const hn::RebindToSigned<DF> di;
-  const auto keep = hn::Ge(x, hn::Set(d, kMin));
-  x = hn::Min(x, hn::Set(d, kMax));
-  const V n = hn::Round(hn::Mul(x, hn::Set(d, kLog2e)));
-  V r = hn::MulAdd(n, hn::Set(d, -kC1), x);
-  r = hn::MulAdd(n, hn::Set(d, -kC2), r);
-  V y = hn::Set(d, kP0);
-  y = hn::MulAdd(y, r, hn::Set(d, kP1));
-  y = hn::MulAdd(y, r, hn::Set(d, kP2));
-  y = hn::MulAdd(y, r, hn::Set(d, kP3));
-  y = hn::MulAdd(y, r, hn::Set(d, kP4));
-  y = hn::MulAdd(y, r, hn::Set(d, kP5));
-  y = hn::MulAdd(y, hn::Mul(r, r), r);
-  y = hn::Add(y, hn::Set(d, 1.0f));
-  const auto e = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenElseZero(keep, hn::Mul(y, hn::BitCast(d, e)));
-}
+// ExpF32: ops/exp_f32-inl.h.
 
 void TransposeKeyBlocks(const float* HWY_RESTRICT keys, int64_t stride, int64_t lane0, int64_t len,
                         int64_t d, float* HWY_RESTRICT kt) {

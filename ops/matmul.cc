@@ -24,6 +24,7 @@
 #include "hwy/aligned_allocator.h"
 #include "ops/bf16.h"
 #include "ops/cpu_amx.h"
+#include "ops/flush_denormals.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
 #endif
@@ -44,11 +45,6 @@ float blocked_dot(const float* x, const WT* w, int64_t K) {
     total += acc;
   }
   return total;
-}
-
-// Denormals flushed to a zero of their sign (DAZ on operands, FTZ on results).
-inline float flush_denormal(float v) {
-  return std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v;
 }
 
 // blocked_dot for bf16_activations (matmul.h): x rounded to bf16, every
@@ -110,33 +106,6 @@ std::atomic<bool> g_bf16_dot_allowed{true};
 std::atomic<bool> g_bf16_tiles_allowed{true};
 std::atomic<int64_t> g_amx_products{0};
 
-// MXCSR flush-to-zero and denormals-are-zero on this thread while alive
-// (bf16_activations), restored after.
-class FlushDenormals {
- public:
-  explicit FlushDenormals(bool on) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (on) {
-      saved_ = _mm_getcsr();
-      _mm_setcsr(saved_ | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
-      active_ = true;
-    }
-#else
-    (void)on;
-#endif
-  }
-  ~FlushDenormals() {
-#if defined(__x86_64__) || defined(__i386__)
-    if (active_) _mm_setcsr(saved_);
-#endif
-  }
-  FlushDenormals(const FlushDenormals&) = delete;
-  FlushDenormals& operator=(const FlushDenormals&) = delete;
-
- private:
-  unsigned saved_ = 0;
-  bool active_ = false;
-};
 }  // namespace hubzoo
 #endif
 

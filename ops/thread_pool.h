@@ -1,6 +1,7 @@
 // The one parallelism primitive: a persistent pool running parallel_for.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -64,6 +65,19 @@ class ThreadPool {
   // up to max_chunks smaller chunks that threads claim as they finish: a
   // thread slowed down (by memory, or the OS) then takes fewer of them.
   void parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chunks = 0);
+
+  // fn(begin, end) over rows [0, m) of row-wise work (elementwise ops of a
+  // step's activations): on the calling thread alone for fewer than
+  // min_rows rows (a decode step's, where a hand-off costs more than the
+  // work), else as parallel_for.
+  void parallel_rows(int64_t m, int64_t min_rows, RangeFn fn) {
+    // (min_rows: min_parallel_rows below, for rows of that many elements.)
+    if (m < min_rows || num_threads_ == 1) {
+      if (m > 0) fn(0, m);
+      return;
+    }
+    parallel_for(m, 1, fn);
+  }
 
   // parallel_for for a stream of independent work on threads that may run at
   // unequal speeds (on a shared machine one core can have a busy neighbour):
@@ -175,5 +189,11 @@ class ThreadPool {
   const void* last_stream_key_ = nullptr;
   std::vector<Region> stream_starts_;  // scratch, one per thread
 };
+
+// The fewest rows of `row_elements` elements each that parallel_rows splits
+// over the threads: 32 Ki elements of elementwise work (~10 us) pay for the hand-off.
+inline int64_t min_parallel_rows(int64_t row_elements) {
+  return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(1, row_elements));
+}
 
 }  // namespace hubzoo
