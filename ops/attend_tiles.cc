@@ -161,8 +161,16 @@ HWY_INLINE float Softmax(const float* s, int64_t np, int64_t lo, int64_t end, fl
 }
 
 void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
-  const int64_t d = kv.d, dk = kv.dk(), dv = kv.dv(), np = kv.blocks * kTileBlock;
-  const int64_t p0 = kv.block0 * kTileBlock;
+  // The blocks some row sees, [b0, b0 + blocks) of kv's (the others add
+  // nothing): a causal prompt's first rows read a few of the sequence's.
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+  for (int64_t i = 0; i < r.rows; ++i) {
+    if (r.end[i] > r.lo[i]) lo = std::min(lo, r.lo[i]), hi = std::max(hi, r.end[i]);
+  }
+  const int64_t b0 = hi > 0 ? lo / kTileBlock - kv.block0 : 0;
+  const int64_t blocks = hi > 0 ? (hi + kTileBlock - 1) / kTileBlock - kv.block0 - b0 : 1;
+  const int64_t d = kv.d, dk = kv.dk(), dv = kv.dv(), np = blocks * kTileBlock;
+  const int64_t p0 = (kv.block0 + b0) * kTileBlock;
   thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> qbuf, pbuf;
   thread_local hwy::AlignedFreeUniquePtr<float[]> sbuf, obuf;
   thread_local int64_t qcap = 0, pcap = 0, scap = 0, ocap = 0;
@@ -186,10 +194,10 @@ void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
   config.load();
   // Scores, 32 positions (two tiles) at a time.
   const int64_t dblocks = dk / 32, ls = np * 4;
-  for (int64_t b = 0; b < kv.blocks; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {
     TileZero0();
     TileZero1();
-    const uint16_t* keys = kv.keys + b * 2 * dblocks * 512;
+    const uint16_t* keys = kv.keys + (b0 + b) * 2 * dblocks * 512;
     for (int64_t db = 0; db < dblocks; ++db) {
       TileLoad4(qb + db * 32, dk * 2);
       TileLoad2(keys + db * 512, 64);
@@ -215,8 +223,8 @@ void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
     TileZero1();
     TileZero2();
     TileZero3();
-    for (int64_t b = 0; b < kv.blocks; ++b) {
-      const uint16_t* v = kv.values + b * kTileBlock * dv + c0 * 2;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint16_t* v = kv.values + (b0 + b) * kTileBlock * dv + c0 * 2;
       TileLoad4(pb + b * kTileBlock, np * 2);
       TileLoad5(v, dv * 4);
       TileDot045();
@@ -429,7 +437,7 @@ void attend_tiles(const TileKv& kv, const TileRows& r) {
       throw InvalidArgument("attend_tiles: a row's positions outside the packed blocks");
     }
   }
-  if (amx_bf16_ready() && HWY_DYNAMIC_DISPATCH(HasAmxKernel)()) {
+  if (attend_tiles_amx()) {
     g_attend_tiles_amx.fetch_add(1, std::memory_order_relaxed);
     HWY_DYNAMIC_DISPATCH(AttendTilesAmx)(kv, r);
     return;
@@ -465,6 +473,8 @@ void attend_tiles_pages(const TilePages& kv, const TileRows& r) {
   }
   attend_tiles_reference(t, r);
 }
+
+bool attend_tiles_amx() { return amx_bf16_ready() && HWY_DYNAMIC_DISPATCH(HasAmxKernel)(); }
 
 int64_t attend_tiles_amx_calls() { return g_attend_tiles_amx.load(); }
 

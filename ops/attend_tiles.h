@@ -103,7 +103,9 @@ void attend_tiles_pages(const TilePages& kv, const TileRows& rows);
 void attend_tiles(const TileKv& kv, const TileRows& rows);
 // The arithmetic above in scalar code, row by row.
 void attend_tiles_reference(const TileKv& kv, const TileRows& rows);
-// How many attend_tiles calls ran on AMX tiles (tests: that the tiles ran).
+// Whether attend_tiles runs on AMX tiles here (the CPU has AMX-BF16 and the
+// dispatched SIMD target is AVX-512), and how many calls did (tests).
+bool attend_tiles_amx();
 int64_t attend_tiles_amx_calls();
 
 }  // namespace hubzoo

@@ -590,6 +590,11 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
         {.key = a.w, .ctx = a.w, .where = &PanelStart});
     return;
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AMX tiles
+  if (a.w->bf16_tiles && row_groups == 1 && col_groups > 1 && a.m > kMR && amx_bf16_ready()) {
+    return MatmulAmxColumns(a, col_groups, pool);
+  }
+#endif
   pool.parallel_for(col_groups * row_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t rg = t / col_groups, cg = t % col_groups;

@@ -107,18 +107,53 @@ HWY_INLINE void TotalsToY(float* y, int64_t ldy, int64_t rows, int64_t cols, con
   }
 }
 
+// The row stride of x's bf16 copy for a kp-wide tile layout: an odd number
+// of cache lines, so a tile's 16 rows fall in 16 L1 sets.
+HWY_INLINE int64_t AmxRowStride(int64_t kp) { return (std::max<int64_t>(kp / 32, 1) | 1) * 32; }
+
+// Rows of x's bf16 copy converted at a time: a chunk that stays in L2 while
+// every panel passes over it.
+HWY_INLINE int64_t AmxRowChunk(int64_t ld) {
+  const int64_t lda_bytes = ld * static_cast<int64_t>(sizeof(uint16_t));
+  return std::max<int64_t>(1, kRowChunkBytes / lda_bytes / (2 * kAmxTileRows)) * 2 * kAmxTileRows;
+}
+
+// Panels [p0, p1) of rows [rc, rc + rows) of y from their bf16 copy xb (ld
+// apart, zero rows up to a multiple of 16 past `rows`), tiles configured.
+void AmxPanels(const MatmulArgs& a, const uint16_t* xb, int64_t ld, int64_t rc, int64_t rows,
+               int64_t p0, int64_t p1) {
+  const PackedMatrix& w = *a.w;
+  const int64_t blocks = w.tile_k() / kTileK;
+  const int64_t lda_bytes = ld * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t padded = CeilDiv(rows, kAmxTileRows) * kAmxTileRows;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* wp = w.bf16.get() + p * w.panel_elements();
+    const int64_t col = p * kPanel, cols = std::min(kPanel, w.n - col);
+    const float* bias = a.bias ? a.bias + col : nullptr;
+    for (int64_t rt = 0; rt < padded; rt += 2 * kAmxTileRows) {
+      float* y = a.y + (rc + rt) * a.ldy + col;
+      const int64_t left = rows - rt;  // rows of y from the tile's first on
+      if (rt + kAmxTileRows < padded) {
+        AmxPanelRows<true>(xb + rt * ld, lda_bytes, wp, blocks);
+        TotalsToY<0>(y, a.ldy, left, cols, bias);
+        TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
+        float* y2 = y + kAmxTileRows * a.ldy;
+        TotalsToY<2>(y2, a.ldy, left - kAmxTileRows, cols, bias);
+        TotalsToY<3>(y2 + 16, a.ldy, left - kAmxTileRows, cols - 16, bias ? bias + 16 : nullptr);
+      } else {
+        AmxPanelRows<false>(xb + rt * ld, lda_bytes, wp, blocks);
+        TotalsToY<0>(y, a.ldy, left, cols, bias);
+        TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
+      }
+    }
+  }
+}
+
 // MatmulTile for a bf16_tiles matrix: rows [r0, r1) x panels [p0, p1) on
 // AMX tiles. x is converted to bf16 a chunk of rows at a time (each thread
-// its own rows, as MatmulTileDot), a chunk that stays in L2 while every
-// panel passes over it; rows are padded with zeros to whole row tiles.
+// its own rows, as MatmulTileDot).
 void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  const PackedMatrix& w = *a.w;
-  const int64_t K = w.k, kp = w.tile_k(), blocks = kp / kTileK;
-  // Row stride: an odd number of cache lines, so a tile's 16 rows fall in 16 L1 sets.
-  const int64_t ld = (std::max<int64_t>(kp / 32, 1) | 1) * 32;
-  const int64_t lda_bytes = ld * static_cast<int64_t>(sizeof(uint16_t));
-  const int64_t chunk =
-      std::max<int64_t>(1, kRowChunkBytes / lda_bytes / (2 * kAmxTileRows)) * 2 * kAmxTileRows;
+  const int64_t K = a.w->k, kp = a.w->tile_k(), ld = AmxRowStride(kp), chunk = AmxRowChunk(ld);
   // 64-byte aligned, so that each tile row is one cache line (a loop of
   // these tile loads and products over operands straddling two lines ran at
   // half the rate of the aligned one, 0.7 against 1.5 TFLOP/s on one thread).
@@ -135,27 +170,42 @@ void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
       xb_capacity = padded * ld;
     }
     ToBf16Rows(a.x + rc * a.ldx, a.ldx, rows, padded, K, kp, xb.get(), ld);
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint16_t* wp = w.bf16.get() + p * w.panel_elements();
-      const int64_t col = p * kPanel, cols = std::min(kPanel, w.n - col);
-      const float* bias = a.bias ? a.bias + col : nullptr;
-      for (int64_t rt = 0; rt < padded; rt += 2 * kAmxTileRows) {
-        float* y = a.y + (rc + rt) * a.ldy + col;
-        const int64_t left = rows - rt;  // rows of y from the tile's first on
-        if (rt + kAmxTileRows < padded) {
-          AmxPanelRows<true>(xb.get() + rt * ld, lda_bytes, wp, blocks);
-          TotalsToY<0>(y, a.ldy, left, cols, bias);
-          TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
-          float* y2 = y + kAmxTileRows * a.ldy;
-          TotalsToY<2>(y2, a.ldy, left - kAmxTileRows, cols, bias);
-          TotalsToY<3>(y2 + 16, a.ldy, left - kAmxTileRows, cols - 16, bias ? bias + 16 : nullptr);
-        } else {
-          AmxPanelRows<false>(xb.get() + rt * ld, lda_bytes, wp, blocks);
-          TotalsToY<0>(y, a.ldy, left, cols, bias);
-          TotalsToY<1>(y + 16, a.ldy, left, cols - 16, bias ? bias + 16 : nullptr);
-        }
-      }
-    }
+    AmxPanels(a, xb.get(), ld, rc, rows, p0, p1);
   }
   asm volatile("tilerelease" ::: "memory");
+}
+
+// Matmul's split by columns alone (every thread all rows): x converted once,
+// its rows split over the threads, then each thread's panels over all of it
+// from the shared copy, a chunk of rows at a time, where each thread
+// converted every row for itself before.
+void MatmulAmxColumns(const MatmulArgs& a, int64_t col_groups, ThreadPool& pool) {
+  const int64_t K = a.w->k, kp = a.w->tile_k(), ld = AmxRowStride(kp), chunk = AmxRowChunk(ld);
+  const int64_t padded = CeilDiv(a.m, kAmxTileRows) * kAmxTileRows;
+  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> xb;
+  thread_local int64_t xb_capacity = 0;
+  if (padded * ld > xb_capacity) {
+    xb = hwy::AllocateAligned<uint16_t>(static_cast<size_t>(padded * ld));
+    if (!xb) throw std::bad_alloc();
+    xb_capacity = padded * ld;
+  }
+  uint16_t* const x = xb.get();
+  pool.parallel_for(padded / kAmxTileRows, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
+    const int64_t r0 = begin * kAmxTileRows, r1 = end * kAmxTileRows;
+    const int64_t rows = std::clamp<int64_t>(a.m - r0, 0, r1 - r0);
+    ToBf16Rows(a.x + r0 * a.ldx, a.ldx, rows, r1 - r0, K, kp, x + r0 * ld, ld);
+  });
+  const int64_t panels = a.w->num_panels();
+  pool.parallel_for(col_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
+    FlushDenormals guard(true);
+    g_amx_products.fetch_add(1, std::memory_order_relaxed);
+    ConfigureBf16Tiles();
+    for (int64_t cg = begin; cg < end; ++cg) {
+      const int64_t p0 = cg * panels / col_groups, p1 = (cg + 1) * panels / col_groups;
+      for (int64_t rc = 0; rc < a.m && p0 < p1; rc += chunk) {
+        AmxPanels(a, x + rc * ld, ld, rc, std::min(chunk, a.m - rc), p0, p1);
+      }
+    }
+    asm volatile("tilerelease" ::: "memory");
+  });
 }

@@ -416,7 +416,9 @@ TEST(Matmul, TileChainBitIdenticalToContract) {
     }
   }
   problems.push_back({530, 17, 1600, true, true});  // two row chunks
-  problems.push_back({3, 17, 0, true, false});      // no k at all: the bias
+  // Columns split over two threads, x converted once for both: two row chunks.
+  problems.push_back({900, 70, 576, true, false});
+  problems.push_back({3, 17, 0, true, false});  // no k at all: the bias
   problems.push_back({29, 70, 2048, true, false, 2048});
   ThreadPool one(1), two(2);
   const int64_t amx_before = matmul_amx_products();
