@@ -117,7 +117,7 @@ HWY_INLINE __m512 FromBf16(__m256i b) {
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
 }
 
-// The lanes of `within` [a, b) of the 16 from `first`.
+// Lanes i of the 16 from position `first` with first + i in [a, b).
 HWY_INLINE __mmask16 LanesIn(int64_t first, int64_t a, int64_t b) {
   const int64_t lo = std::clamp<int64_t>(a - first, 0, 16);
   const int64_t hi = std::clamp<int64_t>(b - first, 0, 16);
