@@ -27,7 +27,9 @@ struct LayerWorkspace {
   // GatedMlp's [M, gate | up].
   ScratchBuffer step;
   // Attention over a full cache without blocked keys: each slot's keys
-  // transposed into blocks (ops/attend_online.h) for the batch's rows.
+  // transposed into blocks (ops/attend_online.h) for the batch's rows; or,
+  // tile attention, each slot's keys and values packed into the tile
+  // layouts (ops/attend_tiles.h, TileKv), 64-byte aligned within it.
   ScratchBuffer key_blocks;
   // SparseMoe: the gathered rows of an expert, its output, and the weighted
   // (token, rank) cells (layers/moe.h).
