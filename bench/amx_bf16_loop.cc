@@ -51,10 +51,7 @@ double run(const Variant& v, int64_t m, int64_t n, int64_t k, std::vector<char>&
   const int64_t ld = (k / 32 | 1) * 32, blocks = k / 32;  // x's row stride, as the kernel's
   alignas(64) static float small[32 * 32];
   std::vector<float> stage(static_cast<size_t>(m * 32));
-  hubzoo::AmxTileConfig c;
-  std::fill(std::begin(c.rows), std::begin(c.rows) + 8, 16);
-  std::fill(std::begin(c.colsb), std::begin(c.colsb) + 8, 64);
-  c.load();
+  hubzoo::AmxTileConfig::load_16x64();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t p = 0; p < n / 32; ++p) {
     const uint16_t* wp = w + p * k * 32;

@@ -235,17 +235,14 @@ void attend_transposed_cache(const Chunk& c, LayerWorkspace& ws) {
 // put(kv, slot, kvh, pos) (TileKv::put or put_bits); then the slot's
 // (row, head) pairs of each KV head in groups of 16, a group per call. The
 // groups' loads differ (causal rows grow), so they are taken from both
-// ends in turn. The packed tiles live in ws.key_blocks.
-// Slots marked in `skip` are left out (attend_tiles_cache attends them).
+// ends in turn. The packed tiles live in ws.key_blocks. rows[slot]: the
+// batch rows of each slot to attend (none: the slot is left out).
 template <class Put>
-void attend_tiles_rows(const Chunk& c, LayerWorkspace& ws, const std::vector<int64_t>& base,
-                       const std::vector<int64_t>& top, const Put& put,
-                       const std::vector<char>& skip = {}) {
+void attend_tiles_rows(const Chunk& c, LayerWorkspace& ws,
+                       const std::vector<std::vector<int64_t>>& rows,
+                       const std::vector<int64_t>& base, const std::vector<int64_t>& top,
+                       const Put& put) {
   const int64_t n_all = c.cache.num_slots(), d = c.d;
-  std::vector<std::vector<int64_t>> rows(n_all);
-  for (int64_t t = 0; t < c.m; ++t) {
-    if (skip.empty() || !skip[c.batch.slot[t]]) rows[c.batch.slot[t]].push_back(t);
-  }
   // Packed blocks: one TileKv per (slot, KV head) with rows, 64-byte aligned
   // (every TileKv's keys and values are whole KiBs).
   std::vector<TileKv> kvs(n_all * c.nkv);
@@ -332,12 +329,13 @@ void attend_tiles_cache(const Chunk& c, LayerWorkspace& ws) {
     top[slot] = std::max(top[slot], c.visible_end(t));
     rows[slot].push_back(t);
   }
-  std::vector<char> paged(n_all, 0);
+  // The paged slots' rows move to paged_rows; the others stay for packing.
+  std::vector<std::vector<int64_t>> paged_rows(n_all);
   std::vector<int64_t> items;  // slot * nkv + kvh of the paged slots
   for (int64_t slot = 0; slot < n_all && stored.blocked_keys(c.layer); ++slot) {
     const auto n = static_cast<int64_t>(rows[slot].size());
     if (n == 0 || n * c.group > kTileRows) continue;
-    paged[slot] = 1;
+    paged_rows[slot].swap(rows[slot]);
     for (int64_t kvh = 0; kvh < c.nkv; ++kvh) items.push_back(slot * c.nkv + kvh);
   }
   c.pool.parallel_for(
@@ -353,7 +351,7 @@ void attend_tiles_cache(const Chunk& c, LayerWorkspace& ws) {
                              .value_stride = c.kv_size};
           TileRows r;
           r.scale = c.opt.score.scale;
-          for (int64_t t : rows[slot]) {
+          for (int64_t t : paged_rows[slot]) {
             for (int64_t h = kvh * c.group; h < (kvh + 1) * c.group; ++h, ++r.rows) {
               r.q[r.rows] = &c.q[t * c.q_size + h * c.d];
               r.out[r.rows] = &c.out[t * c.q_size + h * c.d];
@@ -369,8 +367,7 @@ void attend_tiles_cache(const Chunk& c, LayerWorkspace& ws) {
   // values [16][row].
   const bool blocked = stored.blocked_keys(c.layer);
   attend_tiles_rows(
-      c, ws, base, top,
-      [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
+      c, ws, rows, base, top, [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
         const auto* keys =
             static_cast<const uint16_t*>(stored.key_pages(c.layer, slot)[pj / kKvPage]);
         const auto* values =
@@ -381,8 +378,7 @@ void attend_tiles_cache(const Chunk& c, LayerWorkspace& ws) {
         } else {
           kv.put_bits(pj, keys + row, 1, values + row);
         }
-      },
-      paged);
+      });
 }
 
 // Strategy 3 (eager bf16 or softcap): each (row, head) reduces over its own
@@ -449,7 +445,7 @@ void attend_ring(const Chunk& c, LayerWorkspace& ws) {
   };
   if (c.tiles()) {
     return attend_tiles_rows(
-        c, ws, base, top, [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
+        c, ws, rows, base, top, [&](const TileKv& kv, int64_t slot, int64_t kvh, int64_t pj) {
           thread_local std::vector<float> key, value;
           key.resize(d), value.resize(d);
           kv.put(pj, key_at(slot, kvh, pj, key.data()), value_at(slot, kvh, pj, value.data()));

@@ -36,13 +36,6 @@ const VT* BlockValues(const OnlineAttention& a, int64_t b) {
 inline float kv_float(float x) { return x; }
 inline float kv_float(uint16_t x) { return bf16_to_float(x); }
 
-// Lanes of l summed pairwise: i + 8, then i + 4, i + 2, i + 1 (ops/attend_online.h).
-inline float sum_lanes16(float* l) {
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
-  }
-  return l[0];
-}
 }  // namespace hubzoo
 #endif
 

@@ -93,4 +93,13 @@ float exp_f32(float x);
 
 const char* attend_online_target_name();
 
+// The 16 lanes of l summed pairwise as the contract above sums L: lane i
+// and i + 8 first, then i + 4, i + 2, i + 1 (l is overwritten).
+inline float sum_lanes16(float* l) {
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
+  }
+  return l[0];
+}
+
 }  // namespace hubzoo

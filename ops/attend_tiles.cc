@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "base/error.h"
-#include "hwy/aligned_allocator.h"
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
 #include "ops/cpu_amx.h"
 #include "ops/flush_denormals.h"
+#include "ops/scratch.h"
 
 #ifndef HUBZOO_OPS_ATTEND_TILES_ONCE
 #define HUBZOO_OPS_ATTEND_TILES_ONCE
@@ -93,17 +93,6 @@ HUBZOO_TILE_DOT(3, 4, 6)
 #undef HUBZOO_TILE_ZERO
 #undef HUBZOO_TILE_DOT
 
-// A grow-only, 64-byte aligned buffer of each thread's.
-template <typename T>
-T* ThreadBuffer(hwy::AlignedFreeUniquePtr<T[]>& buf, int64_t& capacity, int64_t n) {
-  if (n > capacity) {
-    buf = hwy::AllocateAligned<T>(static_cast<size_t>(n));
-    if (!buf) throw std::bad_alloc();
-    capacity = n;
-  }
-  return buf.get();
-}
-
 // 16 floats to 16 bf16 as vcvtneps2bf16 rounds (DAZ, nearest even).
 HWY_INLINE __m256i ToBf16(__m512 v) {
   __m256i out;
@@ -154,10 +143,7 @@ HWY_INLINE float Softmax(const float* s, int64_t np, int64_t lo, int64_t end, fl
     l = _mm512_add_ps(l, FromBf16(pb));
   }
   _mm512_store_ps(lanes, l);
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
-  }
-  return lanes[0];
+  return sum_lanes16(lanes);
 }
 
 void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
@@ -171,13 +157,12 @@ void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
   const int64_t blocks = hi > 0 ? (hi + kTileBlock - 1) / kTileBlock - kv.block0 - b0 : 1;
   const int64_t d = kv.d, dk = kv.dk(), dv = kv.dv(), np = blocks * kTileBlock;
   const int64_t p0 = (kv.block0 + b0) * kTileBlock;
-  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> qbuf, pbuf;
-  thread_local hwy::AlignedFreeUniquePtr<float[]> sbuf, obuf;
-  thread_local int64_t qcap = 0, pcap = 0, scap = 0, ocap = 0;
-  uint16_t* const qb = ThreadBuffer(qbuf, qcap, kTileRows * dk);
-  uint16_t* const pb = ThreadBuffer(pbuf, pcap, kTileRows * np);
-  float* const s = ThreadBuffer(sbuf, scap, kTileRows * np);
-  float* const o = ThreadBuffer(obuf, ocap, kTileRows * dv);
+  thread_local AlignedScratch<uint16_t> qbuf, pbuf;
+  thread_local AlignedScratch<float> sbuf, obuf;
+  uint16_t* const qb = qbuf.get(kTileRows * dk);
+  uint16_t* const pb = pbuf.get(kTileRows * np);
+  float* const s = sbuf.get(kTileRows * np);
+  float* const o = obuf.get(kTileRows * dv);
   FlushDenormals flush(true);
   // The queries in bf16, rows and dims past the rows' zero.
   for (int64_t i = 0; i < kTileRows; ++i) {
@@ -188,10 +173,7 @@ void AttendTilesAmx(const TileKv& kv, const TileRows& r) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(row + c), ToBf16(x));
     }
   }
-  AmxTileConfig config;
-  std::fill(std::begin(config.rows), std::begin(config.rows) + 8, 16);
-  std::fill(std::begin(config.colsb), std::begin(config.colsb) + 8, 64);
-  config.load();
+  AmxTileConfig::load_16x64();
   // Scores, 32 positions (two tiles) at a time.
   const int64_t dblocks = dk / 32, ls = np * 4;
   for (int64_t b = 0; b < blocks; ++b) {
@@ -259,9 +241,8 @@ bool HasAmxKernel() { return true; }
 // per 16 columns the even and odd position chains of each 32-block.
 void AttendTilesPages(const TilePages& kv, const TileRows& r) {
   const int64_t d = kv.d, dk = (d + 31) / 32 * 32;
-  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> pbuf;
-  thread_local hwy::AlignedFreeUniquePtr<float[]> sbuf;
-  thread_local int64_t pcap = 0, scap = 0;
+  thread_local AlignedScratch<uint16_t> pbuf;
+  thread_local AlignedScratch<float> sbuf;
   FlushDenormals flush(true);
   alignas(64) float qb[512 + 32];
   for (int64_t i = 0; i < r.rows; ++i) {
@@ -276,8 +257,8 @@ void AttendTilesPages(const TilePages& kv, const TileRows& r) {
       _mm512_store_ps(qb + c, FromBf16(ToBf16(x)));
     }
     const int64_t p0 = lo / 16 * 16, np = (end - p0 + 15) / 16 * 16;
-    float* const s = ThreadBuffer(sbuf, scap, np);
-    uint16_t* const p = ThreadBuffer(pbuf, pcap, np);
+    float* const s = sbuf.get(np);
+    uint16_t* const p = pbuf.get(np);
     for (int64_t u = 0; u < np; u += 16) {
       const auto* keys = static_cast<const uint16_t*>(kv.key_pages[(p0 + u) / 16]) + kv.key_offset;
       __m512 total = _mm512_setzero_ps();
@@ -344,14 +325,10 @@ void TileKv::clear() const {
 }
 
 void TileKv::put(int64_t pos, const float* key, const float* value) const {
-  if (pos < block0 * kTileBlock || pos >= (block0 + blocks) * kTileBlock) {
-    throw InvalidArgument("attend_tiles: position " + std::to_string(pos) +
-                          " outside the packed blocks");
-  }
-  uint16_t* const k = keys + key_index(*this, pos, 0);
-  for (int64_t c = 0; c < d; ++c) k[c / 32 * 512 + c % 32 / 2 * 32 + c % 2] = bf16_bits(key[c]);
-  uint16_t* const v = values + value_index(*this, pos, 0);
-  for (int64_t c = 0; c < d; ++c) v[c * 2] = bf16_bits(value[c]);
+  std::vector<uint16_t> k(d), v(d);
+  to_bf16(key, d, k.data());  // exact: the values are bf16 already
+  to_bf16(value, d, v.data());
+  put_bits(pos, k.data(), 1, v.data());
 }
 
 void TileKv::put_bits(int64_t pos, const uint16_t* key, int64_t key_stride,
@@ -402,10 +379,7 @@ void attend_tiles_reference(const TileKv& kv, const TileRows& r) {
       p[j - lo] = round_bf16(exp_f32(flush_denormal(t[j - lo] - m)));
       lanes[j % 16] = flush_denormal(lanes[j % 16] + p[j - lo]);
     }
-    for (int w = 8; w >= 1; w /= 2) {
-      for (int k = 0; k < w; ++k) lanes[k] = lanes[k] + lanes[k + w];
-    }
-    const float L = lanes[0];
+    const float L = sum_lanes16(lanes);
     for (int64_t c = 0; c < d; ++c) {
       float total = 0.0f;
       for (int64_t b = lo / kTileBlock; b * kTileBlock < end; ++b) {
@@ -427,10 +401,16 @@ void attend_tiles_reference(const TileKv& kv, const TileRows& r) {
   }
 }
 
-void attend_tiles(const TileKv& kv, const TileRows& r) {
+namespace {
+void check_rows(const TileRows& r) {
   if (r.rows < 0 || r.rows > kTileRows) {
     throw InvalidArgument("attend_tiles: " + std::to_string(r.rows) + " rows (at most 16)");
   }
+}
+}  // namespace
+
+void attend_tiles(const TileKv& kv, const TileRows& r) {
+  check_rows(r);
   for (int64_t i = 0; i < r.rows; ++i) {
     if (r.end[i] > r.lo[i] &&
         (r.lo[i] < kv.block0 * kTileBlock || r.end[i] > (kv.block0 + kv.blocks) * kTileBlock)) {
@@ -446,9 +426,7 @@ void attend_tiles(const TileKv& kv, const TileRows& r) {
 }
 
 void attend_tiles_pages(const TilePages& kv, const TileRows& r) {
-  if (r.rows < 0 || r.rows > kTileRows) {
-    throw InvalidArgument("attend_tiles: " + std::to_string(r.rows) + " rows (at most 16)");
-  }
+  check_rows(r);
   if (kv.d > 512) throw InvalidArgument("attend_tiles_pages: head_dim over 512");
   if (HWY_DYNAMIC_DISPATCH(HasAmxKernel)()) return HWY_DYNAMIC_DISPATCH(AttendTilesPages)(kv, r);
   // Elsewhere (tests): the rows' positions packed, then the reference.

@@ -25,6 +25,13 @@ struct alignas(64) AmxTileConfig {
   uint8_t rows[16] = {};
 #if defined(__x86_64__)
   void load() const { asm volatile("ldtilecfg %0" : : "m"(*this) : "memory"); }
+  // Loads tmm0-7 as 16 rows x 64 bytes each: the shape every bf16 tile
+  // product here uses (16 rows of 32 bf16, 16 pairs x 16 columns, 16 x 16 floats).
+  static void load_16x64() {
+    AmxTileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+    c.load();
+  }
 #endif
 };
 

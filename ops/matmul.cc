@@ -25,6 +25,7 @@
 #include "ops/bf16.h"
 #include "ops/cpu_amx.h"
 #include "ops/flush_denormals.h"
+#include "ops/scratch.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
 #endif

@@ -18,14 +18,6 @@
 // tmm6/7 the panel's two column halves over one kTileK block.
 constexpr int64_t kAmxTileRows = 16;
 
-// Every tile 16 rows of 64 bytes.
-HWY_INLINE void ConfigureBf16Tiles() {
-  AmxTileConfig c;
-  std::fill(std::begin(c.rows), std::begin(c.rows) + 8, kAmxTileRows);
-  std::fill(std::begin(c.colsb), std::begin(c.colsb) + 8, 64);
-  c.load();
-}
-
 // The first `valid` of 16 lanes (0 when valid <= 0).
 HWY_INLINE __mmask16 FirstLanes(int64_t valid) {
   return valid >= 16 ? __mmask16{0xFFFF}
@@ -157,20 +149,15 @@ void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
   // 64-byte aligned, so that each tile row is one cache line (a loop of
   // these tile loads and products over operands straddling two lines ran at
   // half the rate of the aligned one, 0.7 against 1.5 TFLOP/s on one thread).
-  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> xb;
-  thread_local int64_t xb_capacity = 0;
+  thread_local AlignedScratch<uint16_t> xb;
   g_amx_products.fetch_add(1, std::memory_order_relaxed);
-  ConfigureBf16Tiles();
+  AmxTileConfig::load_16x64();
   for (int64_t rc = r0; rc < r1; rc += chunk) {
     const int64_t rows = std::min(chunk, r1 - rc);
     const int64_t padded = CeilDiv(rows, kAmxTileRows) * kAmxTileRows;
-    if (padded * ld > xb_capacity) {
-      xb = hwy::AllocateAligned<uint16_t>(static_cast<size_t>(padded * ld));
-      if (!xb) throw std::bad_alloc();
-      xb_capacity = padded * ld;
-    }
-    ToBf16Rows(a.x + rc * a.ldx, a.ldx, rows, padded, K, kp, xb.get(), ld);
-    AmxPanels(a, xb.get(), ld, rc, rows, p0, p1);
+    uint16_t* const x = xb.get(static_cast<size_t>(padded * ld));
+    ToBf16Rows(a.x + rc * a.ldx, a.ldx, rows, padded, K, kp, x, ld);
+    AmxPanels(a, x, ld, rc, rows, p0, p1);
   }
   asm volatile("tilerelease" ::: "memory");
 }
@@ -182,14 +169,8 @@ void MatmulTileAmx(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int6
 void MatmulAmxColumns(const MatmulArgs& a, int64_t col_groups, ThreadPool& pool) {
   const int64_t K = a.w->k, kp = a.w->tile_k(), ld = AmxRowStride(kp), chunk = AmxRowChunk(ld);
   const int64_t padded = CeilDiv(a.m, kAmxTileRows) * kAmxTileRows;
-  thread_local hwy::AlignedFreeUniquePtr<uint16_t[]> xb;
-  thread_local int64_t xb_capacity = 0;
-  if (padded * ld > xb_capacity) {
-    xb = hwy::AllocateAligned<uint16_t>(static_cast<size_t>(padded * ld));
-    if (!xb) throw std::bad_alloc();
-    xb_capacity = padded * ld;
-  }
-  uint16_t* const x = xb.get();
+  thread_local AlignedScratch<uint16_t> xb;
+  uint16_t* const x = xb.get(static_cast<size_t>(padded * ld));
   pool.parallel_for(padded / kAmxTileRows, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
     const int64_t r0 = begin * kAmxTileRows, r1 = end * kAmxTileRows;
     const int64_t rows = std::clamp<int64_t>(a.m - r0, 0, r1 - r0);
@@ -199,7 +180,7 @@ void MatmulAmxColumns(const MatmulArgs& a, int64_t col_groups, ThreadPool& pool)
   pool.parallel_for(col_groups, 1, [&](int64_t begin, int64_t end) HWY_ATTR {
     FlushDenormals guard(true);
     g_amx_products.fetch_add(1, std::memory_order_relaxed);
-    ConfigureBf16Tiles();
+    AmxTileConfig::load_16x64();
     for (int64_t cg = begin; cg < end; ++cg) {
       const int64_t p0 = cg * panels / col_groups, p1 = (cg + 1) * panels / col_groups;
       for (int64_t rc = 0; rc < a.m && p0 < p1; rc += chunk) {

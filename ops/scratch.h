@@ -14,6 +14,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
+
+#include "hwy/aligned_allocator.h"
 
 namespace hubzoo {
 
@@ -33,6 +36,25 @@ class ScratchBuffer {
 
  private:
   std::unique_ptr<float[]> data_;
+  size_t capacity_ = 0;
+};
+
+// The same for a kernel's own buffers (usually thread_local): grow-only,
+// uninitialised, 64-byte aligned (tile and vector rows each one cache line).
+template <typename T>
+class AlignedScratch {
+ public:
+  T* get(size_t n) {
+    if (n > capacity_) {
+      data_ = hwy::AllocateAligned<T>(n);
+      if (!data_) throw std::bad_alloc();
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  hwy::AlignedFreeUniquePtr<T[]> data_;
   size_t capacity_ = 0;
 };
 
