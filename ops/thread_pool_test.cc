@@ -291,27 +291,35 @@ TEST(ThreadPool, BalancedClaimsSevenEighthsThenHalfOfWhatIsLeft) {
 
 // The caller's share is stuck (its first piece waits until the worker has
 // done everything else): the worker takes the rest of the caller's share,
-// half of what is left at a time, instead of stopping at its own half.
+// half of what is left at a time, instead of stopping at its own half. The
+// worker's first piece waits until the caller holds its own first piece: on a
+// loaded machine the caller may otherwise not run before the worker has
+// finished its share and stolen half of the caller's.
 TEST(ThreadPool, BalancedWorkerTakesTheShareOfAStuckThread) {
   ThreadPool pool(2);
   const auto caller = std::this_thread::get_id();
   std::atomic<int64_t> by_worker{0};
-  std::atomic<bool> timed_out{false};
+  std::atomic<bool> caller_in{false}, timed_out{false};
+  const auto wait_until = [&](const auto& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
   pool.parallel_for_balanced(64, 1, [&](int64_t begin, int64_t end) {
     if (std::this_thread::get_id() != caller) {
+      wait_until([&] { return caller_in.load(); });
       by_worker.fetch_add(end - begin);
       return;
     }
     EXPECT_EQ(begin, 0);  // the caller's first piece: 7/8 of its share
     EXPECT_EQ(end, 28);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (by_worker.load() < 36) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    caller_in = true;
+    wait_until([&] { return by_worker.load() >= 36; });
   });
   EXPECT_FALSE(timed_out.load());
   EXPECT_EQ(by_worker.load(), 36);
