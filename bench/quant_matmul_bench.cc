@@ -3,7 +3,11 @@
 // and prefill (m = 512, GFLOP/s).
 //
 //   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx]
-//                      [--threads T] [--type Q4_K] [--m M] [--shape NxK]
+//                      [--threads T] [--type Q4_K] [--m M] [--shape NxK] [--target AVX2]
+//
+// --target NAME: dispatch to that Highway target (one this CPU runs and the
+// build compiled, e.g. AVX2 on an AVX-512 machine) instead of the best one,
+// to time another target's kernels on this machine.
 //
 // --shape NxK: that shape instead of Qwen's (e.g. SmolLM2's 1536x576 gate/up).
 //
@@ -35,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "ops/cpu_amx.h"
 #include "ops/matmul.h"
 #include "ops/quant.h"
@@ -218,6 +223,7 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
 
 int main(int argc, char** argv) {
   Options o;
+  std::string target;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
       o.quick = true;
@@ -235,6 +241,8 @@ int main(int argc, char** argv) {
       o.threads = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--type") && i + 1 < argc) {
       o.type = argv[++i];
+    } else if (!std::strcmp(argv[i], "--target") && i + 1 < argc) {
+      target = argv[++i];
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       o.m = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
@@ -246,10 +254,21 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx] [--threads T] "
-          "[--type Q4_K] [--m M] [--shape NxK]\n",
+          "[--type Q4_K] [--m M] [--shape NxK] [--target AVX2]\n",
           argv[0]);
       return 2;
     }
+  }
+  if (!target.empty()) {
+    int64_t chosen = 0;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets())
+      if (target == hwy::TargetName(t)) chosen = t;
+    if (chosen == 0) {
+      std::fprintf(stderr, "--target %s: not a target this build compiled and this CPU runs\n",
+                   target.c_str());
+      return 2;
+    }
+    hwy::SetSupportedTargetsForTest(chosen);
   }
   ThreadPool pool(o.threads);
   std::printf("quant target: %s, matmul target: %s, threads: %d\n", quant_target_name(),
