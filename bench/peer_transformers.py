@@ -5,6 +5,9 @@ start and peak RSS are those of a fresh process:
 
     .venv/bin/python bench/peer_transformers.py --model DIR --dtype float32 --threads 2
 
+--gguf-file NAME loads DIR/NAME as transformers does (gguf_file=: the weights dequantized at
+load, then cast to --dtype).
+
 first token: the CLOCK_MONOTONIC time at which the argmax of the first forward over a
 --ttft-prompt token prompt is known (bench/run.py subtracts the time it spawned this process). prefill: one forward of P tokens with use_cache. decode: B
 sequences of 16 tokens, generate() greedy with min_new_tokens = max_new_tokens = N:
@@ -36,6 +39,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--gguf-file", default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefill", default="128,512,2048")
     ap.add_argument("--decode-batch", default="1,4,16")
@@ -50,7 +54,7 @@ def main():
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=getattr(torch, args.dtype)).eval()
+        args.model, dtype=getattr(torch, args.dtype), gguf_file=args.gguf_file).eval()
     load_s = time.perf_counter() - t0
     vocab = model.config.vocab_size
     with torch.inference_mode():

@@ -14,6 +14,9 @@ On a CPU with AMX, llama.cpp's native build dies of SIGILL in every quantized pr
 than one row (bench/build_llama_cpp.sh), so there "llama.cpp" is its build with AMX off, and
 "llama.cpp AMX" the native build's decode at batch 1 (llama-bench -p 0), which does run and is
 faster; the ratio at batch 1 is against the faster of the two.
+  transformers D with --transformers D (a comma list of dtypes): bench/peer_transformers.py on the
+                 same file (gguf_file=: transformers dequantizes it at load, then casts to D),
+                 prefill and decode at batch 1 only (the best-vs-best table's figures)
 Reported: medians over rounds of decode tok/s at batch 1/4/16, prefill 512, load time (hubzoo's
 own), seconds from starting a server (`hubzoo serve`, `llama-server`) to its first 200 from
 /health, peak RSS; ratios against llama.cpp; decode against the bandwidth bound (the file's bytes a
@@ -32,7 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import (ROOT, free_port, llama_cpp_engine, log, machine_description,  # noqa: E402
+from run import (PY, ROOT, free_port, llama_cpp_engine, log, machine_description,  # noqa: E402
                  machine_limits, median_engine, run_process, seconds_to_ready)
 
 MODELS = ROOT / "models"
@@ -88,6 +91,18 @@ def llama_cpp_decode_b1(llama_dir: Path, gguf: Path, a) -> dict:
             "build": rows[0].get("build_commit") if rows else None}
 
 
+def transformers_gguf(gguf: Path, dtype: str, a) -> dict:
+    """transformers on the file as it loads a GGUF (dequantized, cast to dtype): prefill and
+    decode at batch 1."""
+    cmd = [PY, str(ROOT / "bench/peer_transformers.py"), "--model", str(gguf.parent),
+           "--gguf-file", gguf.name, "--dtype", dtype, "--threads", str(a.threads),
+           "--prefill", a.prefill, "--decode-batch", "1", "--decode-tokens", str(a.decode_tokens)]
+    out, spawn = run_process(cmd, env={"OMP_NUM_THREADS": str(a.threads)})
+    r = json.loads(out)
+    r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
+    return r
+
+
 def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
     cmd = [str(build / "hubzoo"), "bench", "-m", str(gguf), "--dtype", "float32", "--mode", mode,
            "--threads", str(a.threads), "--prefill", a.prefill, "--decode-batch", a.decode_batch,
@@ -125,6 +140,8 @@ def main():
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--files", default="", help="comma list of file stems (default: all)")
     ap.add_argument("--modes", default="fused,int8")
+    ap.add_argument("--transformers", default="",
+                    help="comma list of dtypes: transformers on each file too (b1 and prefill)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench/results/quant"))
     a = ap.parse_args()
@@ -162,6 +179,8 @@ def main():
         engines["llama.cpp"] = lambda p=path: llama_cpp_engine(llama_dir, p, a, ready=True)
         if amx_llama_dir:
             engines["llama.cpp AMX"] = lambda p=path: llama_cpp_decode_b1(amx_llama_dir, p, a)
+        for dt in (d for d in a.transformers.split(",") if d):
+            engines[f"transformers {dt}"] = lambda p=path, dt=dt: transformers_gguf(p, dt, a)
         runs = {e: [] for e in engines}
         read_bytes = bytes_read_per_token(path)
         # The read bandwidth just before each engine's run: a shared machine's moves within a

@@ -17,6 +17,14 @@
    hubzoo also quantizes the F32 file on load (quantize="q8_0" / "q4_k_m"); its logits must
    be bit-identical to those from llama-quantize's file (the same blocks, the same mix).
 Writes bench/results/quant_quality.{json,md}.
+
+3. With --real, instead: the real Q4_K_M GGUFs (Qwen2.5-Coder-0.5B-Instruct, Gemma-3-270M),
+   whose unquantized weights do not ship. The reference is the model each file holds:
+   llama-quantize --allow-requantize dequantizes it to an F32 GGUF, llama.cpp's F32 run of that
+   is the KL base and hubzoo's fp32 run of it the exact-KL reference. Scored on the same
+   positions: llama.cpp, hubzoo fused and int8 on the Q4_K_M file, and transformers on it
+   (gguf_file=, dequantized at load) in each --transformers dtype. Writes
+   bench/results/quant_quality_real.{json,md}.
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant import cpu_has_amx, quantized_from_f32  # noqa: E402
+from quant import cpu_has_amx, quantized_from_f32, real_ggufs  # noqa: E402
 from run import ROOT, log, machine_description, run_process  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 FTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K"]
 QUALITY_FILES = ["Q8_0", "Q4_0", "Q4_K_M"]
+REAL_FILES = ["Qwen2.5-Coder-0.5B-Instruct-Q4_K_M", "gemma-3-270m-Q4_K_M"]
 
 
 # ---- 1. bytes ---------------------------------------------------------------
@@ -208,16 +217,18 @@ def bf16_quality(base: Base, ref_lp: list, snapshot: Path, threads: int, bos) ->
     log(label)
     torch.set_num_threads(threads)
     hf = AutoModelForCausalLM.from_pretrained(str(snapshot), torch_dtype=torch.bfloat16).eval()
-
-    def hf_logits():
-        for c in range(base.n_chunk):
-            with torch.no_grad():
-                ids = torch.tensor(base.chunk_ids(c, bos)[None].astype(np.int64))
-                lg = hf(ids).logits[0].float().numpy()
-            yield c, np.asarray(lg[base.first:base.n_ctx - 1], dtype=np.float32)
-
-    out[label] = scored(base, ref_lp, hf_logits())
+    out[label] = scored(base, ref_lp, hf_logits(hf, base, bos))
     return out
+
+
+def hf_logits(hf, base: Base, bos):
+    import torch
+
+    for c in range(base.n_chunk):
+        with torch.no_grad():
+            ids = torch.tensor(base.chunk_ids(c, bos)[None].astype(np.int64))
+            lg = hf(ids).logits[0].float().numpy()
+        yield c, np.asarray(lg[base.first:base.n_ctx - 1], dtype=np.float32)
 
 
 def llama_quality(ppl: Path, base_file: Path, files: dict[str, Path], threads: int) -> dict:
@@ -259,14 +270,119 @@ def write_md(report: dict, path: Path) -> None:
               "| engine (file) | mean KLD vs llama.cpp F32 | p99 | same top-1 | "
               "mean KLD vs hubzoo fp32 | same top-1 | quantized on load: same logits |",
               "|---|---|---|---|---|---|---|"]
-    for label, r in report["quality"].items():
+    lines += quality_rows(report["quality"])
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ---- 3. the real GGUFs -----------------------------------------------------------------------
+
+def bos_of(path: Path) -> int | None:
+    """The BOS id llama-perplexity puts first in each chunk, or None (no add_bos_token)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(path).fields
+    add_bos = bool(fields["tokenizer.ggml.add_bos_token"].parts[-1][0]) \
+        if "tokenizer.ggml.add_bos_token" in fields else False
+    return int(fields["tokenizer.ggml.bos_token_id"].parts[-1][0]) if add_bos else None
+
+
+def kl_base(ppl: Path, model: Path, base_file: Path, a) -> Base:
+    """llama-perplexity's --kl-divergence-base run of `model` over the text."""
+    run_process([str(ppl), "-m", str(model), "-f", str(TEXT), "-c", "512", "--chunks",
+                 str(a.chunks), "-t", str(a.threads), "--kl-divergence-base", str(base_file)])
+    return Base(base_file)
+
+
+def dequantized_f32(llama_dir: Path, path: Path) -> Path:
+    """The model a quantized GGUF holds as an F32 GGUF: llama-quantize --allow-requantize
+    dequantizes every tensor (cached under ~/.cache/hubzoo/gguf, keyed by the file's sha256)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    dst = Path.home() / ".cache/hubzoo/gguf" / f"{path.stem}-{digest}-dequantized-f32.gguf"
+    if not dst.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_suffix(".tmp")
+        run_process([str(llama_dir / "bin/llama-quantize"), "--allow-requantize", str(path),
+                     str(tmp), "F32"])
+        tmp.rename(dst)
+    return dst
+
+
+def real_quality(llama_dir: Path, a) -> dict:
+    """Per real GGUF: every engine's error against the model the file holds."""
+    import hubzoo
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ppl = llama_dir / "bin/llama-perplexity"
+    files = real_ggufs()
+    models = {}
+    for stem in (x for x in a.real_files.split(",") if x):
+        path = files[stem]
+        f32 = dequantized_f32(llama_dir, path)
+        tmp = Path(tempfile.mkdtemp())
+        log(f"{stem}: llama.cpp F32 base (dequantized file)")
+        base = kl_base(ppl, f32, tmp / "base.kld", a)
+        bos = bos_of(path)
+        q = llama_quality(ppl, tmp / "base.kld", {"Q4_K_M": path}, a.threads)
+        (tmp / "base.kld").unlink()
+        tmp.rmdir()
+        ref_lp, floor = fp32_reference(base, f32, a.threads, bos)
+        q["hubzoo fp32 (dequantized F32 file)"] = floor
+        for mode in ("fused", "int8"):
+            label = f"hubzoo {mode} (Q4_K_M file)"
+            log(f"{stem}: {label}")
+            m = hubzoo.CausalLM.from_pretrained(str(path), mode=mode, num_threads=a.threads)
+            q[label] = scored(base, ref_lp, hubzoo_logits(m, base, bos))
+            del m
+        torch.set_num_threads(a.threads)
+        for dt in (d for d in a.transformers.split(",") if d):
+            label = f"transformers {dt} (Q4_K_M file)"
+            log(f"{stem}: {label}")
+            hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                      dtype=getattr(torch, dt)).eval()
+            q[label] = scored(base, ref_lp, hf_logits(hf, base, bos))
+            del hf
+        models[stem] = {"file": str(path), "dequantized_f32": str(f32),
+                        "positions_note": positions_note(base), "quality": q}
+        del base, ref_lp
+    return models
+
+
+def positions_note(base: Base) -> str:
+    return (f"{base.n_chunk} x {base.n_ctx} tokens, positions {base.first}..{base.n_ctx - 2} of "
+            f"each scored ({base.n_chunk * base.n_scored} positions)")
+
+
+def quality_rows(quality: dict) -> list[str]:
+    out = []
+    for label, r in quality.items():
         a, b = r.get("vs_llama_base", {}), r.get("vs_hubzoo_fp32", {})
         f = lambda d, k, fmt: (fmt.format(d[k]) if d.get(k) is not None else "")  # noqa: E731
-        lines.append(f"| {label} | {f(a, 'mean_kld', '{:.6f}')} | {f(a, 'p99_kld', '{:.5f}')} | "
-                     f"{f(a, 'same_top1', '{:.2%}')} | {f(b, 'mean_kld', '{:.6f}')} | "
-                     f"{f(b, 'same_top1', '{:.2%}')} | "
-                     f"{ {True: 'bit-identical', False: 'DIFFER'}.get(r.get('quantize_on_load_bit_identical'), '')} |")
-    path.write_text("\n".join(lines) + "\n")
+        onload = {True: "bit-identical", False: "DIFFER"}.get(
+            r.get("quantize_on_load_bit_identical"), "")
+        out.append(f"| {label} | {f(a, 'mean_kld', '{:.6f}')} | {f(a, 'p99_kld', '{:.5f}')} | "
+                   f"{f(a, 'same_top1', '{:.2%}')} | {f(b, 'mean_kld', '{:.6f}')} | "
+                   f"{f(b, 'same_top1', '{:.2%}')} | {onload} |")
+    return out
+
+
+def write_real_md(report: dict, path: Path) -> None:
+    lines = ["# Error on the real GGUFs, beside llama.cpp and transformers", "",
+             f"`{report['command']}`; llama.cpp {report['llama_cpp_dir']}; text {report['text']} "
+             f"(sha256 {report['text_sha256'][:12]}). These files ship without their unquantized "
+             "weights, so the reference is the model each file holds: `llama-quantize "
+             "--allow-requantize FILE OUT F32` dequantizes every tensor, llama.cpp's F32 run of "
+             "that file is the base of llama-perplexity's statistic ('vs llama.cpp F32': base "
+             "log-probs stored as uint16, terms below log p = -16 dropped, computed for the other "
+             "engines' logits the same way) and hubzoo's fp32 run of it the exact KL over the "
+             "whole vocabulary ('vs hubzoo fp32'). transformers loads the Q4_K_M file itself "
+             "(gguf_file=: dequantized at load, then cast to its dtype).", ""]
+    for stem, m in report["models"].items():
+        lines += [f"## {stem}", "", f"{m['positions_note']}.", "",
+                  "| engine (file) | mean KLD vs llama.cpp F32 | p99 | same top-1 | "
+                  "mean KLD vs hubzoo fp32 | same top-1 | |", "|---|---|---|---|---|---|---|"]
+        lines += quality_rows(m["quality"]) + [""]
+    path.write_text("\n".join(lines))
 
 
 def main():
@@ -274,8 +390,15 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunks", type=int, default=4)
     ap.add_argument("--skip-bytes", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/quant_quality"))
+    ap.add_argument("--real", action="store_true", help="the real Q4_K_M GGUFs instead (3.)")
+    ap.add_argument("--transformers", default="bfloat16,float32",
+                    help="with --real: transformers' dtypes, comma-separated")
+    ap.add_argument("--real-files", default=",".join(REAL_FILES),
+                    help="with --real: the files' stems, comma-separated")
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    a.out = a.out or str(ROOT / ("bench/results/quant_quality_real" if a.real
+                                 else "bench/results/quant_quality"))
 
     log("llama.cpp build (cached)")
     out, _ = run_process(["bash", str(ROOT / "bench/build_llama_cpp.sh"),
@@ -294,6 +417,14 @@ def main():
               "machine": machine_description(), "llama_cpp_dir": str(llama_dir),
               "text": str(TEXT), "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
               "f32": str(f32), "bytes": {}, "quality": {}}
+    if a.real:
+        del report["f32"], report["bytes"], report["quality"]
+        report["models"] = real_quality(llama_dir, a)
+        out_path = Path(a.out)
+        out_path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        write_real_md(report, out_path.with_suffix(".md"))
+        print(out_path.with_suffix(".md").read_text())
+        return
     if not a.skip_bytes:
         for ft, path in by_type.items():
             log(f"bytes: {ft}")
@@ -301,18 +432,9 @@ def main():
 
     base_file = Path(tempfile.mkdtemp()) / "base.kld"  # ~100 MB
     log("llama.cpp F32 base")
-    run_process([str(llama_dir / "bin/llama-perplexity"), "-m", str(f32), "-f", str(TEXT),
-                 "-c", "512", "--chunks", str(a.chunks), "-t", str(a.threads),
-                 "--kl-divergence-base", str(base_file)])
-    base = Base(base_file)
-    report["positions_note"] = (f"{base.n_chunk} x {base.n_ctx} tokens, positions "
-                                f"{base.first}..{base.n_ctx - 2} of each scored "
-                                f"({base.n_chunk * base.n_scored} positions)")
-    from gguf import GGUFReader
-    fields = GGUFReader(f32).fields
-    add_bos = bool(fields["tokenizer.ggml.add_bos_token"].parts[-1][0]) \
-        if "tokenizer.ggml.add_bos_token" in fields else False
-    bos = int(fields["tokenizer.ggml.bos_token_id"].parts[-1][0]) if add_bos else None
+    base = kl_base(llama_dir / "bin/llama-perplexity", f32, base_file, a)
+    report["positions_note"] = positions_note(base)
+    bos = bos_of(f32)
     qfiles = {ft: by_type[ft] for ft in QUALITY_FILES}
     report["quality"].update(llama_quality(llama_dir / "bin/llama-perplexity", base_file, qfiles,
                                            a.threads))
