@@ -113,10 +113,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("--prefill", a.prefill, "prompt lengths, comma-separated (empty: none)");
   cmd->add_option("--decode-batch", a.decode_batch, "decode batch sizes, comma-separated");
   cmd->add_option("--decode-tokens", a.decode_tokens, "new tokens per decode run")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", a.repeats, "runs per figure (median)")->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--repeats", a.repeats, "runs per figure (median)")->check(positive());
   cmd->add_option("--ttft-prompt", a.ttft_prompt, "prompt length of the first-token figure")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   return cmd;
 }
 

@@ -11,7 +11,8 @@
 
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 namespace hubzoo::server {
 struct ServerOptions;
 }
@@ -23,6 +24,11 @@ void add_load_options(CLI::App* cmd, std::string& gguf_file, std::string& quanti
 // LoadOptions from the shared flags; throws InvalidArgument naming a bad value.
 LoadOptions load_options(int threads, const std::string& dtype, const std::string& mode,
                          const std::string& quantize, const std::string& gguf_file);
+
+// Checks for number options whose errors say what the option wants
+// ("--repeats: must be positive, got 0").
+const CLI::Validator& positive();
+const CLI::Validator& non_negative();
 
 // One stderr line per part of the checkpoint the model does not run (a
 // multimodal checkpoint's vision/audio towers), with the reason.

@@ -32,7 +32,7 @@ CLI::App* add_embed_command(CLI::App& app, EmbedArgs& a) {
   auto* prompt = cmd->add_option_function<std::string>(
       "--prompt", [&a](const std::string& s) { a.prompt = s; }, "a prompt prepended to every text");
   prompt->excludes(prompt_name);
-  cmd->add_option("--batch-size", a.batch_size)->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", a.batch_size)->check(positive());
   cmd->add_option("--threads", a.threads, "worker threads (0: all cores)");
   cmd->add_option("text", a.texts, "texts to embed")->required();
   return cmd;

@@ -19,6 +19,31 @@ LoadOptions load_options(int threads, const std::string& dtype, const std::strin
   return LoadOptions::parse(threads, dtype, mode, quantize, gguf_file);
 }
 
+namespace {
+// A number option's check: `ok` on the parsed value, else a message saying
+// what the option wants (CLI11's own PositiveNumber printed its range up to
+// DBL_MAX as a 300-digit number, and said 0 was "not in range 0 to ...").
+CLI::Validator number_check(bool (*ok)(double), const char* wanted) {
+  return CLI::Validator(
+      [ok, wanted](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
+        return ok(v) ? std::string() : std::string("must be ") + wanted + ", got " + text;
+      },
+      wanted, wanted);
+}
+}  // namespace
+
+const CLI::Validator& positive() {
+  static const CLI::Validator check = number_check([](double v) { return v > 0; }, "positive");
+  return check;
+}
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator check = number_check([](double v) { return v >= 0; }, "zero or more");
+  return check;
+}
+
 void note_ignored_modules(const ModelInfo& info) {
   for (const auto& [prefix, reason] : info.ignored_modules) {
     std::fprintf(stderr, "hubzoo: not loaded: %s* (%s)\n", prefix.c_str(), reason.c_str());

@@ -21,8 +21,8 @@ CLI::App* add_rerank_command(CLI::App& app, RerankArgs& a) {
   cmd->add_option("--dtype", a.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--mode", a.mode)->check(CLI::IsMember({"eager", "fused"}));
   cmd->add_option("--max-length", a.max_length, "tokens of a pair (0: the model's)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-n", a.top_n, "print the best N (0: all)")->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
+  cmd->add_option("--top-n", a.top_n, "print the best N (0: all)")->check(non_negative());
   cmd->add_flag("--raw", a.raw, "logits before the activation");
   cmd->add_option_function<std::string>(
       "--instruction", [&a](const std::string& s) { a.instruction = s; },

@@ -32,24 +32,24 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
   cmd->add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY'")
       ->envname("HUBZOO_API_KEY");
   cmd->add_option("--max-concurrency", o.max_concurrency, "sequences generating at once (KV slots)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--max-queue", o.max_queue, "requests waiting for a slot; beyond: 429")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--max-context", o.max_context,
                   "tokens per request, prompt + completion (0: the model's maximum)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--max-batch-tokens", o.max_batch_tokens, "prefill tokens per forward pass")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o.kv_cache_bytes,
                   "KV-cache budget in bytes (0: every slot at the maximum context, at most half "
                   "the memory available)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_flag("--no-prefix-cache{false}", o.prefix_cache,
                 "do not reuse the KV pages of earlier prompts' common prefixes");
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
@@ -71,11 +71,11 @@ CLI::App* add_serve_command(CLI::App& app, server::ServerOptions& o) {
                 "serve /metrics without the API key (for a scraper on a private network)");
   cmd->add_option("--max-connections", o.max_connections,
                   "open connections at once; more are answered 503")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
                   "open connections from one client address; more are answered 503")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_flag_callback(
       "--quiet", [&o] { o.log_requests = false; }, "no line per request on stderr");

@@ -100,3 +100,18 @@ def test_chat_errors(hubzoo_bin, tiny_paths, smollm2_path):
     assert proc.returncode == 0, proc.stderr
     assert b"utf-8" in proc.stderr.lower()
     assert proc.stdout.strip()
+
+
+def test_number_option_errors():
+    # A bad number is refused before anything loads, with what the option wants
+    # (CLI11's own check printed a 300-digit range and called 0 "not in range 0 to ...").
+    proc = _util.run_cli("bench", "-m", "unused", "--repeats", "0")
+    _util.assert_cli_error(proc, "--repeats", "must be positive, got 0")
+    proc = _util.run_cli("generate", "-m", "unused", "--prompt", "x", "--temperature", "-1")
+    _util.assert_cli_error(proc, "--temperature", "must be zero or more, got -1")
+    proc = _util.run_cli("embed", "-m", "unused", "--batch-size", "abc")
+    _util.assert_cli_error(proc, "--batch-size", "'abc' is not a number")
+    for args in (("serve", "-m", "unused", "--max-concurrency", "0"),
+                 ("rerank", "-m", "unused", "-q", "x", "doc", "--top-n", "-2")):
+        line = _util.assert_cli_error(_util.run_cli(*args), args[-2], "got " + args[-1])
+        assert "range" not in line
