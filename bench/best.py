@@ -55,6 +55,8 @@ def gguf_engine(name: str, ft: str) -> tuple[str, str, str]:
         dtype = name.split()[-1]
         return "transformers", f"{ft} GGUF as {dtype}", f"transformers {dtype} ({ft} file)"
     mode = name.split()[-1]
+    if mode == "bf16dot-dequantize":
+        return "hubzoo", f"{ft} GGUF dequantized at load, bf16dot", f"hubzoo {mode} ({ft} file)"
     return "hubzoo", f"{ft} GGUF, {mode}", f"hubzoo {mode} ({ft} file)"
 
 

@@ -9,6 +9,8 @@ SmolLM2's F32 GGUF (bench/build_llama_cpp.sh). Engines, each a fresh process per
 round, the engines' order reversed every other round so a change in machine load hits all alike:
   hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
   hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
+  hubzoo bf16dot-dequantize  with --modes ...,bf16dot-dequantize: --dtype bfloat16 --mode
+                 bf16dot --quantize dequantize (dense bf16 weights, as transformers loads it)
   llama.cpp      llama-bench and llama-batched-bench on the same file
 On a CPU with AMX, llama.cpp's native build dies of SIGILL in every quantized product of more
 than one row (bench/build_llama_cpp.sh), so there "llama.cpp" is its build with AMX off, and
@@ -103,8 +105,16 @@ def transformers_gguf(gguf: Path, dtype: str, a) -> dict:
     return r
 
 
+# --modes names: a numerics mode on the blocks, or "bf16dot-dequantize" (the file's matrices
+# dequantized at load to dense bf16, as transformers loads a GGUF, on the bf16 dot products).
+def mode_flags(mode: str) -> list[str]:
+    if mode == "bf16dot-dequantize":
+        return ["--dtype", "bfloat16", "--mode", "bf16dot", "--quantize", "dequantize"]
+    return ["--dtype", "float32", "--mode", mode]
+
+
 def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
-    cmd = [str(build / "hubzoo"), "bench", "-m", str(gguf), "--dtype", "float32", "--mode", mode,
+    cmd = [str(build / "hubzoo"), "bench", "-m", str(gguf), *mode_flags(mode),
            "--threads", str(a.threads), "--prefill", a.prefill, "--decode-batch", a.decode_batch,
            "--decode-tokens", str(a.decode_tokens), "--repeats", "1"]
     out, spawn = run_process(cmd)
@@ -112,7 +122,7 @@ def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
     r["ttft_cold_process_seconds"] = r["first_token_monotonic_s"] - spawn
     port = free_port()
     r["ready_seconds"] = seconds_to_ready(
-        [str(build / "hubzoo"), "serve", "-m", str(gguf), "--mode", mode, "--threads", str(a.threads),
+        [str(build / "hubzoo"), "serve", "-m", str(gguf), *mode_flags(mode), "--threads", str(a.threads),
          "--max-concurrency", "1", "--max-context", "1024", "--port", str(port)], port)
     return r
 

@@ -22,7 +22,8 @@ Writes bench/results/quant_quality.{json,md}.
    whose unquantized weights do not ship. The reference is the model each file holds:
    llama-quantize --allow-requantize dequantizes it to an F32 GGUF, llama.cpp's F32 run of that
    is the KL base and hubzoo's fp32 run of it the exact-KL reference. Scored on the same
-   positions: llama.cpp, hubzoo fused and int8 on the Q4_K_M file, and transformers on it
+   positions: llama.cpp, hubzoo fused and int8 on the Q4_K_M file and bf16dot on its
+   matrices dequantized at load (quantize="dequantize"), and transformers on it
    (gguf_file=, dequantized at load) in each --transformers dtype. Writes
    bench/results/quant_quality_real.{json,md}.
 """
@@ -328,10 +329,12 @@ def real_quality(llama_dir: Path, a) -> dict:
         tmp.rmdir()
         ref_lp, floor = fp32_reference(base, f32, a.threads, bos)
         q["hubzoo fp32 (dequantized F32 file)"] = floor
-        for mode in ("fused", "int8"):
+        for mode in ("fused", "int8", "bf16dot-dequantize"):
             label = f"hubzoo {mode} (Q4_K_M file)"
             log(f"{stem}: {label}")
-            m = hubzoo.CausalLM.from_pretrained(str(path), mode=mode, num_threads=a.threads)
+            kw = (dict(dtype="bfloat16", mode="bf16dot", quantize="dequantize")
+                  if mode == "bf16dot-dequantize" else dict(mode=mode))
+            m = hubzoo.CausalLM.from_pretrained(str(path), num_threads=a.threads, **kw)
             q[label] = scored(base, ref_lp, hubzoo_logits(m, base, bos))
             del m
         torch.set_num_threads(a.threads)

@@ -152,8 +152,8 @@ int run_inspect(const std::string& model_ref, const LoadOptions& options) {
       {"gguf_file",
        i.gguf_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(i.gguf_file.string())},
       {"quantized_matrices", i.quantized_matrices},
-      {"quantize",
-       i.numerics.quantize ? nlohmann::json(i.numerics.quantize_name()) : nlohmann::json(nullptr)},
+      {"quantize", !i.numerics.quantize_name().empty() ? nlohmann::json(i.numerics.quantize_name())
+                                                       : nlohmann::json(nullptr)},
       {"num_layers", i.num_layers},
       {"hidden_size", i.hidden_size},
       {"vocab_size", i.vocab_size},

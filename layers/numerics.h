@@ -49,6 +49,11 @@ struct Numerics {
   bool bf16_dot = false;  // mode "bf16dot": fused with bf16 matmul inputs
   // --quantize: fp32/bf16/f16 matrices are quantized to this block type at load.
   std::optional<QuantType> quantize;
+  // --quantize dequantize: a quantized checkpoint's matrices (GGUF blocks, the
+  // Hub's int4/int8) are dequantized at load into dense ones in the dtype, as
+  // transformers loads a GGUF: more memory, and bf16dot then runs them on
+  // the bf16 dot products and tiles.
+  bool dequantize = false;
   QuantMix quant_mix = QuantMix::kNone;  // with quantize = its base type
 
   // dtype "float32" | "bfloat16", mode "eager" | "fused" | "bf16dot" | "int8"
@@ -77,14 +82,22 @@ struct Numerics {
   }
   // `name` ("q8_0", "q4_0", "q4_k", ..., or the mixes "q4_k_m", "q5_k_m";
   // empty: none) as the quantize option.
+  // "dequantize": the dequantize option instead.
   void set_quantize(const std::string& name) {
     quant_mix = QuantMix::kNone;
-    if (name.empty()) {
-      quantize.reset();
-      return;
-    }
+    quantize.reset();
+    dequantize = false;
+    if (name.empty()) return;
     std::string lower;
     for (char c : name) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    if (lower == "dequantize") {
+      if (int8) {
+        throw InvalidArgument(
+            "quantize 'dequantize' makes the weights dense; mode 'int8' runs on quantized ones");
+      }
+      dequantize = true;
+      return;
+    }
     if (lower == "q4_k_m" || lower == "q5_k_m") {
       quant_mix = lower == "q4_k_m" ? QuantMix::kQ4_K_M : QuantMix::kQ5_K_M;
       quantize = lower == "q4_k_m" ? QuantType::Q4_K : QuantType::Q5_K;
@@ -100,6 +113,7 @@ struct Numerics {
   }
   // The quantize option as reported ("Q4_K", "Q4_K_M"; empty: none).
   std::string quantize_name() const {
+    if (dequantize) return "dequantize";
     if (!quantize) return "";
     if (quant_mix != QuantMix::kNone) return quant_mix == QuantMix::kQ4_K_M ? "Q4_K_M" : "Q5_K_M";
     return std::string(quant_name(*quantize));

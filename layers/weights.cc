@@ -16,6 +16,7 @@ WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numeric
 bool WeightLoader::contains(const std::string& name) const { return used_.count(name) != 0; }
 
 bool WeightLoader::quantized(const std::string& name) const {
+  if (numerics_.dequantize) return false;
   return hub_quantized(name) || (contains(name) && (ckpt_->info(name).quant || numerics_.quantize));
 }
 
@@ -27,7 +28,8 @@ bool WeightLoader::hub_quantized(const std::string& name) const {
   return hub_->is_quantized(*ckpt_, name.substr(0, name.size() - suffix.size()));
 }
 
-PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n, int64_t k) {
+std::shared_ptr<QuantMatrix> WeightLoader::take_hub_matrix(const std::string& name, int64_t n,
+                                                           int64_t k) {
   const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
   std::vector<std::string> used;
   auto q = std::make_shared<QuantMatrix>(hub_->take(*ckpt_, prefix, n, k, &used));
@@ -37,7 +39,30 @@ PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n
     if (it->second) throw TensorMappingError("tensor '" + t + "' is used twice");
     it->second = true;
   }
-  return pack_quant({std::move(q)});
+  return q;
+}
+
+PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n, int64_t k,
+                                              bool bf16) {
+  if (!numerics_.dequantize) return pack_quant({take_hub_matrix(name, n, k)});
+  const std::vector<float> w = dequantize_matrix(*take_hub_matrix(name, n, k));
+  return pack_weights_concat({{w.data(), n}}, k, bf16, bf16 && tiles_wanted());
+}
+
+std::vector<float> dequantize_matrix(const QuantMatrix& q) {
+  std::vector<float> row(static_cast<size_t>(q.k)), out(static_cast<size_t>(q.n * q.k), 0.0f);
+  for (int64_t r = 0; r < q.n; ++r) {
+    q.dequantize_row(r, row.data());
+    float* const dst = &out[static_cast<size_t>(r * q.k)];
+    if (q.k_perm.empty()) {
+      std::copy(row.begin(), row.end(), dst);
+      continue;
+    }
+    // Column j of the stored row multiplies x[k_perm[j]]: the dense row holds it there
+    // (summed, should two stored columns read the same input).
+    for (int64_t j = 0; j < q.k; ++j) dst[q.k_perm[static_cast<size_t>(j)]] += row[j];
+  }
+  return out;
 }
 
 const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
@@ -263,9 +288,9 @@ PackedMatrix WeightLoader::take_packed_fp32(const std::string& name, int64_t n, 
 
 PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, int64_t k,
                                           bool bf16) {
-  if (hub_quantized(name)) return take_hub_quantized(name, n, k);
+  if (hub_quantized(name)) return take_hub_quantized(name, n, k, bf16);
   const TensorInfo& info = claim(name, {n, k});
-  if (info.quant) return pack_quant({quant_view(name, info, n, k, 0)});
+  if (info.quant && !numerics_.dequantize) return pack_quant({quant_view(name, info, n, k, 0)});
   if (numerics_.quantize && !bf16_fp32_only_) {
     const QuantCacheSource source{
         ckpt_->view(name).data,
@@ -284,7 +309,7 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   const bool tiles = bf16 && tiles_wanted();  // packed in the tile layout straight away
   const auto pack = [&](const float* w) { return pack_weights_concat({{w, n}}, k, bf16, tiles); };
   PackedMatrix packed;
-  if (transformed(info)) {
+  if (transformed(info) || info.quant) {  // quantized: --quantize dequantize
     packed = pack(read_f32(name, info).data());
   } else if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data));
@@ -307,7 +332,8 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   bool any_quant = numerics_.quantize.has_value(), all_quant = true;
   for (size_t i = 0; i < names.size(); ++i) {
     const bool q =
-        hub_quantized(names[i]) || (contains(names[i]) && ckpt_->info(names[i]).quant.has_value());
+        !numerics_.dequantize && (hub_quantized(names[i]) ||
+                                  (contains(names[i]) && ckpt_->info(names[i]).quant.has_value()));
     any_quant = any_quant || q;
     all_quant = all_quant && q;
   }
@@ -327,6 +353,11 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   std::vector<std::vector<float>> converted(names.size());
   std::vector<WeightRows> parts;
   for (size_t i = 0; i < names.size(); ++i) {
+    if (hub_quantized(names[i])) {  // --quantize dequantize
+      converted[i] = dequantize_matrix(*take_hub_matrix(names[i], ns[i], k));
+      parts.push_back({converted[i].data(), ns[i]});
+      continue;
+    }
     const TensorInfo& info = claim(names[i], {ns[i], k});
     TensorView v = ckpt_->view(names[i]);
     if (info.quant || transformed(info)) {
@@ -346,7 +377,9 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   }
   PackedMatrix packed = mark_activations(
       pack_weights_concat(parts, k, numerics_.bf16, numerics_.bf16 && tiles_wanted()));
-  for (const auto& name : names) ckpt_->release(name);  // the packed copy is the only one kept
+  for (const auto& name : names) {  // the packed copy is the only one kept
+    if (contains(name)) ckpt_->release(name);
+  }
   bytes_ += packed.bytes();
   return packed;
 }
@@ -359,7 +392,7 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   }
   const TensorInfo& info = claim(name, {count, n, k});
   const int64_t rows = n / parts;
-  if (info.quant) {  // each matrix a view of its rows of the mapped blocks
+  if (info.quant && !numerics_.dequantize) {  // each matrix a view of its rows of the blocks
     std::vector<PackedMatrix> out;
     for (int64_t b = 0; b < count * parts; ++b) {
       out.push_back(pack_quant({quant_view(name, info, rows, k, b * rows)}));
@@ -372,6 +405,20 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   TensorView v = ckpt_->view(name);
   const bool tiles = numerics_.bf16 && tiles_wanted();  // packed in the tile layout at once
   const size_t block = static_cast<size_t>(rows * k);
+  if (info.quant) {  // --quantize dequantize: each of the `count` matrices' rows as floats
+    std::vector<float> matrix(static_cast<size_t>(n * k));
+    std::vector<PackedMatrix> out;
+    for (int64_t m = 0; m < count; ++m) {
+      read_f32_rows(name, info, m, m + 1, matrix.data());
+      for (int64_t p = 0; p < parts; ++p) {
+        out.push_back(mark_activations(
+            pack_weights_concat({{matrix.data() + p * block, rows}}, k, numerics_.bf16, tiles)));
+        bytes_ += out.back().bytes();
+      }
+    }
+    ckpt_->release(name);
+    return out;
+  }
   std::vector<float> tmp(numerics_.quantize ? 0 : block);  // --quantize reads rows in chunks
   std::vector<PackedMatrix> out;
   out.reserve(count * parts);

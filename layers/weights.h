@@ -50,6 +50,10 @@ class FloatWeights {
   std::vector<float> owned_;
 };
 
+// A quantized matrix as dense floats [n, k] in its output rows' order and its
+// inputs' (row_order and k_perm applied): the values the exact kernels multiply.
+std::vector<float> dequantize_matrix(const QuantMatrix& q);
+
 class WeightLoader {
  public:
   // With numerics.bf16 every weight is rounded to bf16 (matrices are packed as
@@ -119,7 +123,11 @@ class WeightLoader {
   static bool transformed(const TensorInfo& info);
   // Whether `name` ("<prefix>.weight") is a linear the hub quantization stores packed.
   bool hub_quantized(const std::string& name) const;
-  PackedMatrix take_hub_quantized(const std::string& name, int64_t n, int64_t k);
+  // A Hub-quantized matrix (hub_quant.h), its tensors marked used; packed as
+  // blocks, or dense in the dtype under --quantize dequantize (bf16: whether
+  // its floats are rounded to bf16).
+  std::shared_ptr<QuantMatrix> take_hub_matrix(const std::string& name, int64_t n, int64_t k);
+  PackedMatrix take_hub_quantized(const std::string& name, int64_t n, int64_t k, bool bf16);
   // The tensor as float32 with its transforms applied (quantized: dequantized rows).
   std::vector<float> read_f32(const std::string& name, const TensorInfo& info) const;
   std::shared_ptr<const QuantMatrix> quant_view(const std::string& name, const TensorInfo& info,

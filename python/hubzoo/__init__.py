@@ -69,7 +69,8 @@ class CausalLM:
         """path_or_id: a snapshot folder, a repo id in the HF cache, or a .gguf file.
         gguf_file picks one .gguf of a folder (as transformers' gguf_file=); quantize
         ("q8_0", "q4_0", "q4_k", "q6_k", ..., or the mixes "q4_k_m", "q5_k_m") quantizes
-        fp32/bf16/f16 weights on load; mode "int8"
+        fp32/bf16/f16 weights on load, and "dequantize" makes a quantized checkpoint's
+        matrices dense in the dtype (as transformers loads a GGUF); mode "int8"
         runs quantized weights with int8 activations (as llama.cpp); mode "bf16dot" (dtype
         bfloat16) rounds matmul inputs to bf16 for the CPU's bf16 dot products."""
         if dtype not in _DTYPES:

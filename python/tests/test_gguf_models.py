@@ -99,6 +99,51 @@ def test_cached_decode_and_batch_invariance(hz, tiny_gguf, qtype, mode):
             assert np.array_equal(logits[slot, pad:], alone[i]), f"prompt {i} in slot {slot} differs"
 
 
+@pytest.mark.parametrize("qtype,tied", [("Q4_0", True), ("Q8_0", True), ("Q4_K", False),
+                                        ("Q6_K", True)])
+def test_dequantize_on_load(hz, tiny_gguf, qtype, tied):
+    """quantize="dequantize": the file's matrices (the untied file's embedding table too)
+    dense in the dtype, as transformers loads a GGUF. float32: the exact ladder against
+    transformers (the same values as the blocks). bf16dot: the bf16 ladder's error ratio
+    against transformers' own bf16 load of the file, and batch invariance bit for bit."""
+    import torch
+    import transformers
+
+    path, ref = tiny_gguf("llama", qtype, tied)
+    dense = hz.CausalLM.from_pretrained(path, quantize="dequantize")
+    assert dense.info["quantized_matrices"] == 0
+    assert hz.CausalLM.from_pretrained(path).info["quantized_matrices"] > 0
+    names = capture_names(gm.LAYERS)
+    logits, got = dense.forward(PROMPT[None], capture=names)
+    ref_logits, ref_captured = hf_forward(ref, PROMPT[None])
+    _check_layers({n: got[n][0] for n in names}, ref_captured, 1e-4, 1e-4,
+                  f"gguf/dequantize-{qtype}")
+    assert_argmax_equal(logits, ref_logits)
+
+    bf16 = hz.CausalLM.from_pretrained(path, dtype="bfloat16", mode="bf16dot",
+                                       quantize="dequantize")
+    assert bf16.info["quantized_matrices"] == 0
+    ref16 = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.bfloat16).eval()
+    long = random_prompt(ref.config.vocab_size, 200, seed=7)
+    for ids in (PROMPT, long):
+        r32, _ = hf_forward(ref, ids[None], capture=False)
+        r16, _ = hf_forward(ref16, ids[None], capture=False)
+        sigma = float(np.sqrt(np.mean((r16 - r32) ** 2)))
+        ours = bf16.forward(ids[None])
+        ratio = float(np.sqrt(np.mean((ours - r32) ** 2))) / sigma
+        assert 0 < ratio <= 1.0, f"{qtype}, {len(ids)} tokens: bf16 error ratio {ratio:.3f}"
+    prompts = [PROMPT, long[:37]]
+    alone = [bf16.forward(p[None])[0] for p in prompts]
+    ids, mask = _util.left_pad(prompts, 0)
+    batch = bf16.forward(ids, attention_mask=mask)
+    for slot, p in enumerate(prompts):
+        assert np.array_equal(batch[slot, ids.shape[1] - len(p):], alone[slot])
+
+    with pytest.raises(Exception, match="dequantize"):
+        hz.CausalLM.from_pretrained(path, mode="int8", quantize="dequantize")
+
+
 @pytest.mark.parametrize("qtype", gm.GGML_TYPES)
 def test_int8_mode_keeps_panels_of_the_types_with_a_panel_layout(hz, tiny_gguf, qtype):
     """int8 loads keep the matrices of the types with a panel layout (the 32-weight types,

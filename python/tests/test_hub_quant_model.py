@@ -109,3 +109,23 @@ def test_quantized_model_climbs_the_fp32_ladder(hz, base, quantized, case):
     other = _util.random_prompt(vocab, PROMPT_LEN, seed=4)[None]
     batched = ours.forward(np.concatenate([ids, other]))
     np.testing.assert_array_equal(batched[0], ours.forward(ids)[0])
+
+
+@pytest.mark.parametrize("case", ["ct_int4_g32_asym", "gptq_g64_desc_act_asym", "awq_g64"])
+def test_dequantize_on_load(hz, base, quantized, case):
+    """quantize="dequantize": each quantized linear dense in fp32 (GPTQ's act-order
+    permutation undone), on the same per-layer 1e-4 ladder against the format's own
+    dequantization; nothing stays quantized."""
+    path, refs = quantized(case)
+    hf = reference_model(base, refs)
+    ours = hz.CausalLM.from_pretrained(str(path), quantize="dequantize")
+    assert ours.info["quantized_matrices"] == 0
+    ids = _util.random_prompt(hf.config.vocab_size, PROMPT_LEN, seed=3)[None]
+    _, ref = _util.hf_forward(hf, ids)
+    names = _util.capture_names(hf.config.num_hidden_layers)
+    logits, got = ours.forward(ids, capture=names)
+    failures = [f for name in names if name != "logits"
+                for f in [_util.allclose_failure(name, got[name], ref[name], rtol=1e-4, atol=1e-4)] if f]
+    assert not failures, "\n".join(failures)
+    np.testing.assert_allclose(logits, ref["logits"], rtol=0, atol=1e-3)
+    _util.assert_argmax_equal(logits, ref["logits"])
