@@ -210,7 +210,8 @@ def test_real_gguf(name, tmp_path):
 
 # ---- tiny files written here ----
 
-def write_gguf(path, arch, kv, tensors):
+def write_gguf(path, arch, kv, tensors, make=None):
+    """make(name, shape) -> (data, raw_dtype or None): each tensor's data (default: zeros)."""
     w = gguf.GGUFWriter(str(path), arch)
     for key, value in kv.items():
         if isinstance(value, bool):
@@ -224,7 +225,8 @@ def write_gguf(path, arch, kv, tensors):
         else:
             w.add_array(key, value)
     for name, shape in tensors:
-        w.add_tensor(name, np.zeros(shape, dtype=np.float32))
+        data, raw_dtype = make(name, shape) if make else (np.zeros(shape, dtype=np.float32), None)
+        w.add_tensor(name, data, raw_dtype=raw_dtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -272,7 +274,7 @@ def spm_vocab(gemma: bool):
 
 
 def tiny(tmp_path, arch, *, heads=4, kv_heads=2, head_dim=None, layers=2, moe=False, gemma=False,
-         tokenizer="gpt2", with_merges=True, untied=True, extra=None):
+         tokenizer="gpt2", with_merges=True, untied=True, extra=None, make=None):
     hidden = 32
     kv = {f"{arch}.context_length": 256, f"{arch}.embedding_length": hidden,
           f"{arch}.block_count": layers, f"{arch}.feed_forward_length": 64,
@@ -341,7 +343,7 @@ def tiny(tmp_path, arch, *, heads=4, kv_heads=2, head_dim=None, layers=2, moe=Fa
                       (b + "ffn_down.weight", (hidden, 64))]
     if arch == "llama":
         names.append(("rope_freqs.weight", (hd // 2,)))
-    return write_gguf(tmp_path / f"{arch}.gguf", arch, kv, names)
+    return write_gguf(tmp_path / f"{arch}.gguf", arch, kv, names, make)
 
 
 TINY = {

@@ -272,3 +272,33 @@ def test_cli_and_server_options_on_gguf(hubzoo_bin):
     assert "prompt" in proc.stderr  # --stats: the rendered prompt's size and speed
     proc = _util.run_cli("generate", "-m", str(path.parent), "--prompt", "x")
     assert proc.returncode != 0 and "--gguf-file" in proc.stderr and path.name in proc.stderr
+
+
+def test_dequantize_on_load_stacked_experts(hz, tmp_path):
+    """A Qwen3-MoE file whose stacked expert tensors are Q8_0 blocks: under
+    quantize="dequantize" each expert is dense (nothing stays quantized) and the logits
+    equal the exact mode's on the blocks within fp32 rounding."""
+    import gguf
+
+    import test_gguf_import as gi
+
+    rng = np.random.default_rng(5)
+
+    def make(name, shape):
+        if len(shape) == 1:  # norms
+            return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32), None
+        x = (0.05 * rng.standard_normal(shape)).astype(np.float32)
+        if "_exps." not in name:
+            return x, None
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        return gguf.quants.quantize(x, q8), q8
+
+    path = gi.tiny(tmp_path, **gi.TINY["qwen3moe"], make=make)
+    blocks = hz.CausalLM.from_pretrained(str(path))
+    dense = hz.CausalLM.from_pretrained(str(path), quantize="dequantize")
+    assert blocks.info["quantized_matrices"] > 0
+    assert dense.info["quantized_matrices"] == 0
+    ids = np.array([[5, 9, 33, 70, 12, 101, 7, 64]], dtype=np.int64)
+    want, got = blocks.forward(ids), dense.forward(ids)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert_argmax_equal(got, want)
