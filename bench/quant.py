@@ -107,10 +107,15 @@ def transformers_gguf(gguf: Path, dtype: str, a) -> dict:
 
 # --modes names: a numerics mode on the blocks, or "bf16dot-dequantize" (the file's matrices
 # dequantized at load to dense bf16, as transformers loads a GGUF, on the bf16 dot products).
-def mode_flags(mode: str) -> list[str]:
+# As load options (hubzoo.CausalLM.from_pretrained's keywords, the CLI's flags).
+def mode_options(mode: str) -> dict[str, str]:
     if mode == "bf16dot-dequantize":
-        return ["--dtype", "bfloat16", "--mode", "bf16dot", "--quantize", "dequantize"]
-    return ["--dtype", "float32", "--mode", mode]
+        return {"dtype": "bfloat16", "mode": "bf16dot", "quantize": "dequantize"}
+    return {"dtype": "float32", "mode": mode}
+
+
+def mode_flags(mode: str) -> list[str]:
+    return [x for key, value in mode_options(mode).items() for x in (f"--{key}", value)]
 
 
 def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:

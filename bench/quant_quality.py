@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant import cpu_has_amx, quantized_from_f32, real_ggufs  # noqa: E402
+from quant import cpu_has_amx, mode_options, quantized_from_f32, real_ggufs  # noqa: E402
 from run import ROOT, log, machine_description, run_process  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
@@ -332,9 +332,8 @@ def real_quality(llama_dir: Path, a) -> dict:
         for mode in ("fused", "int8", "bf16dot-dequantize"):
             label = f"hubzoo {mode} (Q4_K_M file)"
             log(f"{stem}: {label}")
-            kw = (dict(dtype="bfloat16", mode="bf16dot", quantize="dequantize")
-                  if mode == "bf16dot-dequantize" else dict(mode=mode))
-            m = hubzoo.CausalLM.from_pretrained(str(path), num_threads=a.threads, **kw)
+            m = hubzoo.CausalLM.from_pretrained(str(path), num_threads=a.threads,
+                                                **mode_options(mode))
             q[label] = scored(base, ref_lp, hubzoo_logits(m, base, bos))
             del m
         torch.set_num_threads(a.threads)

@@ -195,14 +195,8 @@ TEST(HubQuantConfig, TargetsAndIgnore) {
 
 // Dequantized [n, k] in original column order (k_perm undone).
 std::vector<float> dequantized(const QuantMatrix& m) {
-  std::vector<float> row(static_cast<size_t>(m.k)), out(static_cast<size_t>(m.n * m.k));
-  for (int64_t r = 0; r < m.n; ++r) {
-    m.dequantize_row(r, row.data());
-    for (int64_t j = 0; j < m.k; ++j) {
-      const int64_t c = m.k_perm.empty() ? j : m.k_perm[static_cast<size_t>(j)];
-      out[static_cast<size_t>(r * m.k + c)] = row[static_cast<size_t>(j)];
-    }
-  }
+  std::vector<float> out(static_cast<size_t>(m.n * m.k));
+  m.dequantize(out.data());
   return out;
 }
 

@@ -45,24 +45,9 @@ std::shared_ptr<QuantMatrix> WeightLoader::take_hub_matrix(const std::string& na
 PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n, int64_t k,
                                               bool bf16) {
   if (!numerics_.dequantize) return pack_quant({take_hub_matrix(name, n, k)});
-  const std::vector<float> w = dequantize_matrix(*take_hub_matrix(name, n, k));
+  std::vector<float> w(static_cast<size_t>(n * k));
+  take_hub_matrix(name, n, k)->dequantize(w.data());
   return pack_weights_concat({{w.data(), n}}, k, bf16, bf16 && tiles_wanted());
-}
-
-std::vector<float> dequantize_matrix(const QuantMatrix& q) {
-  std::vector<float> row(static_cast<size_t>(q.k)), out(static_cast<size_t>(q.n * q.k), 0.0f);
-  for (int64_t r = 0; r < q.n; ++r) {
-    q.dequantize_row(r, row.data());
-    float* const dst = &out[static_cast<size_t>(r * q.k)];
-    if (q.k_perm.empty()) {
-      std::copy(row.begin(), row.end(), dst);
-      continue;
-    }
-    // Column j of the stored row multiplies x[k_perm[j]]: the dense row holds it there
-    // (summed, should two stored columns read the same input).
-    for (int64_t j = 0; j < q.k; ++j) dst[q.k_perm[static_cast<size_t>(j)]] += row[j];
-  }
-  return out;
 }
 
 const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
@@ -354,7 +339,8 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
   std::vector<WeightRows> parts;
   for (size_t i = 0; i < names.size(); ++i) {
     if (hub_quantized(names[i])) {  // --quantize dequantize
-      converted[i] = dequantize_matrix(*take_hub_matrix(names[i], ns[i], k));
+      converted[i].resize(static_cast<size_t>(ns[i] * k));
+      take_hub_matrix(names[i], ns[i], k)->dequantize(converted[i].data());
       parts.push_back({converted[i].data(), ns[i]});
       continue;
     }
@@ -405,25 +391,15 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   TensorView v = ckpt_->view(name);
   const bool tiles = numerics_.bf16 && tiles_wanted();  // packed in the tile layout at once
   const size_t block = static_cast<size_t>(rows * k);
-  if (info.quant) {  // --quantize dequantize: each of the `count` matrices' rows as floats
-    std::vector<float> matrix(static_cast<size_t>(n * k));
-    std::vector<PackedMatrix> out;
-    for (int64_t m = 0; m < count; ++m) {
-      read_f32_rows(name, info, m, m + 1, matrix.data());
-      for (int64_t p = 0; p < parts; ++p) {
-        out.push_back(mark_activations(
-            pack_weights_concat({{matrix.data() + p * block, rows}}, k, numerics_.bf16, tiles)));
-        bytes_ += out.back().bytes();
-      }
-    }
-    ckpt_->release(name);
-    return out;
-  }
-  std::vector<float> tmp(numerics_.quantize ? 0 : block);  // --quantize reads rows in chunks
+  // Floats of one matrix: --quantize reads rows in chunks; a quantized tensor
+  // (--quantize dequantize) is read a whole stacked matrix (`parts` of them) at a time.
+  std::vector<float> tmp(numerics_.quantize ? 0 : info.quant ? n * k : block);
   std::vector<PackedMatrix> out;
   out.reserve(count * parts);
   for (int64_t b = 0; b < count * parts; ++b) {
-    const char* src = static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
+    const char* src = info.quant
+                          ? nullptr
+                          : static_cast<const char*>(v.data) + b * block * dtype_size(info.dtype);
     if (numerics_.quantize) {
       const QuantCacheSource source{src, block * dtype_size(info.dtype), info.dtype, {}, nullptr,
                                     0.0f};
@@ -433,9 +409,14 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
                            static_cast<size_t>((r1 - r0) * k));
           })));
     } else {
-      convert_to_f32(info.dtype, src, tmp.data(), block);
-      out.push_back(
-          mark_activations(pack_weights_concat({{tmp.data(), rows}}, k, numerics_.bf16, tiles)));
+      const float* w = tmp.data();
+      if (info.quant) {
+        if (b % parts == 0) read_f32_rows(name, info, b / parts, b / parts + 1, tmp.data());
+        w += b % parts * block;
+      } else {
+        convert_to_f32(info.dtype, src, tmp.data(), block);
+      }
+      out.push_back(mark_activations(pack_weights_concat({{w, rows}}, k, numerics_.bf16, tiles)));
     }
     bytes_ += out.back().bytes();
   }

@@ -50,10 +50,6 @@ class FloatWeights {
   std::vector<float> owned_;
 };
 
-// A quantized matrix as dense floats [n, k] in its output rows' order and its
-// inputs' (row_order and k_perm applied): the values the exact kernels multiply.
-std::vector<float> dequantize_matrix(const QuantMatrix& q);
-
 class WeightLoader {
  public:
   // With numerics.bf16 every weight is rounded to bf16 (matrices are packed as

@@ -92,6 +92,9 @@ struct QuantMatrix {
   // from the panels where w has them (an embedding lookup of a tied matrix
   // then never brings the released rows' pages back).
   void dequantize_row(int64_t r, float* out) const;
+  // The whole matrix as the products see it, [n, k] into out: row r's stored
+  // column j at input column k_perm[j] (summed, should two read one input).
+  void dequantize(float* out) const;
 };
 
 // Dequantizes `k` weights (a whole number of blocks) of type t, exactly as

@@ -371,6 +371,20 @@ void QuantMatrix::dequantize_row(int64_t r, float* out) const {
   hubzoo::dequantize_row(type, row(r), out, k);
 }
 
+void QuantMatrix::dequantize(float* out) const {
+  std::fill(out, out + n * k, 0.0f);
+  std::vector<float> row(k_perm.empty() ? 0 : static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float* const dst = out + r * k;
+    if (k_perm.empty()) {
+      dequantize_row(r, dst);
+      continue;
+    }
+    dequantize_row(r, row.data());
+    for (int64_t j = 0; j < k; ++j) dst[k_perm[static_cast<size_t>(j)]] += row[j];
+  }
+}
+
 QuantMatrix concat_quant(const std::vector<const QuantMatrix*>& parts) {
   if (parts.empty()) throw InvalidArgument("concat_quant: no parts");
   QuantMatrix out;

@@ -52,14 +52,7 @@ nb::ndarray<nb::numpy, float> dequantize(const std::string& model_dir, const std
   const QuantMatrix m = take(l, prefix).matrix;
   auto* out = new std::vector<float>(static_cast<size_t>(m.n * m.k));
   nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  std::vector<float> row(static_cast<size_t>(m.k));
-  for (int64_t r = 0; r < m.n; ++r) {
-    m.dequantize_row(r, row.data());
-    for (int64_t j = 0; j < m.k; ++j) {
-      const int64_t c = m.k_perm.empty() ? j : m.k_perm[static_cast<size_t>(j)];
-      (*out)[static_cast<size_t>(r * m.k + c)] = row[static_cast<size_t>(j)];
-    }
-  }
+  m.dequantize(out->data());
   const size_t shape[2] = {static_cast<size_t>(m.n), static_cast<size_t>(m.k)};
   return nb::ndarray<nb::numpy, float>(out->data(), 2, shape, owner);
 }
