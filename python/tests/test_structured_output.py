@@ -102,7 +102,9 @@ def _xgrammar_allowed(compiled, prefix: str, vocab: int) -> set[int]:
     return set(int(i) for i in ids)
 
 
-_SURROGATES: dict[int, set[int]] = {}
+# id() -> (the vocab, its tokens). The vocab is held so that its id cannot be reused by the next
+# fixture's vocab once the first is freed (which once handed Qwen the SmolLM2 set).
+_SURROGATES: dict[int, tuple[object, set[int]]] = {}
 
 
 def _surrogate_escape_tokens(ours_vocab, vocab: int) -> set[int]:
@@ -110,10 +112,11 @@ def _surrogate_escape_tokens(ours_vocab, vocab: int) -> set[int]:
     import re
 
     key = id(ours_vocab)
-    if key not in _SURROGATES:
+    if key not in _SURROGATES or _SURROGATES[key][0] is not ours_vocab:
         pattern = re.compile(rb"u[dD][89a-fA-F]")
-        _SURROGATES[key] = {i for i in range(vocab) if pattern.match(ours_vocab.token_bytes(i))}
-    return _SURROGATES[key]
+        tokens = {i for i in range(vocab) if pattern.match(ours_vocab.token_bytes(i))}
+        _SURROGATES[key] = (ours_vocab, tokens)
+    return _SURROGATES[key][1]
 
 
 @pytest.mark.parametrize("case", range(len(ORACLE_SCHEMAS)))
