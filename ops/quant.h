@@ -22,9 +22,11 @@
 //   dequantized exactly as dequantize_row() gives them (bit for bit gguf-py's
 //   dequantize, i.e. what transformers loads from the same file).
 // - int8 activations (QuantMode::kInt8): each activation row is quantized per
-//   weight block (32, or 256 for the K types) to int8 with an fp32 scale
-//   dx = amax / 127 (q = nearest-even of x / dx), integer dot products per
-//   block, block results accumulated in fp32 (llama.cpp's Q8_0 / Q8_K scheme).
+//   32 columns (whatever the weights' block: 32, or 256 for the K types) to
+//   int8 with an fp32 scale dx = amax / 127 (q = nearest-even of x / dx),
+//   integer dot products per 32 columns, accumulated in fp32 (llama.cpp's
+//   Q8_0 scheme; for the K types llama.cpp takes one scale per 256 (Q8_K),
+//   which doubled the int8 error where ffn_down's inputs have outliers).
 //
 // Batch invariance (docs/design.md): in both modes every output element is
 // reduced in one fixed order that does not depend on m, on the tiling, on the
@@ -38,14 +40,14 @@
 //   AVX2 holds them in two vectors.
 // - int8: weights read as integers w16 with per-block float scales a (and c
 //   with per-group integers mn16 for the types with a min, see
-//   ops/quant_internal.h). One float chain per output over its blocks (32
-//   weights, or 256 for the K types) in k order from 0.0f: per block b,
-//   exact int32 sums I = sum w16 * qx and J = sum mn16 * qx over the whole
-//   block, then acc = fma(a * dx, float(I), acc) and, with a min,
-//   acc = fma(c * dx, float(J), acc); then + bias. (llama.cpp's order per
-//   block.) Integer sums have no order, so a kernel may form them in any
-//   grouping: one output per vector lane (the panel kernels), or lanes of
-//   partial sums added up per block (the row kernels).
+//   ops/quant_internal.h). One float chain per output over its 32-column
+//   chunks in k order from 0.0f: per chunk s, exact int32 sums I = sum w16 * qx
+//   and J = sum mn16 * qx over the chunk, then acc = fma(a * dx[s], float(I), acc)
+//   and, with a min, acc = fma(c * dx[s], float(J), acc), a and c those of the
+//   weight block holding the chunk; then + bias. (llama.cpp's order per
+//   32-weight block.) Integer sums have no order, so a kernel may form them
+//   in any grouping: one output per vector lane (the panel kernels), or lanes
+//   of partial sums added up per chunk (the row kernels).
 #pragma once
 
 #include <cstdint>

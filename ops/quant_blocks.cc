@@ -302,14 +302,15 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
                      const float* c, int64_t k, int64_t block) {
   float acc = 0.0f;
-  for (int64_t b = 0; b < k / block; ++b) {
+  for (int64_t s = 0; s < k / kXBlock; ++s) {
     int32_t i = 0, j = 0;
-    for (int64_t e = b * block; e < (b + 1) * block; ++e) {
+    for (int64_t e = s * kXBlock; e < (s + 1) * kXBlock; ++e) {
       i += w16[e] * x.qx[e];
       if (mn16) j += mn16[e] * x.qx[e];
     }
-    acc = std::fma(a[b] * x.dx[b], static_cast<float>(i), acc);
-    if (mn16) acc = std::fma(c[b] * x.dx[b], static_cast<float>(j), acc);
+    const int64_t b = s * kXBlock / block;
+    acc = std::fma(a[b] * x.dx[s], static_cast<float>(i), acc);
+    if (mn16) acc = std::fma(c[b] * x.dx[s], static_cast<float>(j), acc);
   }
   return acc;
 }

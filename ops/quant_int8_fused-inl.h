@@ -114,13 +114,13 @@ HWY_INLINE __m512i QuadSums(__m512i x) {
   return Dot4<kVnni>(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
 }
 
-// The sum of an int32 vector's lanes (exact: integer addition has no order).
-HWY_INLINE int32_t SumLanes(__m512i v) {
-  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4E));
-  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
-  return _mm_cvtsi128_si32(q);
+// The sums of an int32 vector's lanes 0-7 and 8-15 (exact).
+HWY_INLINE void SumHalves(__m512i v, int32_t& lo, int32_t& hi) {
+  __m512i s = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(0x4E)));
+  s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, static_cast<_MM_PERM_ENUM>(0xB1)));
+  s = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, 0xB1));  // 128-bit lanes 1, 0, 3, 2
+  lo = _mm_cvtsi128_si32(_mm512_castsi512_si128(s));
+  hi = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(s, 2));
 }
 
 // The codes u of span c (64 columns) of a Q4_K / Q5_K / Q6_K block.
@@ -179,9 +179,10 @@ HWY_INLINE __m128i K4ScaleBytes(const uint8_t* s) {
 }
 
 // The K types (256-weight blocks), R rows of x from r against the weight
-// rows rows[] (a group of kNR at n): per block and weight row, I (and J)
-// summed over the 4 spans in 16 lanes of registers, added up (exact), then
-// the two fmas of the order; each span's codes are decoded once for the R rows.
+// rows rows[] (a group of kNR at n): per block, weight row and 64-column
+// span, I (and J) in 16 lanes of registers, each half (a kXBlock chunk)
+// added up (exact), then the chunk's fmas of the order; each span's codes
+// are decoded once for the R rows.
 template <QuantType t, bool kVnni, int R>
 HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                                const __m512i (&group)[4], const uint8_t* const* rows, int64_t ahead,
@@ -220,8 +221,9 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
         sc = _mm512_cvtepu16_epi32(
             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192))));
       }
-      __m512i ii[R], jj[R];
-      for (int i = 0; i < R; ++i) ii[i] = jj[i] = _mm512_setzero_si512();
+      const float av = Fp16(blk + (kMin ? 0 : 208));
+      [[maybe_unused]] float cv;
+      if constexpr (kMin) cv = -Fp16(blk + 2);
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         const __m512i u = KSpanCodes<t>(blk, c);
@@ -232,20 +234,18 @@ HWY_INLINE void Int8FusedKRows(const QuantMatmulArgs& a, quant::Int8Acts& acts,
         for (int i = 0; i < R; ++i) {
           // p, a lane's 4 codes against x, is within int16 (|p| <= 4 * 15 * 127 on Q4_K,
           // 4 * 31 * 127 on Q5_K, 4 * 32 * 127 on Q6_K, whose w = u - 32), as are x's quad
-          // sums (|.| <= 4 * 127).
+          // sums (|.| <= 4 * 127). Lanes 0-7 hold chunk 2c, lanes 8-15 chunk 2c + 1.
           const __m512i p = Dot4<kVnni>(kMin ? _mm512_setzero_si512() : sums[i][c], u, xv[i][c]);
-          ii[i] = MulAdd16<kVnni>(ii[i], p, scc);
-          if constexpr (kMin) jj[i] = MulAdd16<kVnni>(jj[i], sums[i][c], mnc);
+          int32_t I[2], J[2];
+          SumHalves(MulAdd16<kVnni>(_mm512_setzero_si512(), p, scc), I[0], I[1]);
+          if constexpr (kMin)
+            SumHalves(MulAdd16<kVnni>(_mm512_setzero_si512(), sums[i][c], mnc), J[0], J[1]);
+          for (int h = 0; h < 2; ++h) {
+            const float dx = x[i].dx[b * 8 + 2 * c + h];
+            acc[i][j] = std::fma(av * dx, static_cast<float>(I[h]), acc[i][j]);
+            if constexpr (kMin) acc[i][j] = std::fma(cv * dx, static_cast<float>(J[h]), acc[i][j]);
+          }
         }
-      }
-      const float av = Fp16(blk + (kMin ? 0 : 208));
-      [[maybe_unused]] float cv;
-      if constexpr (kMin) cv = -Fp16(blk + 2);
-      for (int i = 0; i < R; ++i) {
-        const float dx = x[i].dx[b];
-        acc[i][j] = std::fma(av * dx, static_cast<float>(SumLanes(ii[i])), acc[i][j]);
-        if constexpr (kMin)
-          acc[i][j] = std::fma(cv * dx, static_cast<float>(SumLanes(jj[i])), acc[i][j]);
       }
     }
   }

@@ -6,7 +6,8 @@
 // codes meets a broadcast of x's four bytes in one vpdpbusd. Per block and
 // 32- (or 16-) column group, the 16 rows' group sums are multiplied by their
 // 6-bit (or int8) scales, decoded once per panel block for the 16 rows; the
-// exact integers I and J of quant.h's order then enter the two fmas. The row
+// exact integers I and J of each 32-column chunk (quant.h's order) then enter
+// the chunk's two fmas with its activation scale. The row
 // kernels (ops/quant_int8_fused-inl.h) paid ~58 instructions per 144-byte
 // Q4_K block-row, mostly unpacking each row's scales and codes; here it is
 // ~14. Included by ops/quant_matmul.cc only, after quant_int8_panels-inl.h.
@@ -40,9 +41,9 @@ namespace HWY_NAMESPACE {
 // are unchanged (as BlockSums).
 struct GroupSums {
   std::vector<int32_t> sum;  // [rows][k / G]
-  // [rows][k / G / 2]: per four groups 4j .. 4j + 3, the int16 pairs
-  // (sum 4j, sum 4j + 2) and (sum 4j + 1, sum 4j + 3) as dwords, |sum| < 2^15
-  // (the AVX2 Q6_K kernel's offset, two groups per vpmaddwd).
+  // [rows][k / G / 2]: per two groups 2j, 2j + 1 (Q6_K's chunk j of
+  // kXBlock columns), the int16 pair (sum 2j, sum 2j + 1) as a dword,
+  // |sum| < 2^15 (the AVX2 Q6_K kernel's offset, a chunk per vpmaddwd).
   std::vector<int32_t> pairs;
   uint64_t version = 0;
   int64_t r0 = 0, r1 = 0, group = 0;
@@ -74,10 +75,7 @@ inline void SumGroups(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int64
       sum[g] = s;
     }
     int32_t* pairs = out.pairs.data() + (r - r0) * (ng / 2);
-    for (int64_t j = 0; j + 4 <= ng; j += 4) {
-      pairs[j / 2] = pair(sum[j], sum[j + 2]);
-      pairs[j / 2 + 1] = pair(sum[j + 1], sum[j + 3]);
-    }
+    for (int64_t j = 0; j + 2 <= ng; j += 2) pairs[j / 2] = pair(sum[j], sum[j + 1]);
   }
 }
 
@@ -140,8 +138,13 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
     const auto load = [&](int64_t at) { return _mm512_loadu_si512(blk + at); };
     // F16C: the same floats as quant::load_fp16 (a NaN only meets products, quiet in both).
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512i I[R];
-    for (int i = 0; i < R; ++i) I[i] = _mm512_setzero_si512();
+    // Chunk `at` (0 .. 7, kXBlock columns) of the block for row i of x:
+    // acc += (d * dx) I, then (c * dx) J, the order of quant.h.
+    const auto chunk = [&](int i, int at, __m512i I, const __m512& c, const __m512i* J) {
+      const __m512 dxv = _mm512_set1_ps(dx[i][b * 8 + at]);
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, dxv), _mm512_cvtepi32_ps(I), acc[i]);
+      if (J) acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(c, dxv), _mm512_cvtepi32_ps(*J), acc[i]);
+    };
     if constexpr (!kSix) {
       // c = -dmin by its sign bit, as the reference negates it (a NaN's sign too).
       const __m512 neg_dmin = _mm512_xor_ps(
@@ -157,14 +160,11 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
                                            _mm512_and_si512(_mm512_srli_epi16(s0, 2), top));
       const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s2, 4), low4),
                                            _mm512_and_si512(_mm512_srli_epi16(s1, 2), top));
-      // Q4_K's high nibbles stay in place (16 times the code): their group
-      // sums, 16 times too, are exact and come back down by a shift.
-      __m512i I_high[R];
-      for (int i = 0; i < R; ++i) I_high[i] = _mm512_setzero_si512();
       constexpr int64_t kCodes = t == QuantType::Q5_K ? 768 : 256;
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         prefetch(c);
+        // Chunks 2c (low nibbles) and 2c + 1 (high), a 32-column group each.
         __m512i lo_dot[R], hi_dot[R];
         for (int i = 0; i < R; ++i) lo_dot[i] = hi_dot[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -186,39 +186,37 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
             hi_dot[i] = Dot4Broadcast(hi_dot[i], hi, x + 32);
           }
         }
-        const __m512i sc_lo = DwordByte(c < 2 ? sc03 : sc47, (2 * c) % 4);
-        const __m512i sc_hi = DwordByte(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
+        const __m512i sc03_47 = c < 2 ? sc03 : sc47, mn03_47 = c < 2 ? mn03 : mn47;
+        const __m512i sc_lo = DwordByte(sc03_47, (2 * c) % 4);
+        const __m512i sc_hi = DwordByte(sc03_47, (2 * c + 1) % 4);
+        const __m512i mn_lo = DwordByte(mn03_47, (2 * c) % 4);
+        const __m512i mn_hi = DwordByte(mn03_47, (2 * c + 1) % 4);
         for (int i = 0; i < R; ++i) {
-          I[i] = _mm512_add_epi32(I[i], _mm512_mullo_epi32(sc_lo, lo_dot[i]));
-          I_high[i] = _mm512_add_epi32(I_high[i], _mm512_mullo_epi32(sc_hi, hi_dot[i]));
+          // Q4_K's high nibbles stayed in place (16 times the code): their
+          // products, 16 times too, are exact and come back down by a shift.
+          __m512i i_hi = _mm512_mullo_epi32(sc_hi, hi_dot[i]);
+          if constexpr (t == QuantType::Q4_K) i_hi = _mm512_srai_epi32(i_hi, 4);
+          // J = min * (x's group sum), |sum| < 2^15: the min zero-extended
+          // in each dword meets the sum's low int16 in one vpmaddwd.
+          const int32_t* sums = xs[i] + b * kGroups + 2 * c;
+          const __m512i j_lo = _mm512_madd_epi16(mn_lo, _mm512_set1_epi32(sums[0]));
+          const __m512i j_hi = _mm512_madd_epi16(mn_hi, _mm512_set1_epi32(sums[1]));
+          chunk(i, 2 * c, _mm512_mullo_epi32(sc_lo, lo_dot[i]), neg_dmin, &j_lo);
+          chunk(i, 2 * c + 1, i_hi, neg_dmin, &j_hi);
         }
-      }
-      for (int i = 0; i < R; ++i) {
-        I[i] = _mm512_add_epi32(I[i],
-                                t == QuantType::Q4_K ? _mm512_srai_epi32(I_high[i], 4) : I_high[i]);
-        // J = sum over groups of min * (x's group sum): |.| < 2^15 each, so
-        // a signed and a zero-extended int16 per dword (MulAdd16).
-        __m512i J = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int g = 0; g < kGroups; ++g) {
-          const __m512i mn = DwordByte(g < 4 ? mn03 : mn47, g % 4);
-          J = MulAdd16<true>(J, _mm512_set1_epi32(xs[i][b * kGroups + g]), mn);
-        }
-        const __m512 dxv = _mm512_set1_ps(dx[i][b]);
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, dxv), _mm512_cvtepi32_ps(I[i]), acc[i]);
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(neg_dmin, dxv), _mm512_cvtepi32_ps(J), acc[i]);
       }
     } else {
       // Q6_K: half h of the block, quads q of its 32-byte runs; code
-      // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
+      // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups,
+      // two per chunk 4h + s (s: which of the half's four 32-column runs).
       const __m512i top = _mm512_set1_epi8(0x30);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
+        __m512i I[R][4];
 #pragma GCC unroll 2
         for (int qq = 0; qq < 2; ++qq) {
           prefetch(2 * h + qq);
-          // Sums of the four groups 8h + 2s + qq (s: which of the four
-          // 32-column runs), started at -32 * x's group sum.
+          // Sums of the four groups 8h + 2s + qq, started at -32 * x's group sum.
           __m512i dot[R][4];
           for (int i = 0; i < R; ++i) {
             for (int s = 0; s < 4; ++s)
@@ -248,14 +246,15 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
             const int g = 8 * h + 2 * s + qq;  // its int8 scale, sign-extended
             const __m512i sv = load(32 + 64 * (g / 4));
             const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
-            for (int i = 0; i < R; ++i)
-              I[i] = _mm512_add_epi32(I[i], _mm512_mullo_epi32(sc, dot[i][s]));
+            for (int i = 0; i < R; ++i) {
+              const __m512i p = _mm512_mullo_epi32(sc, dot[i][s]);
+              I[i][s] = qq == 0 ? p : _mm512_add_epi32(I[i][s], p);
+            }
           }
         }
-      }
-      for (int i = 0; i < R; ++i) {
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[i][b])),
-                                 _mm512_cvtepi32_ps(I[i]), acc[i]);
+        for (int i = 0; i < R; ++i) {
+          for (int s = 0; s < 4; ++s) chunk(i, 4 * h + s, I[i][s], d, nullptr);
+        }
       }
     }
   }
@@ -313,6 +312,17 @@ HWY_INLINE __m256i DwordByteHigh(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, c);
 }
 
+// Bytes j and j + 1 of every dword of v as the high bytes of its two int16
+// halves (the low bytes zero): an arithmetic shift right by 8 then
+// sign-extends them.
+HWY_INLINE __m256i DwordBytesHigh(__m256i v, int j) {
+  const auto b = [&](int at) { return static_cast<char>(at + j); };
+  const __m256i c = _mm256_setr_epi8(-1, b(0), -1, b(1), -1, b(4), -1, b(5), -1, b(8), -1, b(9), -1,
+                                     b(12), -1, b(13), -1, b(0), -1, b(1), -1, b(4), -1, b(5), -1,
+                                     b(8), -1, b(9), -1, b(12), -1, b(13));
+  return _mm256_shuffle_epi8(v, c);
+}
+
 HWY_INLINE __m256i Broadcast4(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, sizeof(v));
@@ -320,13 +330,12 @@ HWY_INLINE __m256i Broadcast4(const int8_t* x) {
 }
 
 // Half h (weight rows 8h .. 8h + 7) of one K panel block against one row
-// of x's 256 activations of that block: qx its codes, dx its scale, xs its
-// group sums; acc += the 8 rows' products.
+// of x's 256 activations of that block: qx its codes, dx its 8 chunks'
+// scales, xs its group sums; acc += the 8 rows' products.
 template <QuantType t>
-HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float dx,
+HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, const float* dx,
                               const int32_t* xs, const int32_t* xs_pairs, __m256& acc) {
   constexpr bool kSix = t == QuantType::Q6_K;
-  constexpr int64_t kGroups = kSix ? 16 : 8;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const auto load = [&](int64_t at) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at + 32 * h));
@@ -335,7 +344,12 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at + 16 * h)));
   };
   const __m256 d = half(0);
-  __m256i I = _mm256_setzero_si256();
+  // Chunk `at` (0 .. 7, kXBlock columns): acc += (d * dx) I, then (c * dx) J.
+  const auto chunk = [&](int at, __m256i I, const __m256& c, const __m256i* J) {
+    const __m256 dxv = _mm256_set1_ps(dx[at]);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I), acc);
+    if (J) acc = _mm256_fmadd_ps(_mm256_mul_ps(c, dxv), _mm256_cvtepi32_ps(*J), acc);
+  };
   if constexpr (!kSix) {
     const __m256 neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
     const __m256i s0 = load(64), s1 = load(128), s2 = load(192);
@@ -349,9 +363,11 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
     constexpr int kRun = t == QuantType::Q5_K ? 4 : 8;
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
+      // Chunks 2c (low nibbles) and 2c + 1 (high), a 32-column group each.
       const __m256i sc_lo = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c) % 4);
       const __m256i sc_hi = DwordBytePair(c < 2 ? sc03 : sc47, (2 * c + 1) % 4);
       __m256i lo16 = _mm256_setzero_si256(), hi16 = _mm256_setzero_si256();
+      __m256i i_lo = _mm256_setzero_si256(), i_hi = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
         const __m256i codes = load(kCodes + 64 * (8 * c + v));
@@ -366,47 +382,44 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
         lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(lo, Broadcast4(x)));
         hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(hi, Broadcast4(x + 32)));
         if (v % kRun == kRun - 1) {
-          I = _mm256_add_epi32(
-              I, _mm256_add_epi32(_mm256_madd_epi16(lo16, sc_lo), _mm256_madd_epi16(hi16, sc_hi)));
+          i_lo = _mm256_add_epi32(i_lo, _mm256_madd_epi16(lo16, sc_lo));
+          i_hi = _mm256_add_epi32(i_hi, _mm256_madd_epi16(hi16, sc_hi));
           lo16 = hi16 = _mm256_setzero_si256();
         }
       }
+      // J = min * (x's group sum), |sum| < 2^15: the min zero-extended in
+      // each dword meets the sum's low int16 (its high half, the sign, meets zero).
+      const __m256i j_lo = _mm256_madd_epi16(DwordByte256(c < 2 ? mn03 : mn47, (2 * c) % 4),
+                                             _mm256_set1_epi32(xs[2 * c]));
+      const __m256i j_hi = _mm256_madd_epi16(DwordByte256(c < 2 ? mn03 : mn47, (2 * c + 1) % 4),
+                                             _mm256_set1_epi32(xs[2 * c + 1]));
+      chunk(2 * c, i_lo, neg_dmin, &j_lo);
+      chunk(2 * c + 1, i_hi, neg_dmin, &j_hi);
     }
-    // J = sum over groups of min * (x's group sum), |sum| < 2^15: the
-    // min zero-extended in each dword times the sum's low int16.
-    __m256i J = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int g = 0; g < kGroups; ++g) {
-      const __m256i mn = DwordByte256(g < 4 ? mn03 : mn47, g % 4);
-      // mn's high int16 is zero: the sum's high half (its sign) meets zero.
-      J = _mm256_add_epi32(J, _mm256_madd_epi16(mn, _mm256_set1_epi32(xs[g])));
-    }
-    const __m256 dxv = _mm256_set1_ps(dx);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I), acc);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(neg_dmin, dxv), _mm256_cvtepi32_ps(J), acc);
   } else {
     // Q6_K: half k of the block, quads q of its 32-byte runs; code
-    // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups.
+    // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups, two
+    // per chunk 4k + s (s: which of the half's four 32-column runs).
     const __m256i top = _mm256_set1_epi8(0x30);
-    // The sum over groups of scale * (x's group sum), two groups per
-    // vpmaddwd: a dword's scale bytes 0 and 2 (1 and 3) sign-extended into
-    // its int16 halves meet the pair of sums GroupSums::pairs holds for them.
-    __m256i offset = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i sv = load(32 + 64 * j);
-      const __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(sv, 8), 8);
-      const __m256i odd = _mm256_srai_epi16(sv, 8);
-      offset = _mm256_add_epi32(
-          offset, _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(xs_pairs[2 * j])),
-                                   _mm256_madd_epi16(odd, _mm256_set1_epi32(xs_pairs[2 * j + 1]))));
-    }
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
+      // Each chunk starts at -32 * (sum over its two groups of scale * x's
+      // group sum): the chunk's two int8 scales sign-extended into the
+      // int16 halves of each dword meet the pair GroupSums::pairs holds.
+      __m256i I[4];
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const int m = 4 * k + s;
+        const __m256i sc =
+            _mm256_srai_epi16(DwordBytesHigh(load(32 + 64 * (m / 2)), 2 * (m % 2)), 8);
+        I[s] = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(_mm256_madd_epi16(sc, _mm256_set1_epi32(xs_pairs[m])), 5));
+      }
 #pragma GCC unroll 2
       for (int qq = 0; qq < 2; ++qq) {
-        // The int8 scales of groups 8k + 2s + qq (s: which 32-column
-        // run), sign-extended into both int16 halves of each dword.
+        // The int8 scales of groups 8k + 2s + qq, sign-extended into both
+        // int16 halves of each dword.
         __m256i sc2[4];
 #pragma GCC unroll 4
         for (int s = 0; s < 4; ++s) {
@@ -434,15 +447,14 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, float
                 _mm256_add_epi16(dot16[s], _mm256_maddubs_epi16(u[s], Broadcast4(x + 32 * s)));
           if (q % 2 == 1) {  // a run of two quads
             for (int s = 0; s < 4; ++s) {
-              I = _mm256_add_epi32(I, _mm256_madd_epi16(dot16[s], sc2[s]));
+              I[s] = _mm256_add_epi32(I[s], _mm256_madd_epi16(dot16[s], sc2[s]));
               dot16[s] = _mm256_setzero_si256();
             }
           }
         }
       }
+      for (int s = 0; s < 4; ++s) chunk(4 * k + s, I[s], d, nullptr);
     }
-    I = _mm256_sub_epi32(I, _mm256_slli_epi32(offset, 5));
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(I), acc);
   }
 }
 
@@ -492,8 +504,8 @@ HWY_NOINLINE void KPanel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, con
             for (int64_t o = h * kBlock / 2 / 64 * 64; o < (h + 1) * kBlock / 2; o += 64)
               hwy::Prefetch(ahead + o);
           }
-          KBlockHalf256<t>(blk, h, row.qx + b * 256, row.dx[b], row_sums + b * kGroups,
-                           row_pairs + b * kGroups / 2, accs[sp][h]);
+          KBlockHalf256<t>(blk, h, row.qx + b * 256, row.dx + b * 8, row_sums + b * kGroups,
+                           row_pairs + b * 8, accs[sp][h]);
         }
         blks[sp] += kBlock;
       }
@@ -527,9 +539,11 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
   if (!w.panels || n0 % kPanelRows != 0 || !quant::int8_fused_allowed()) return false;
   // The 256-bit kernels take one row of x per call: more rows' int16 sums
   // spill (quant_matmul_bench --type Q4_K --m 512, 2 threads: 91 GFLOP/s with
-  // four, 135 with one). Q6_K's kernel, heavier per block, loses to the tiled
-  // path past 16 rows (32 rows: 65 against 77 GFLOP/s, 512 rows: 63 against 97).
-  if (!vnni && w.type == QuantType::Q6_K && r1 - r0 > 16) return false;
+  // four, 135 with one). Q6_K's kernel, heavier per block, lost to the tiled
+  // path past 16 rows while a K block had one activation scale; with one per
+  // 32 columns the tiled path reduces its lanes 8 times as often and Q6_K's
+  // kernel takes every row count (Xeon, --target AVX2, 2 threads: 59.5
+  // against 39.8 GFLOP/s at 32 and 512 rows).
   // VNNI: up to four rows of x per call; 256-bit: one, over streams.
   [[maybe_unused]] const KPanelFn* rows_fns = nullptr;
   const KStreamsFn* streams_fns;

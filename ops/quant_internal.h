@@ -81,6 +81,13 @@ struct Int8Wide {
 };
 void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out);
 
+// The int8 mode's activation block: every row of x is quantized per 32
+// floats whatever the weights' block (32, or 256 for the K types), so each
+// 32 columns of a K block meet their own activation scale (llama.cpp's Q8_K
+// takes one per 256: about twice the int8 error on Gemma-3-270M, whose
+// ffn_down inputs have outliers; docs/architecture.md).
+constexpr int64_t kXBlock = 32;
+
 // An activation row quantized per block of B floats: qx[k], dx[k / B].
 // dx = amax / 127; qx = nearest-even of x * (1 / dx) clamped to [-127, 127]
 // (0 for an all-zero block, and where x * (1 / dx) is NaN).
@@ -143,12 +150,13 @@ int64_t int8_long_piece_bytes();
 void set_int8_long_piece_bytes(int64_t bytes);
 
 // The int8-mode order (quant.h), in scalar code: one float chain from 0.0f
-// over the blocks of `block` columns (32, or 256 for the K types) in k
-// order; per block b, exact integers I = sum over its columns of w16 * qx
-// (J the same with mn16), then acc = fma(a * dx, float(I), acc) and, with a
-// min, acc = fma(c * dx, float(J), acc). No lanes: a kernel keeps one output
-// per vector lane (ops/quant_int8_rows-inl.h, ops/quant_int8_kpanels-inl.h)
-// or reduces a block's integers first. Then + bias.
+// over the kXBlock-column chunks in k order; per chunk s, exact integers
+// I = sum over its columns of w16 * qx (J the same with mn16), then
+// acc = fma(a * dx[s], float(I), acc) and, with a min,
+// acc = fma(c * dx[s], float(J), acc), with a and c those of the weight
+// block of `block` columns (32, or 256 for the K types) holding the chunk.
+// No lanes: a kernel keeps one output per vector lane (ops/quant_int8_rows-inl.h,
+// ops/quant_int8_kpanels-inl.h) or reduces a chunk's integers first. Then + bias.
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
                      const float* c, int64_t k, int64_t block);
 

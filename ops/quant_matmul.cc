@@ -55,13 +55,13 @@ inline const float* gathered_row(const QuantMatmulArgs& a, int64_t r, float* buf
 
 // Activations of every row quantized for the int8 mode (rows of x after k_perm).
 struct Int8Acts {
-  int64_t k = 0, block = 0;
+  int64_t k = 0;  // dx holds k / kXBlock scales per row
   std::vector<int8_t> qx;
   std::vector<float> dx;
   // Unique to each quantization (quantize_rows), 0 for none: what a kernel's
   // per-thread cache of sums over these activations (BlockSums) is keyed by.
   uint64_t version = 0;
-  Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / block)}; }
+  Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / kXBlock)}; }
 };
 
 // Exact mode over rows [r0, r1) x columns [n0, n1), scalar (the reference's arithmetic).
@@ -112,8 +112,9 @@ inline void int8_scalar(const QuantMatmulArgs& a, Int8Acts& acts, int64_t r0, in
   for (int64_t n = n0; n < n1; ++n) {
     decode_rows_int8(*a.w, n, 1, 0, k, wd);
     for (int64_t r = r0; r < r1; ++r) {
-      const float s = int8_block_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
-                                     wd.a.data(), wd.c.data(), k, acts.block);
+      const float s =
+          int8_block_dot(acts.row(r), wd.w16.data(), has_min ? wd.mn16.data() : nullptr,
+                         wd.a.data(), wd.c.data(), k, quant_traits(a.w->type).block_elems);
       a.y[r * a.ldy + n] = a.bias ? s + a.bias[n] : s;
     }
   }
@@ -311,11 +312,12 @@ constexpr int kMR8 = 2;
 // kernels): a block's integers are exact whatever the pairing, so rows of x
 // and decoded weights are read as they are, kH int16 lanes at a time.
 constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // int16 lanes per vector
-static_assert(256 % kH == 0 && kKC % 256 == 0, "K-type blocks must be whole vectors");
+static_assert(quant::kXBlock % kH == 0 && kKC % 256 == 0, "chunks must be whole vectors");
+static_assert(kNR == 4, "Int8Tile sums its kNR rows' lanes four at a time");
 
 struct Int8TileIn {
   const int8_t* const* qx;  // MR activation rows at k0
-  const float* const* dx;   // their block scales at k0 / block
+  const float* const* dx;   // their chunk scales at k0 / kXBlock
   const int16_t* w16;       // kNR rows, stride kc
   const int16_t* mn16;      // kNR rows, stride kc (kMin only)
   const float* a;           // kNR rows, stride kc / block
@@ -333,6 +335,29 @@ bool UseVnni() {
 #endif
 }
 
+// The lane sums of v[0..3], exact (integer addition has no order): lanes of
+// v[0], v[1] interleaved and added, then pairs of those, leave each 128-bit
+// block holding its four vectors' partial sums, then added over the blocks.
+// A quarter of the shuffles of four SumOfLanes.
+HWY_INLINE void SumOfLanes4(const hn::Vec<DI32> (&v)[4], int32_t (&out)[4]) {
+  const DI32 d32;
+  const hn::Repartition<int64_t, DI32> d64;
+  const auto a01 =
+      hn::Add(hn::InterleaveLower(d32, v[0], v[1]), hn::InterleaveUpper(d32, v[0], v[1]));
+  const auto a23 =
+      hn::Add(hn::InterleaveLower(d32, v[2], v[3]), hn::InterleaveUpper(d32, v[2], v[3]));
+  const auto b01 = hn::BitCast(d64, a01), b23 = hn::BitCast(d64, a23);
+  const auto sums = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, b01, b23)),
+                            hn::BitCast(d32, hn::InterleaveUpper(d64, b01, b23)));
+  alignas(64) int32_t lanes[hn::MaxLanes(d32)];
+  hn::Store(sums, d32, lanes);
+  for (int j = 0; j < 4; ++j) {
+    int32_t s = 0;
+    for (size_t blk = 0; blk < hn::Lanes(d32) / 4; ++blk) s += lanes[4 * blk + j];
+    out[j] = s;
+  }
+}
+
 // The chains continue from o.acc (slot (r * kNR + j) * 16) unless first; the
 // last range stores y (+ bias).
 template <int MR, bool kMin, bool kVnni>
@@ -346,10 +371,10 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
 #pragma GCC unroll 16
     for (int j = 0; j < kNR; ++j) acc[r][j] = o.first ? 0.0f : o.acc[(r * kNR + j) * 16];
   }
-  // A unit is one K-type block (four 64-column spans; the 32-weight block
-  // types have their own kernels, ops/quant_int8_rows-inl.h), its integers
-  // summed in the lanes of I and J and then added up (exact).
-  const int64_t nb = in.kc / in.block, unit = in.block;
+  // A unit is one kXBlock-column chunk of a K-type block (the 32-weight
+  // block types have their own kernels, ops/quant_int8_rows-inl.h), its
+  // integers summed in the lanes of I and J and then added up (exact).
+  const int64_t nb = in.kc / in.block, unit = quant::kXBlock;
   for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
     hn::Vec<DI32> I[MR][kNR], J[MR][kNR];
 #pragma GCC unroll 16
@@ -377,14 +402,15 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
     const int64_t b0 = u0 / in.block;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const float dx = in.dx[r][b0];
+      const float dx = in.dx[r][u0 / unit];
+      int32_t i_sum[kNR], j_sum[kNR];
+      SumOfLanes4(I[r], i_sum);
+      if (kMin) SumOfLanes4(J[r], j_sum);
 #pragma GCC unroll 16
       for (int j = 0; j < kNR; ++j) {
-        const float i_sum = static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, I[r][j])));
-        acc[r][j] = std::fma(in.a[j * nb + b0] * dx, i_sum, acc[r][j]);
+        acc[r][j] = std::fma(in.a[j * nb + b0] * dx, static_cast<float>(i_sum[j]), acc[r][j]);
         if (kMin) {
-          const float j_sum = static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, J[r][j])));
-          acc[r][j] = std::fma(in.c[j * nb + b0] * dx, j_sum, acc[r][j]);
+          acc[r][j] = std::fma(in.c[j * nb + b0] * dx, static_cast<float>(j_sum[j]), acc[r][j]);
         }
       }
     }
@@ -418,7 +444,7 @@ constexpr std::array<std::array<std::array<Int8TileFn, kMR8>, 2>, 2> kInt8Tiles 
 void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1, int64_t n0,
                int64_t n1) {
   const QuantMatrix& w = *a.w;
-  const int64_t k = w.k, block = acts.block;
+  const int64_t k = w.k, block = quant_traits(w.type).block_elems;
   const bool has_min = quant::int8_has_min(w.type);
   const bool vnni = UseVnni();
   if (block == 32) {
@@ -470,7 +496,7 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
           const float* dx[kMR8];
           for (int64_t r = 0; r < mr; ++r) {
             qx[r] = acts.row(rb + r).qx + k0;
-            dx[r] = acts.row(rb + r).dx + k0 / block;
+            dx[r] = acts.row(rb + r).dx + k0 / quant::kXBlock;
           }
           Int8TileIn in = base;
           in.qx = qx;
@@ -696,18 +722,17 @@ void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& 
   static std::atomic<uint64_t> versions{0};
   acts.version = versions.fetch_add(1, std::memory_order_relaxed) + 1;
   acts.k = a.w->k;
-  acts.block = quant_traits(a.w->type).block_elems;
   acts.qx.resize(a.m * acts.k);
-  acts.dx.resize(a.m * (acts.k / acts.block));
+  acts.dx.resize(a.m * (acts.k / quant::kXBlock));
   const auto rows = [&](int64_t r0, int64_t r1) {
     std::vector<float> xg(a.w->k_perm.empty() ? 0 : acts.k);  // gathered_row's buffer
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = quant::gathered_row(a, r, xg.data());
       const quant::Int8Row row = acts.row(r);
       if (pool) {
-        HWY_DYNAMIC_DISPATCH(QuantizeActivations)(x, acts.k, acts.block, row.qx, row.dx);
+        HWY_DYNAMIC_DISPATCH(QuantizeActivations)(x, acts.k, quant::kXBlock, row.qx, row.dx);
       } else {
-        quant::quantize_activations(x, acts.k, acts.block, row);
+        quant::quantize_activations(x, acts.k, quant::kXBlock, row);
       }
     }
   };
@@ -747,8 +772,8 @@ void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& poo
     HWY_DYNAMIC_DISPATCH(QuantMatmulParts)(live.data(), nullptr, n_live, pool);
     return;
   }
-  // x quantized once per block size: parts without a permutation whose
-  // blocks are as long share their activations (q/k/v, gate/up). Kept per
+  // x quantized once (per kXBlock columns whatever the weights' block): parts
+  // without a permutation share their activations (q/k/v, gate/up). Kept per
   // calling thread, like a model's step buffers: a decode step's rows are
   // allocated once; a prompt's (more than 64 rows) are freed after the
   // product rather than kept resident for the thread's lifetime.
@@ -756,10 +781,9 @@ void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& poo
   std::array<quant::Int8Acts*, kMaxQuantParts> of_part;
   int n_acts = 0;
   for (int i = 0; i < n_live; ++i) {
-    const int64_t block = quant_traits(live[i].w->type).block_elems;
     of_part[i] = nullptr;
-    for (int j = 0; j < i && live[i].w->k_perm.empty(); ++j) {
-      if (live[j].w->k_perm.empty() && of_part[j]->block == block) of_part[i] = of_part[j];
+    for (int j = 0; j < i && live[i].w->k_perm.empty() && !of_part[i]; ++j) {
+      if (live[j].w->k_perm.empty()) of_part[i] = of_part[j];
     }
     if (!of_part[i]) {
       of_part[i] = &acts[n_acts++];
