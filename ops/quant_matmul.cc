@@ -313,7 +313,7 @@ constexpr int kMR8 = 2;
 // and decoded weights are read as they are, kH int16 lanes at a time.
 constexpr int64_t kH = static_cast<int64_t>(hn::MaxLanes(DI16()));  // int16 lanes per vector
 static_assert(quant::kXBlock % kH == 0 && kKC % 256 == 0, "chunks must be whole vectors");
-static_assert(kNR == 4, "Int8Tile sums its kNR rows' lanes four at a time");
+static_assert(kNR == 4, "Int8Tile runs its kNR rows' chains in the four lanes of a vector");
 
 struct Int8TileIn {
   const int8_t* const* qx;  // MR activation rows at k0
@@ -335,11 +335,15 @@ bool UseVnni() {
 #endif
 }
 
-// The lane sums of v[0..3], exact (integer addition has no order): lanes of
-// v[0], v[1] interleaved and added, then pairs of those, leave each 128-bit
-// block holding its four vectors' partial sums, then added over the blocks.
-// A quarter of the shuffles of four SumOfLanes.
-HWY_INLINE void SumOfLanes4(const hn::Vec<DI32> (&v)[4], int32_t (&out)[4]) {
+// Four lanes, one per weight row of a tile: the tiled path's chains run in them.
+using D4 = hn::FixedTag<float, 4>;
+using DI4 = hn::FixedTag<int32_t, 4>;
+
+// The lane sums of v[0..3] in lanes 0..3, exact (integer addition has no
+// order): lanes of v[0], v[1] interleaved and added, then pairs of those,
+// leave each 128-bit block holding its four vectors' partial sums, then the
+// blocks are added. A quarter of the shuffles of four SumOfLanes.
+HWY_INLINE hn::Vec<DI4> SumOfLanes4(const hn::Vec<DI32> (&v)[4]) {
   const DI32 d32;
   const hn::Repartition<int64_t, DI32> d64;
   const auto a01 =
@@ -349,13 +353,20 @@ HWY_INLINE void SumOfLanes4(const hn::Vec<DI32> (&v)[4], int32_t (&out)[4]) {
   const auto b01 = hn::BitCast(d64, a01), b23 = hn::BitCast(d64, a23);
   const auto sums = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, b01, b23)),
                             hn::BitCast(d32, hn::InterleaveUpper(d64, b01, b23)));
-  alignas(64) int32_t lanes[hn::MaxLanes(d32)];
-  hn::Store(sums, d32, lanes);
-  for (int j = 0; j < 4; ++j) {
-    int32_t s = 0;
-    for (size_t blk = 0; blk < hn::Lanes(d32) / 4; ++blk) s += lanes[4 * blk + j];
-    out[j] = s;
-  }
+#if HWY_TARGET <= HWY_AVX3
+  static_assert(hn::MaxLanes(d32) == 16, "AVX-512: four blocks");
+  const hn::Half<DI32> d8;
+  const hn::Half<decltype(d8)> d4;
+  const auto h = hn::Add(hn::LowerHalf(d8, sums), hn::UpperHalf(d8, sums));
+  return hn::Add(hn::LowerHalf(d4, h), hn::UpperHalf(d4, h));
+#elif HWY_TARGET == HWY_AVX2
+  static_assert(hn::MaxLanes(d32) == 8, "AVX2: two blocks");
+  const hn::Half<DI32> d4;
+  return hn::Add(hn::LowerHalf(d4, sums), hn::UpperHalf(d4, sums));
+#else
+  static_assert(hn::MaxLanes(d32) == 4, "128-bit vectors: one block");
+  return sums;
+#endif
 }
 
 // The chains continue from o.acc (slot (r * kNR + j) * 16) unless first; the
@@ -365,17 +376,33 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
   const DI16 d16;
   const DI32 d32;
   const hn::Rebind<int8_t, DI16> d8;
-  float acc[MR][kNR];
+  const D4 d4;
+  // Per row of x, the kNR chains (one per weight row) in the lanes of one
+  // vector: the same fmas as the reference's scalar ones, four at a time.
+  hn::Vec<D4> acc[MR];
+  alignas(16) float lanes[kNR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 16
-    for (int j = 0; j < kNR; ++j) acc[r][j] = o.first ? 0.0f : o.acc[(r * kNR + j) * 16];
+    for (int j = 0; j < kNR; ++j) lanes[j] = o.first ? 0.0f : o.acc[(r * kNR + j) * 16];
+    acc[r] = hn::Load(d4, lanes);
   }
   // A unit is one kXBlock-column chunk of a K-type block (the 32-weight
   // block types have their own kernels, ops/quant_int8_rows-inl.h), its
   // integers summed in the lanes of I and J and then added up (exact).
   const int64_t nb = in.kc / in.block, unit = quant::kXBlock;
+  hn::Vec<D4> a4 = hn::Zero(d4), c4 = hn::Zero(d4);
   for (int64_t u0 = 0; u0 < in.kc; u0 += unit) {
+    const int64_t b0 = u0 / in.block;
+    if (u0 % in.block == 0) {  // the kNR weight rows' scales of this block
+      alignas(16) float av[kNR], cv[kNR];
+      for (int j = 0; j < kNR; ++j) {
+        av[j] = in.a[j * nb + b0];
+        cv[j] = in.c[j * nb + b0];
+      }
+      a4 = hn::Load(d4, av);
+      c4 = hn::Load(d4, cv);
+    }
     hn::Vec<DI32> I[MR][kNR], J[MR][kNR];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
@@ -399,30 +426,24 @@ HWY_NOINLINE void Int8Tile(const Int8TileIn& in, const TileOut& o) {
       }
     }
     // a * dx and c * dx rounded once, as the reference's.
-    const int64_t b0 = u0 / in.block;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const float dx = in.dx[r][u0 / unit];
-      int32_t i_sum[kNR], j_sum[kNR];
-      SumOfLanes4(I[r], i_sum);
-      if (kMin) SumOfLanes4(J[r], j_sum);
-#pragma GCC unroll 16
-      for (int j = 0; j < kNR; ++j) {
-        acc[r][j] = std::fma(in.a[j * nb + b0] * dx, static_cast<float>(i_sum[j]), acc[r][j]);
-        if (kMin) {
-          acc[r][j] = std::fma(in.c[j * nb + b0] * dx, static_cast<float>(j_sum[j]), acc[r][j]);
-        }
+      const auto dx = hn::Set(d4, in.dx[r][u0 / unit]);
+      acc[r] = hn::MulAdd(hn::Mul(a4, dx), hn::ConvertTo(d4, SumOfLanes4(I[r])), acc[r]);
+      if (kMin) {
+        acc[r] = hn::MulAdd(hn::Mul(c4, dx), hn::ConvertTo(d4, SumOfLanes4(J[r])), acc[r]);
       }
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+    hn::Store(acc[r], d4, lanes);
 #pragma GCC unroll 16
     for (int j = 0; j < kNR; ++j) {
       if (!o.last) {
-        o.acc[(r * kNR + j) * 16] = acc[r][j];
+        o.acc[(r * kNR + j) * 16] = lanes[j];
       } else if (j < o.n_valid) {
-        o.y[r * o.ldy + j] = o.bias ? acc[r][j] + o.bias[j] : acc[r][j];
+        o.y[r * o.ldy + j] = o.bias ? lanes[j] + o.bias[j] : lanes[j];
       }
     }
   }
