@@ -5,7 +5,10 @@
 
 Files: the real GGUFs that setup prepares (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M,
 Gemma-3-270M Q4_K_M) and Q8_0 / Q4_0 / Q4_K files llama.cpp's own llama-quantize makes from
-SmolLM2's F32 GGUF (bench/build_llama_cpp.sh). Engines, each a fresh process per figure and
+SmolLM2's F32 GGUF (bench/build_llama_cpp.sh); with --k-quants TYPES (e.g. Q3_K_M,Q2_K), also
+files of those types llama-quantize makes from the model each real Q4_K_M file holds (the file
+dequantized to F32 by llama-quantize --allow-requantize), for the types with no real file here.
+Engines, each a fresh process per figure and
 round, the engines' order reversed every other round so a change in machine load hits all alike:
   hubzoo fused   `hubzoo bench -m FILE.gguf` (fp32 activations, exactly dequantized weights)
   hubzoo int8    the same with --mode int8 (int8 activations, as llama.cpp computes)
@@ -30,6 +33,7 @@ Writes bench/results/quant.{json,md}.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -62,6 +66,20 @@ def quantized_from_f32(llama_dir: Path, f32: Path, types: list[str]) -> dict[str
             tmp.rename(dst)
         out[dst.stem] = dst
     return out
+
+
+def dequantized_f32(llama_dir: Path, path: Path) -> Path:
+    """The model a quantized GGUF holds as an F32 GGUF: llama-quantize --allow-requantize
+    dequantizes every tensor (cached under ~/.cache/hubzoo/gguf, keyed by the file's sha256)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    dst = Path.home() / ".cache/hubzoo/gguf" / f"{path.stem}-{digest}-dequantized-f32.gguf"
+    if not dst.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_suffix(".tmp")
+        run_process([str(llama_dir / "bin/llama-quantize"), "--allow-requantize", str(path),
+                     str(tmp), "F32"])
+        tmp.rename(dst)
+    return dst
 
 
 def bytes_read_per_token(path: Path) -> int:
@@ -154,6 +172,9 @@ def main():
     # file's five rounds); the same count goes to llama-bench and llama-batched-bench.
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--files", default="", help="comma list of file stems (default: all)")
+    ap.add_argument("--k-quants", default="",
+                    help="comma list of llama-quantize types (e.g. Q3_K_M,Q2_K) made from the "
+                         "model each real Q4_K_M file holds")
     ap.add_argument("--modes", default="fused,int8")
     ap.add_argument("--transformers", default="",
                     help="comma list of dtypes: transformers on each file too (b1 and prefill)")
@@ -171,6 +192,12 @@ def main():
     f32 = llama_dir.parent / "gguf" / f"SmolLM2-135M-Instruct-{sha}-f32.gguf"
     files = real_ggufs()
     files.update(quantized_from_f32(llama_dir, f32, ["Q8_0", "Q4_0", "Q4_K"]))
+    k_quants = [t for t in a.k_quants.split(",") if t]
+    if k_quants:
+        for stem, path in list(files.items()):
+            if stem.endswith("Q4_K_M"):
+                files.update(quantized_from_f32(llama_dir, dequantized_f32(llama_dir, path),
+                                                k_quants))
     if a.files:
         keep = set(a.files.split(","))
         files = {k: v for k, v in files.items() if k in keep}

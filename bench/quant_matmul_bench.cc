@@ -147,7 +147,7 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
       report("fp32", s, m, bytes, sec);
     }
     for (const char* name :
-         {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "Q8_G"}) {
+         {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "Q8_G"}) {
       if (!o.type.empty() && o.type != name) continue;
       const QuantType t = *parse_quant_name(name);
       // k = 896 is no whole number of 256-blocks (llama.cpp falls back to Q5_0/Q8_0 there).

@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant import cpu_has_amx, mode_options, quantized_from_f32, real_ggufs  # noqa: E402
+from quant import (cpu_has_amx, dequantized_f32, mode_options, quantized_from_f32,  # noqa: E402
+                   real_ggufs)
 from run import ROOT, log, machine_description, run_process  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
@@ -292,20 +293,6 @@ def kl_base(ppl: Path, model: Path, base_file: Path, a) -> Base:
     run_process([str(ppl), "-m", str(model), "-f", str(TEXT), "-c", "512", "--chunks",
                  str(a.chunks), "-t", str(a.threads), "--kl-divergence-base", str(base_file)])
     return Base(base_file)
-
-
-def dequantized_f32(llama_dir: Path, path: Path) -> Path:
-    """The model a quantized GGUF holds as an F32 GGUF: llama-quantize --allow-requantize
-    dequantizes every tensor (cached under ~/.cache/hubzoo/gguf, keyed by the file's sha256)."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    dst = Path.home() / ".cache/hubzoo/gguf" / f"{path.stem}-{digest}-dequantized-f32.gguf"
-    if not dst.is_file():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_suffix(".tmp")
-        run_process([str(llama_dir / "bin/llama-quantize"), "--allow-requantize", str(path),
-                     str(tmp), "F32"])
-        tmp.rename(dst)
-    return dst
 
 
 def real_quality(llama_dir: Path, a) -> dict:

@@ -10,7 +10,7 @@
 // 32-weight block types either straight from the blocks (at most 4 rows of
 // x) or from a panel of 16 weight rows packed per call
 // (ops/quant_int8_rows-inl.h), all in the same orders. With AVX512-VNNI an
-// int8 load also keeps Q4_0 .. Q8_0 and Q4_K .. Q6_K matrices with 16 rows
+// int8 load also keeps Q4_0 .. Q8_0 and Q2_K .. Q6_K matrices with 16 rows
 // interleaved (QuantMatrix::panels, the panel layouts below), which their
 // kernels then read instead of the rows (ops/quant_int8_panels-inl.h,
 // ops/quant_int8_kpanels-inl.h).
@@ -123,9 +123,12 @@ bool can_quantize(QuantType t);
 //   row l's qs[4v .. 4v + 3] (low nibble element 4v + i, high 16 + 4v + i);
 //   Q8_0: eight 64-byte vectors, vector q holding at byte 4l + i row l's
 //   element 4q + i plus 128 (unsigned).
-// The K types Q4_K, Q5_K, Q6_K: their fp16 fields as 16 halves (row l's at
+// The K types Q2_K .. Q6_K: their fp16 fields as 16 halves (row l's at
 // 2l), and their byte arrays as runs of 64-byte vectors, vector w of a run
 // holding at bytes 4l .. 4l + 3 row l's bytes 4w .. 4w + 3 of the array:
+//   Q2_K: d at 0, dmin at 32, scales[16] 4 vectors at 64, qs[64] 16 at 320;
+//   Q3_K: d at 0, scales[12] 3 vectors at 32, hmask[32] 8 at 224, qs[64]
+//         16 at 736;
 //   Q4_K: d at 0, dmin at 32, scales[12] 3 vectors at 64, qs[128] 32 at 256;
 //   Q5_K: d at 0, dmin at 32, scales 3 vectors at 64, qh[32] 8 at 256,
 //         qs 32 at 768;
@@ -137,8 +140,9 @@ bool can_quantize(QuantType t);
 // one sequential stream with no gather or transposition per block.
 constexpr bool quant_has_panel_layout(QuantType t) {
   return t == QuantType::Q4_0 || t == QuantType::Q4_1 || t == QuantType::Q5_0 ||
-         t == QuantType::Q5_1 || t == QuantType::Q8_0 || t == QuantType::Q4_K ||
-         t == QuantType::Q5_K || t == QuantType::Q6_K;
+         t == QuantType::Q5_1 || t == QuantType::Q8_0 || t == QuantType::Q2_K ||
+         t == QuantType::Q3_K || t == QuantType::Q4_K || t == QuantType::Q5_K ||
+         t == QuantType::Q6_K;
 }
 // Bytes of w's panels: ceil(n / 16) * 16 * row_bytes.
 int64_t quant_panel_bytes(const QuantMatrix& w);

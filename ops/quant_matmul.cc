@@ -43,6 +43,7 @@
 #include "ops/quant_int8_panels-inl.h"
 // The int8 decode kernels of the K types over their panels.
 #include "ops/quant_int8_kpanels-inl.h"
+#include "ops/quant_int8_kpanels256-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace hubzoo {

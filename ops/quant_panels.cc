@@ -1,6 +1,6 @@
 // The panel layouts (ops/quant.h): the rows' blocks interleaved 16 rows at a
 // time, made once at load. The 32-weight types have their own; the K types
-// (Q4_K, Q5_K, Q6_K) are copied part by part: fp16 fields as 16 halves, the
+// (Q2_K .. Q6_K) are copied part by part: fp16 fields as 16 halves, the
 // rest as runs of dwords, dword w of a run one 64-byte vector of the 16 rows.
 #include <algorithm>
 #include <cstring>
@@ -164,6 +164,10 @@ constexpr KParts q6k_parts() {
 }
 constexpr KParts k_parts(QuantType t) {
   switch (t) {
+    case QuantType::Q2_K:  // scales[16], qs[64], d, dmin
+      return {{{80, 0}, {82, 32}}, 2, {{0, 4, 64}, {16, 16, 320}}, 2};
+    case QuantType::Q3_K:  // hmask[32], qs[64], scales[12], d
+      return {{{108, 0}, {}}, 1, {{96, 3, 32}, {0, 8, 224}, {32, 16, 736}}, 3};
     case QuantType::Q4_K:  // d, dmin, scales[12], qs[128]
       return {{{0, 0}, {2, 32}}, 2, {{4, 3, 64}, {16, 32, 256}}, 2};
     case QuantType::Q5_K:  // d, dmin, scales[12], qh[32], qs[128]
@@ -176,7 +180,8 @@ constexpr KParts k_parts(QuantType t) {
   }
 }
 constexpr bool is_k_panel(QuantType t) {
-  return t == QuantType::Q4_K || t == QuantType::Q5_K || t == QuantType::Q6_K;
+  return t == QuantType::Q2_K || t == QuantType::Q3_K || t == QuantType::Q4_K ||
+         t == QuantType::Q5_K || t == QuantType::Q6_K;
 }
 
 // pack_panel_row for the K types.
@@ -295,6 +300,12 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
       break;
     case QuantType::Q5_1:
       pack_one = pack_panel<QuantType::Q5_1>;
+      break;
+    case QuantType::Q2_K:
+      pack_one = pack_k_panel<QuantType::Q2_K>;
+      break;
+    case QuantType::Q3_K:
+      pack_one = pack_k_panel<QuantType::Q3_K>;
       break;
     case QuantType::Q4_K:
       pack_one = pack_k_panel<QuantType::Q4_K>;

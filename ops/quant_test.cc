@@ -223,8 +223,9 @@ TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
 // streams, no prefetch: quant::int8_long_piece_bytes()).
 TEST(QuantMatmul, DecodeStreamsEqualReference) {
   ThreadPool one(1), two(2);
-  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
-                      QuantType::Q8_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+  for (QuantType t :
+       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
+        QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     SCOPED_TRACE(std::string(quant_name(t)));
     const int64_t k = 3 * quant_traits(t).block_elems;
     for (int64_t n : {int64_t{32}, int64_t{48}, int64_t{69}, int64_t{80}, int64_t{147},

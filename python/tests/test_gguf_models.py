@@ -146,9 +146,9 @@ def test_dequantize_on_load(hz, tiny_gguf, qtype, tied):
 
 @pytest.mark.parametrize("qtype", gm.GGML_TYPES)
 def test_int8_mode_keeps_panels_of_the_types_with_a_panel_layout(hz, tiny_gguf, qtype):
-    """int8 loads keep the matrices of the types with a panel layout (the 32-weight types,
-    Q4_K, Q5_K, Q6_K) as panels where the CPU's int8 kernels read them (AVX2 and every
-    AVX-512 target), else none (Q2_K, Q3_K never); the exact mode never does. (Their
+    """int8 loads keep the matrices of the types with a panel layout (the 32-weight types
+    and Q2_K .. Q6_K) as panels where the CPU's int8 kernels read them (AVX2 and every
+    AVX-512 target), else none; the exact mode never does. (Their
     results are those of the rows bit for bit: the C++ kernel tests; the ladder above runs
     on them.)"""
     path, _ = tiny_gguf("llama", qtype)
@@ -157,7 +157,7 @@ def test_int8_mode_keeps_panels_of_the_types_with_a_panel_layout(hz, tiny_gguf, 
     assert exact["panel_matrices"] == 0
     target = hz._hubzoo.quant.target()
     panels = (target == "AVX2" or target.startswith("AVX3")) and qtype in (
-        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
     assert hz._hubzoo.quant.reads_panels(qtype) == panels
     # q, k (llama's reordered rows, through a row order), v, o and the MLP's three: 7 per
     # layer, and the tied embedding is the logits' matrix.
