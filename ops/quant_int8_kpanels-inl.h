@@ -86,12 +86,9 @@ using KPanelFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const GroupS
 
 template <QuantType t>
 constexpr int64_t kKPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
-// Q2_K and Q3_K: 2-bit codes in qs (Q3_K's third bit in hmask), 16-column groups.
+// x's group sums per block: 32-column groups (Q4_K, Q5_K) or 16 (Q2_K, Q3_K, Q6_K).
 template <QuantType t>
-constexpr bool kTwoBit = t == QuantType::Q2_K || t == QuantType::Q3_K;
-// x's group sums per block: 16-column groups (Q2_K, Q3_K, Q6_K) or 32 (Q4_K, Q5_K).
-template <QuantType t>
-constexpr int64_t kGroupsOf = kTwoBit<t> || t == QuantType::Q6_K ? 16 : 8;
+constexpr int64_t kGroupsOf = t == QuantType::Q4_K || t == QuantType::Q5_K ? 8 : 16;
 // Panel blocks prefetched ahead of the one being read (~14 KiB: the
 // hardware prefetcher alone stops at every 4 KiB page; ~7 KiB was slower).
 template <QuantType t>
@@ -109,18 +106,19 @@ HWY_INLINE __m512i DwordByte(__m512i v, int j) {
   return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(c));
 }
 
-// The 16 group scales of a Q2_K / Q3_K panel block as bytes, four groups
-// per dword (row l's at dword l): sc4[v] groups 4v .. 4v + 3, Q3_K's signed
-// (scale_q3k: a low nibble of bytes 0 .. 7, two bits of byte 8 + g % 4,
-// minus 32); Q2_K's scales and mins its bytes' low and high nibbles.
+// The 16 group scales of a Q2_K / Q3_K panel block decoded to bytes, as
+// Q6_K's panel holds its int8 ones: vector out[v] holds at dword l row l's
+// scales of groups 4v .. 4v + 3, out[4 + v] Q2_K's mins the same. Q3_K's are signed (scale_q3k: a
+// low nibble of bytes 0 .. 7, two bits of byte 8 + g % 4, minus 32); Q2_K's scales and mins are its
+// bytes' low and high nibbles.
 template <QuantType t, typename Load>
-HWY_INLINE void KTwoBitScales(const Load& load, __m512i (&sc4)[4], __m512i (&mn4)[4]) {
+HWY_INLINE void KGroupScales(const Load& load, __m512i (&out)[8]) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   if constexpr (t == QuantType::Q2_K) {
     for (int v = 0; v < 4; ++v) {
       const __m512i s = load(64 + 64 * v);
-      sc4[v] = _mm512_and_si512(s, low4);
-      mn4[v] = _mm512_and_si512(_mm512_srli_epi16(s, 4), low4);
+      out[v] = _mm512_and_si512(s, low4);
+      out[4 + v] = _mm512_and_si512(_mm512_srli_epi16(s, 4), low4);
     }
   } else {
     const __m512i s0 = load(32), s1 = load(96), s2 = load(160);
@@ -131,8 +129,41 @@ HWY_INLINE void KTwoBitScales(const Load& load, __m512i (&sc4)[4], __m512i (&mn4
     const __m512i high[4] = {_mm512_slli_epi16(s2, 4), _mm512_slli_epi16(s2, 2), s2,
                              _mm512_srli_epi16(s2, 2)};
     for (int v = 0; v < 4; ++v) {
-      sc4[v] = _mm512_sub_epi8(_mm512_or_si512(low[v], _mm512_and_si512(high[v], top)), bias);
-      mn4[v] = _mm512_setzero_si512();
+      out[v] = _mm512_sub_epi8(_mm512_or_si512(low[v], _mm512_and_si512(high[v], top)), bias);
+      out[4 + v] = _mm512_setzero_si512();
+    }
+  }
+}
+
+// The codes u (unsigned, w = sc (u - offset)) of a 16-column group type's
+// panel block: u[s] holds at dword l row l's codes of columns
+// 128h + 32s + 4q .. + 3. Q6_K: a ql nibble and 2 bits of qh << 4 (its
+// runs in read order, ops/quant.h); Q2_K / Q3_K: bits 2s .. 2s + 1 of qs
+// vector 8h + q, and Q3_K's third bit, bit 4h + s of hmask vector q.
+template <QuantType t, typename Load>
+HWY_INLINE void KGroupCodes(const Load& load, int h, int q, __m512i (&u)[4]) {
+  if constexpr (t == QuantType::Q6_K) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+    const int64_t at = 288 + 768 * (2 * h + q / 4) + 64 * (q % 4);
+    const __m512i qh = load(at), lo = load(at + 256), hi = load(at + 512);
+    u[0] = _mm512_or_si512(_mm512_and_si512(lo, low4),
+                           _mm512_and_si512(_mm512_slli_epi16(qh, 4), top));
+    u[1] = _mm512_or_si512(_mm512_and_si512(hi, low4),
+                           _mm512_and_si512(_mm512_slli_epi16(qh, 2), top));
+    u[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo, 4), low4),
+                           _mm512_and_si512(qh, top));
+    u[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(hi, 4), low4),
+                           _mm512_and_si512(_mm512_srli_epi16(qh, 2), top));
+  } else {
+    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i codes = load((t == QuantType::Q2_K ? 320 : 736) + 64 * (8 * h + q));
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) u[s] = _mm512_and_si512(_mm512_srli_epi16(codes, 2 * s), three);
+    if constexpr (t == QuantType::Q3_K) {
+      const __m512i hm = load(224 + 64 * q), four = _mm512_set1_epi8(4);
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s)
+        u[s] = _mm512_or_si512(u[s], _mm512_and_si512(ShiftBits(hm, 2 - (4 * h + s)), four));
     }
   }
 }
@@ -181,84 +212,7 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
       acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, dxv), _mm512_cvtepi32_ps(I), acc[i]);
       if (J) acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(c, dxv), _mm512_cvtepi32_ps(*J), acc[i]);
     };
-    if constexpr (kTwoBit<t>) {
-      // Q2_K / Q3_K: half h of the block (128 columns), quads q of its
-      // 32-byte qs runs: bits 2s .. 2s + 1 of qs vector 8h + q hold the
-      // codes of columns 128h + 32s + 4q .. + 3 (chunk 4h + s, 16-column
-      // group 8h + 2s + qq), Q3_K's third bit is bit 4h + s of hmask vector
-      // q, and Q3_K's w = sc (u - 4): -4 * x's group sum starts each dot.
-      __m512i sc4[4], mn4[4];
-      KTwoBitScales<t>(load, sc4, mn4);
-      __m512 neg_dmin = d;  // Q2_K's c = -dmin
-      if constexpr (t == QuantType::Q2_K) {
-        neg_dmin = _mm512_xor_ps(
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))),
-            _mm512_set1_ps(-0.0f));
-      }
-      const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-      constexpr int64_t kQs = t == QuantType::Q2_K ? 320 : 736;
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m512i I[R][4];
-#pragma GCC unroll 2
-        for (int qq = 0; qq < 2; ++qq) {
-          prefetch(2 * h + qq);
-          __m512i dot[R][4];
-          for (int i = 0; i < R; ++i) {
-            for (int s = 0; s < 4; ++s) {
-              dot[i][s] = t == QuantType::Q3_K
-                              ? _mm512_set1_epi32(-4 * xs[i][b * kGroups + 8 * h + 2 * s + qq])
-                              : _mm512_setzero_si512();
-            }
-          }
-#pragma GCC unroll 4
-          for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-            const __m512i codes = load(kQs + 64 * (8 * h + q));
-            __m512i hm = _mm512_setzero_si512(), u[4];
-            if constexpr (t == QuantType::Q3_K) hm = load(224 + 64 * q);
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; ++s) {
-              u[s] = _mm512_and_si512(_mm512_srli_epi16(codes, 2 * s), three);
-              if constexpr (t == QuantType::Q3_K)
-                u[s] =
-                    _mm512_or_si512(u[s], _mm512_and_si512(ShiftBits(hm, 2 - (4 * h + s)), four));
-            }
-#pragma GCC unroll 4
-            for (int i = 0; i < R; ++i) {
-              const int8_t* x = qx[i] + b * 256 + 128 * h + 4 * q;
-#pragma GCC unroll 4
-              for (int s = 0; s < 4; ++s) dot[i][s] = Dot4Broadcast(dot[i][s], u[s], x + 32 * s);
-            }
-          }
-#pragma GCC unroll 4
-          for (int s = 0; s < 4; ++s) {
-            const int g = 8 * h + 2 * s + qq;  // its scale, sign-extended
-            const __m512i sc =
-                _mm512_srai_epi32(_mm512_slli_epi32(sc4[g / 4], 24 - 8 * (g % 4)), 24);
-            for (int i = 0; i < R; ++i) {
-              const __m512i p = _mm512_mullo_epi32(sc, dot[i][s]);
-              I[i][s] = qq == 0 ? p : _mm512_add_epi32(I[i][s], p);
-            }
-          }
-        }
-        for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-          for (int s = 0; s < 4; ++s) {
-            if constexpr (t == QuantType::Q2_K) {
-              // J = the chunk's two groups' mins times x's group sums.
-              const int g = 8 * h + 2 * s;
-              const int32_t* sums = xs[i] + b * kGroups + g;
-              const __m512i J = _mm512_add_epi32(
-                  _mm512_madd_epi16(DwordByte(mn4[g / 4], g % 4), _mm512_set1_epi32(sums[0])),
-                  _mm512_madd_epi16(DwordByte(mn4[g / 4], g % 4 + 1), _mm512_set1_epi32(sums[1])));
-              chunk(i, 4 * h + s, I[i][s], neg_dmin, &J);
-            } else {
-              chunk(i, 4 * h + s, I[i][s], d, nullptr);
-            }
-          }
-        }
-      }
-    } else if constexpr (!kSix) {
+    if constexpr (kGroups == 8) {
       // c = -dmin by its sign bit, as the reference negates it (a NaN's sign too).
       const __m512 neg_dmin = _mm512_xor_ps(
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))),
@@ -319,34 +273,41 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
         }
       }
     } else {
-      // Q6_K: half h of the block, quads q of its 32-byte runs; code
-      // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups,
-      // two per chunk 4h + s (s: which of the half's four 32-column runs).
-      const __m512i top = _mm512_set1_epi8(0x30);
+      // The 16-column group types Q2_K, Q3_K and Q6_K: half h of the block
+      // (128 columns), quads q of its 32-byte runs (KGroupCodes), group
+      // 8h + 2s + qq two per chunk 4h + s. w = sc (u - o) with o = 32 (Q6_K),
+      // 4 (Q3_K) or 0 (Q2_K, whose mins enter as J): -o * x's group sum
+      // starts each group's dot.
+      constexpr int kOffset = kSix ? 32 : t == QuantType::Q3_K ? 4 : 0;
+      // The groups' scales as bytes (KGroupScales): Q6_K's in its panel.
+      __m512i decoded[8];
+      if constexpr (!kSix) KGroupScales<t>(load, decoded);
+      const auto scales = [&](int v) {  // vector v of the scales (Q2_K's mins: 4 + v)
+        if constexpr (kSix) return load(32 + 64 * v);
+        return decoded[v];
+      };
+      __m512 neg_dmin = d;  // Q2_K's c = -dmin
+      if constexpr (t == QuantType::Q2_K) {
+        neg_dmin = _mm512_xor_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))),
+            _mm512_set1_ps(-0.0f));
+      }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m512i I[R][4];
 #pragma GCC unroll 2
         for (int qq = 0; qq < 2; ++qq) {
           prefetch(2 * h + qq);
-          // Sums of the four groups 8h + 2s + qq, started at -32 * x's group sum.
           __m512i dot[R][4];
           for (int i = 0; i < R; ++i) {
-            for (int s = 0; s < 4; ++s)
-              dot[i][s] = _mm512_set1_epi32(-32 * xs[i][b * kGroups + 8 * h + 2 * s + qq]);
+            for (int s = 0; s < 4; ++s) {
+              dot[i][s] = _mm512_set1_epi32(-kOffset * xs[i][b * kGroups + 8 * h + 2 * s + qq]);
+            }
           }
 #pragma GCC unroll 4
           for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-            const int64_t at = 288 + 768 * (2 * h + qq) + 64 * (q - 4 * qq);
-            const __m512i qh = load(at), lo = load(at + 256), hi = load(at + 512);
-            const __m512i u[4] = {_mm512_or_si512(_mm512_and_si512(lo, low4),
-                                                  _mm512_and_si512(_mm512_slli_epi16(qh, 4), top)),
-                                  _mm512_or_si512(_mm512_and_si512(hi, low4),
-                                                  _mm512_and_si512(_mm512_slli_epi16(qh, 2), top)),
-                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo, 4), low4),
-                                                  _mm512_and_si512(qh, top)),
-                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(hi, 4), low4),
-                                                  _mm512_and_si512(_mm512_srli_epi16(qh, 2), top))};
+            __m512i u[4];
+            KGroupCodes<t>(load, h, q, u);
 #pragma GCC unroll 4
             for (int i = 0; i < R; ++i) {
               const int8_t* x = qx[i] + b * 256 + 128 * h + 4 * q;
@@ -356,8 +317,8 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
           }
 #pragma GCC unroll 4
           for (int s = 0; s < 4; ++s) {
-            const int g = 8 * h + 2 * s + qq;  // its int8 scale, sign-extended
-            const __m512i sv = load(32 + 64 * (g / 4));
+            const int g = 8 * h + 2 * s + qq;  // its scale, sign-extended
+            const __m512i sv = scales(g / 4);
             const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (g % 4)), 24);
             for (int i = 0; i < R; ++i) {
               const __m512i p = _mm512_mullo_epi32(sc, dot[i][s]);
@@ -365,8 +326,24 @@ HWY_NOINLINE void KPanelRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
             }
           }
         }
-        for (int i = 0; i < R; ++i) {
-          for (int s = 0; s < 4; ++s) chunk(i, 4 * h + s, I[i][s], d, nullptr);
+        if constexpr (t == QuantType::Q2_K) {
+          for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+              // J = the chunk's two groups' mins times x's group sums.
+              const int g = 8 * h + 2 * s;
+              const int32_t* sums = xs[i] + b * kGroups + g;
+              const __m512i mn = scales(4 + g / 4);
+              const __m512i J = _mm512_add_epi32(
+                  _mm512_madd_epi16(DwordByte(mn, g % 4), _mm512_set1_epi32(sums[0])),
+                  _mm512_madd_epi16(DwordByte(mn, g % 4 + 1), _mm512_set1_epi32(sums[1])));
+              chunk(i, 4 * h + s, I[i][s], neg_dmin, &J);
+            }
+          }
+        } else {  // no pragma: unrolled so, Q6_K's prefill lost 10%
+          for (int i = 0; i < R; ++i) {
+            for (int s = 0; s < 4; ++s) chunk(i, 4 * h + s, I[i][s], d, nullptr);
+          }
         }
       }
     }

@@ -84,6 +84,67 @@ HWY_INLINE __m256i Broadcast4(const int8_t* x) {
   return _mm256_set1_epi32(v);
 }
 
+// KGroupScales (quant_int8_kpanels-inl.h) for half h of a panel block, 256
+// bits at a time (`load` reads the half's 32 bytes of a 64-byte vector).
+template <QuantType t, typename Load>
+HWY_INLINE void KGroupScales256(const Load& load, __m256i (&out)[8]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  if constexpr (t == QuantType::Q2_K) {
+    for (int v = 0; v < 4; ++v) {
+      const __m256i s = load(64 + 64 * v);
+      out[v] = _mm256_and_si256(s, low4);
+      out[4 + v] = _mm256_and_si256(_mm256_srli_epi16(s, 4), low4);
+    }
+  } else {
+    const __m256i s0 = load(32), s1 = load(96), s2 = load(160);
+    const __m256i top = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+    const __m256i low[4] = {_mm256_and_si256(s0, low4), _mm256_and_si256(s1, low4),
+                            _mm256_and_si256(_mm256_srli_epi16(s0, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(s1, 4), low4)};
+    const __m256i high[4] = {_mm256_slli_epi16(s2, 4), _mm256_slli_epi16(s2, 2), s2,
+                             _mm256_srli_epi16(s2, 2)};
+    for (int v = 0; v < 4; ++v) {
+      out[v] = _mm256_sub_epi8(_mm256_or_si256(low[v], _mm256_and_si256(high[v], top)), bias);
+      out[4 + v] = _mm256_setzero_si256();
+    }
+  }
+}
+
+// KGroupCodes (quant_int8_kpanels-inl.h), 256 bits at a time and one u[s]
+// per call: with 16 registers, four codes vectors held at once beside the
+// sums spilled (Q2_K / Q3_K prefill 0.9x). Q6_K's three loads are the same
+// for every s (the compiler reads them once).
+template <QuantType t, typename Load>
+HWY_INLINE __m256i KGroupCode256(const Load& load, int k, int q, int s) {
+  if constexpr (t == QuantType::Q6_K) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+    const int64_t at = 288 + 768 * (2 * k + q / 4) + 64 * (q % 4);
+    const __m256i qh = load(at), lo = load(at + 256), hi = load(at + 512);
+    switch (s) {
+      case 0:
+        return _mm256_or_si256(_mm256_and_si256(lo, low4),
+                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
+      case 1:
+        return _mm256_or_si256(_mm256_and_si256(hi, low4),
+                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), top));
+      case 2:
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
+                               _mm256_and_si256(qh, top));
+      default:
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), top));
+    }
+  } else {
+    const __m256i codes = load((t == QuantType::Q2_K ? 320 : 736) + 64 * (8 * k + q));
+    __m256i u = _mm256_and_si256(_mm256_srli_epi16(codes, 2 * s), _mm256_set1_epi8(3));
+    if constexpr (t == QuantType::Q3_K) {
+      u = _mm256_or_si256(u, _mm256_and_si256(ShiftBits256(load(224 + 64 * q), 2 - (4 * k + s)),
+                                              _mm256_set1_epi8(4)));
+    }
+    return u;
+  }
+}
+
 // Half h (weight rows 8h .. 8h + 7) of one K panel block against one row
 // of x's 256 activations of that block: qx its codes, dx its 8 chunks'
 // scales, xs its group sums; acc += the 8 rows' products.
@@ -105,92 +166,7 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, const
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(I), acc);
     if (J) acc = _mm256_fmadd_ps(_mm256_mul_ps(c, dxv), _mm256_cvtepi32_ps(*J), acc);
   };
-  if constexpr (kTwoBit<t>) {
-    // Q2_K / Q3_K as the VNNI kernel reads them (column half k, quads q,
-    // 16-column groups 8k + 2s + qq): a group's 4 quads of pair sums stay
-    // exact in int16 (8 * 7 * 127), then meet its scale in one vpmaddwd.
-    // Q3_K's -4 * sum over a chunk's two groups of scale * x's group sum
-    // starts the chunk, as Q6_K's -32 does.
-    __m256i sc4[4], mn4[4];
-    if constexpr (t == QuantType::Q2_K) {
-      for (int v = 0; v < 4; ++v) {
-        const __m256i s = load(64 + 64 * v);
-        sc4[v] = _mm256_and_si256(s, low4);
-        mn4[v] = _mm256_and_si256(_mm256_srli_epi16(s, 4), low4);
-      }
-    } else {
-      const __m256i s0 = load(32), s1 = load(96), s2 = load(160);
-      const __m256i top = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-      const __m256i low[4] = {_mm256_and_si256(s0, low4), _mm256_and_si256(s1, low4),
-                              _mm256_and_si256(_mm256_srli_epi16(s0, 4), low4),
-                              _mm256_and_si256(_mm256_srli_epi16(s1, 4), low4)};
-      const __m256i high[4] = {_mm256_slli_epi16(s2, 4), _mm256_slli_epi16(s2, 2), s2,
-                               _mm256_srli_epi16(s2, 2)};
-      for (int v = 0; v < 4; ++v) {
-        sc4[v] = _mm256_sub_epi8(_mm256_or_si256(low[v], _mm256_and_si256(high[v], top)), bias);
-        mn4[v] = _mm256_setzero_si256();
-      }
-    }
-    __m256 neg_dmin = d;  // Q2_K's c = -dmin
-    if constexpr (t == QuantType::Q2_K) neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
-    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-    constexpr int64_t kQs = t == QuantType::Q2_K ? 320 : 736;
-#pragma GCC unroll 2
-    for (int k = 0; k < 2; ++k) {
-      __m256i I[4];
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) {
-        const int m = 4 * k + s;
-        I[s] = _mm256_setzero_si256();
-        if constexpr (t == QuantType::Q3_K) {
-          const __m256i sc = _mm256_srai_epi16(DwordBytesHigh(sc4[m / 2], 2 * (m % 2)), 8);
-          I[s] = _mm256_sub_epi32(
-              I[s], _mm256_slli_epi32(_mm256_madd_epi16(sc, _mm256_set1_epi32(xs_pairs[m])), 2));
-        }
-      }
-#pragma GCC unroll 2
-      for (int qq = 0; qq < 2; ++qq) {
-        // The scales of groups 8k + 2s + qq in both int16 halves of each dword.
-        __m256i sc2[4], dot16[4];
-#pragma GCC unroll 4
-        for (int s = 0; s < 4; ++s) {
-          const int g = 8 * k + 2 * s + qq;
-          sc2[s] = t == QuantType::Q3_K ? _mm256_srai_epi16(DwordByteHigh(sc4[g / 4], g % 4), 8)
-                                        : DwordBytePair(sc4[g / 4], g % 4);
-          dot16[s] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 4
-        for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-          const __m256i codes = load(kQs + 64 * (8 * k + q));
-          __m256i hm = _mm256_setzero_si256();
-          if constexpr (t == QuantType::Q3_K) hm = load(224 + 64 * q);
-          const int8_t* x = qx + 128 * k + 4 * q;
-#pragma GCC unroll 4
-          for (int s = 0; s < 4; ++s) {
-            __m256i u = _mm256_and_si256(_mm256_srli_epi16(codes, 2 * s), three);
-            if constexpr (t == QuantType::Q3_K)
-              u = _mm256_or_si256(u, _mm256_and_si256(ShiftBits256(hm, 2 - (4 * k + s)), four));
-            dot16[s] = _mm256_add_epi16(dot16[s], _mm256_maddubs_epi16(u, Broadcast4(x + 32 * s)));
-          }
-        }
-        for (int s = 0; s < 4; ++s)
-          I[s] = _mm256_add_epi32(I[s], _mm256_madd_epi16(dot16[s], sc2[s]));
-      }
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) {
-        const int m = 4 * k + s;
-        if constexpr (t == QuantType::Q2_K) {
-          // J: the chunk's two mins zero-extended into the int16 halves
-          // of each dword meet the pair of x's group sums.
-          const __m256i mn = _mm256_srli_epi16(DwordBytesHigh(mn4[m / 2], 2 * (m % 2)), 8);
-          const __m256i J = _mm256_madd_epi16(mn, _mm256_set1_epi32(xs_pairs[m]));
-          chunk(m, I[s], neg_dmin, &J);
-        } else {
-          chunk(m, I[s], d, nullptr);
-        }
-      }
-    }
-  } else if constexpr (!kSix) {
+  if constexpr (kGroupsOf<t> == 8) {
     const __m256 neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
     const __m256i s0 = load(64), s1 = load(128), s2 = load(192);
     const __m256i six = _mm256_set1_epi8(0x3F), top = _mm256_set1_epi8(0x30);
@@ -237,55 +213,63 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, const
       chunk(2 * c + 1, i_hi, neg_dmin, &j_hi);
     }
   } else {
-    // Q6_K: half k of the block, quads q of its 32-byte runs; code
-    // u = ql nibble | 2 bits of qh << 4, w = u - 32, 16-column groups, two
-    // per chunk 4k + s (s: which of the half's four 32-column runs).
-    const __m256i top = _mm256_set1_epi8(0x30);
+    // The 16-column group types (Q2_K, Q3_K, Q6_K) as the VNNI kernel reads
+    // them (column half k, quads q, groups 8k + 2s + qq, w = sc (u - o)).
+    // vpmaddubsw's pair sums stay exact in int16 over a run of kRun quads:
+    // two of Q6_K's 6-bit codes (4 * 63 * 127), a whole group of four of
+    // Q2_K's and Q3_K's (8 * 7 * 127); then one vpmaddwd by the group's
+    // scale in both int16 halves of each dword. Each chunk starts at -o
+    // times the sum over its two groups of scale * x's group sum (o = 32 or
+    // 4 by a shift; Q2_K's mins enter as J): the chunk's two scales
+    // sign-extended into the int16 halves of each dword meet the pair
+    // GroupSums::pairs holds.
+    constexpr int kRun = kSix ? 2 : 4;
+    constexpr int kOffsetShift = kSix ? 5 : 2;
+    __m256i decoded[8];
+    if constexpr (!kSix) KGroupScales256<t>(load, decoded);
+    const auto scales = [&](int v) {  // vector v of the scales (Q2_K's mins: 4 + v)
+      if constexpr (kSix) return load(32 + 64 * v);
+      return decoded[v];
+    };
+    __m256 neg_dmin = d;  // Q2_K's c = -dmin
+    if constexpr (t == QuantType::Q2_K) neg_dmin = _mm256_xor_ps(half(32), _mm256_set1_ps(-0.0f));
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
-      // Each chunk starts at -32 * (sum over its two groups of scale * x's
-      // group sum): the chunk's two int8 scales sign-extended into the
-      // int16 halves of each dword meet the pair GroupSums::pairs holds.
       __m256i I[4];
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const int m = 4 * k + s;
-        const __m256i sc =
-            _mm256_srai_epi16(DwordBytesHigh(load(32 + 64 * (m / 2)), 2 * (m % 2)), 8);
-        I[s] = _mm256_sub_epi32(
-            _mm256_setzero_si256(),
-            _mm256_slli_epi32(_mm256_madd_epi16(sc, _mm256_set1_epi32(xs_pairs[m])), 5));
+        I[s] = _mm256_setzero_si256();
+        if constexpr (t != QuantType::Q2_K) {
+          const __m256i sc = _mm256_srai_epi16(DwordBytesHigh(scales(m / 2), 2 * (m % 2)), 8);
+          I[s] = _mm256_sub_epi32(
+              I[s], _mm256_slli_epi32(_mm256_madd_epi16(sc, _mm256_set1_epi32(xs_pairs[m])),
+                                      kOffsetShift));
+        }
       }
 #pragma GCC unroll 2
       for (int qq = 0; qq < 2; ++qq) {
-        // The int8 scales of groups 8k + 2s + qq, sign-extended into both
-        // int16 halves of each dword.
-        __m256i sc2[4];
+        // The scales of groups 8k + 2s + qq, sign-extended into both int16
+        // halves of each dword.
+        __m256i sc2[4], dot16[4];
 #pragma GCC unroll 4
         for (int s = 0; s < 4; ++s) {
           const int g = 8 * k + 2 * s + qq;
-          sc2[s] = _mm256_srai_epi16(DwordByteHigh(load(32 + 64 * (g / 4)), g % 4), 8);
+          sc2[s] = t == QuantType::Q2_K  // unsigned
+                       ? DwordBytePair(scales(g / 4), g % 4)
+                       : _mm256_srai_epi16(DwordByteHigh(scales(g / 4), g % 4), 8);
+          dot16[s] = _mm256_setzero_si256();
         }
-        __m256i dot16[4];
-        for (int s = 0; s < 4; ++s) dot16[s] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-          const int64_t at = 288 + 768 * (2 * k + qq) + 64 * (q - 4 * qq);
-          const __m256i qh = load(at), lo = load(at + 256), hi = load(at + 512);
-          const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(lo, low4),
-                                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-                                _mm256_or_si256(_mm256_and_si256(hi, low4),
-                                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
-                                                _mm256_and_si256(qh, top)),
-                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), low4),
-                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top))};
           const int8_t* x = qx + 128 * k + 4 * q;
 #pragma GCC unroll 4
-          for (int s = 0; s < 4; ++s)
-            dot16[s] =
-                _mm256_add_epi16(dot16[s], _mm256_maddubs_epi16(u[s], Broadcast4(x + 32 * s)));
-          if (q % 2 == 1) {  // a run of two quads
+          for (int s = 0; s < 4; ++s) {
+            dot16[s] = _mm256_add_epi16(
+                dot16[s],
+                _mm256_maddubs_epi16(KGroupCode256<t>(load, k, q, s), Broadcast4(x + 32 * s)));
+          }
+          if ((q + 1) % kRun == 0) {
             for (int s = 0; s < 4; ++s) {
               I[s] = _mm256_add_epi32(I[s], _mm256_madd_epi16(dot16[s], sc2[s]));
               dot16[s] = _mm256_setzero_si256();
@@ -293,7 +277,19 @@ HWY_INLINE void KBlockHalf256(const uint8_t* blk, int h, const int8_t* qx, const
           }
         }
       }
-      for (int s = 0; s < 4; ++s) chunk(4 * k + s, I[s], d, nullptr);
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const int m = 4 * k + s;
+        if constexpr (t == QuantType::Q2_K) {
+          // J: the chunk's two mins zero-extended into the int16 halves of
+          // each dword meet the pair of x's group sums.
+          const __m256i mn = _mm256_srli_epi16(DwordBytesHigh(scales(4 + m / 2), 2 * (m % 2)), 8);
+          const __m256i J = _mm256_madd_epi16(mn, _mm256_set1_epi32(xs_pairs[m]));
+          chunk(m, I[s], neg_dmin, &J);
+        } else {
+          chunk(m, I[s], d, nullptr);
+        }
+      }
     }
   }
 }
