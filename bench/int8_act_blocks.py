@@ -13,6 +13,13 @@ Scored as bench/quant_quality.py scores: the first 4 x 512 tokens of Debian's GP
 chunk from an empty cache, positions 256..510 (1020 positions).
 
 Writes bench/results/int8_act_blocks.{json,md}.
+
+    .venv/bin/python bench/int8_act_blocks.py --snapshot models/SmolLM2-135M-Instruct \
+        --uniform-blocks 32,16 --out bench/results/int8_act_blocks_smollm2
+
+does the same on a safetensors snapshot with every linear layer's input rounded per the
+same block B (the 32-weight block types' case, llama.cpp's Q8_0 activations: B = 32), and
+also per B = 32 with one projection kind left unrounded at a time (its share).
 """
 
 import argparse
@@ -98,14 +105,74 @@ def measure(name: str, k_blocks: list[int]) -> list[dict]:
     return rows
 
 
+def measure_uniform(snapshot: pathlib.Path, blocks: list[int]) -> list[dict]:
+    """Every linear layer's input rounded per `blocks[i]` columns; then B = 32 without one
+    projection kind at a time."""
+    tok = transformers.AutoTokenizer.from_pretrained(snapshot)
+    model = transformers.AutoModelForCausalLM.from_pretrained(snapshot, dtype=torch.float32).eval()
+    ids = tok(TEXT.read_text(), return_tensors="pt").input_ids[0]
+    chunks = [ids[i * 512:(i + 1) * 512] for i in range(4)]
+    state = {"block": None, "skip": None}
+
+    def hook(name: str):
+        def pre(_module, args):
+            if state["block"] is None or (state["skip"] and name.endswith(state["skip"])):
+                return None
+            return (round_int8(args[0], state["block"]),)
+        return pre
+
+    kinds = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(hook(module_name))
+            kinds.add(module_name.split(".")[-1])
+
+    def run():
+        with torch.no_grad():
+            return [torch.log_softmax(model(c[None]).logits[0, 256:511].double(), -1) for c in chunks]
+
+    base = run()
+    rows = []
+    for block, skip in [(b, None) for b in blocks] + [(32, k) for k in sorted(kinds)]:
+        state["block"], state["skip"] = block, skip
+        got = run()
+        kl = torch.cat([(b.exp() * (b - g)).sum(-1) for b, g in zip(base, got)])
+        rows.append({"file": snapshot.name, "block": block, "unrounded": skip or "",
+                     "mean_kld": kl.mean().item(), "positions": kl.numel()})
+        print(f"[{time.strftime('%H:%M:%S')}] block {block} unrounded {skip}: "
+              f"mean KLD {rows[-1]['mean_kld']:.6f}", file=sys.stderr, flush=True)
+    return rows
+
+
+def write_uniform(rows: list[dict], out: pathlib.Path) -> None:
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = [
+        f"# int8 activation blocks on {rows[0]['file']}, simulated in transformers", "",
+        "`python bench/int8_act_blocks.py --snapshot ... --uniform-blocks ...`: mean KL of the "
+        "fp32 model with every linear layer's input rounded to int8 per block of B columns "
+        "(one projection kind left unrounded in the last rows), against the same model "
+        f"unrounded; {rows[0]['positions']} positions of GPL-3 as bench/quant_quality.py "
+        "scores them.", "",
+        "| activation block | left unrounded | mean KLD |", "|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['block']} | {r['unrounded'] or '-'} | {r['mean_kld']:.6f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", default=",".join(FILES))
     ap.add_argument("--k-blocks", default="256,32,16")
+    ap.add_argument("--snapshot", default="", help="a safetensors snapshot (--uniform-blocks)")
+    ap.add_argument("--uniform-blocks", default="32,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "int8_act_blocks"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.snapshot:
+        blocks = [int(b) for b in args.uniform_blocks.split(",")]
+        write_uniform(measure_uniform(pathlib.Path(args.snapshot), blocks), pathlib.Path(args.out))
+        return
     k_blocks = [int(b) for b in args.k_blocks.split(",")]
     for b in k_blocks:
         if b <= 0 or 256 % b != 0:
