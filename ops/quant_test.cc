@@ -281,7 +281,8 @@ TEST(QuantMatmul, Int8ActivationEdgeCasesEqualReference) {
 // every kernel: rows and panels, few and many rows of x.
 TEST(QuantMatmul, NonFiniteScalesEqualReference) {
   ThreadPool pool(2);
-  for (QuantType t : {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q4_1}) {
+  for (QuantType t : {QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K,
+                      QuantType::Q6_K, QuantType::Q4_1}) {
     SCOPED_TRACE(std::string(quant_name(t)));
     const QuantTraits& tr = quant_traits(t);
     const int64_t n = 37, k = 2 * tr.block_elems;
@@ -311,15 +312,17 @@ TEST(QuantMatmul, NonFiniteScalesEqualReference) {
 }
 
 // The int8 kernels' integer sums at their bounds: every code at its largest
-// magnitude (4-bit 15, 5-bit 31, 6-bit 63, Q8_0 -128 and 127) and the K
-// types' scales and mins at theirs, against x at +-127 with one sign per 256
+// magnitude (4-bit 15, 5-bit 31, 6-bit 63, Q8_0 -128 and 127, Q3_K -4 and 3
+// with scales -32 and 31) and the K types' scales and mins at theirs, against
+// x at +-127 with one sign per 256
 // columns, so each int16 partial sum of the vpmaddubsw kernels (AVX2, AVX-512
 // without VNNI) is as large as it gets. A sum that saturated or wrapped
 // would differ from the reference by thousands of scale units.
 TEST(QuantMatmul, Int8ExtremeCodesEqualReference) {
   ThreadPool pool(2);
-  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
-                      QuantType::Q8_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+  for (QuantType t :
+       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
+        QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     SCOPED_TRACE(std::string(quant_name(t)));
     const QuantTraits& tr = quant_traits(t);
     const int64_t n = 35, k = 512, nb = k / tr.block_elems;
@@ -330,6 +333,14 @@ TEST(QuantMatmul, Int8ExtremeCodesEqualReference) {
         if (t == QuantType::Q6_K) {  // ql, qh all ones (codes 63); int8 scales -128 or 127
           std::memset(blk, 0xFF, 192);
           std::memset(blk + 192, row % 2 ? 0x7F : 0x80, 16);
+          continue;
+        }
+        if (t == QuantType::Q2_K) {  // scales, mins 15; codes 3
+          std::memset(blk, 0xFF, 80);
+          continue;
+        }
+        if (t == QuantType::Q3_K) {  // hmask, qs, scales all ones (3, 31) or zeros (-4, -32)
+          std::memset(blk, row % 2 ? 0xFF : 0x00, 108);
           continue;
         }
         // Past the fp16 fields: codes (Q5's high bits, the K types' 6-bit
