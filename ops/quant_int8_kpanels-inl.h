@@ -108,9 +108,9 @@ HWY_INLINE __m512i DwordByte(__m512i v, int j) {
 
 // The 16 group scales of a Q2_K / Q3_K panel block decoded to bytes, as
 // Q6_K's panel holds its int8 ones: vector out[v] holds at dword l row l's
-// scales of groups 4v .. 4v + 3, out[4 + v] Q2_K's mins the same. Q3_K's are signed (scale_q3k: a
-// low nibble of bytes 0 .. 7, two bits of byte 8 + g % 4, minus 32); Q2_K's scales and mins are its
-// bytes' low and high nibbles.
+// scales of groups 4v .. 4v + 3, out[4 + v] Q2_K's mins the same. Q3_K's
+// are signed (scale_q3k: a low nibble of bytes 0 .. 7, two bits of byte
+// 8 + g % 4, minus 32); Q2_K's scales and mins are its bytes' nibbles.
 template <QuantType t, typename Load>
 HWY_INLINE void KGroupScales(const Load& load, __m512i (&out)[8]) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);

@@ -33,11 +33,12 @@ namespace HWY_NAMESPACE {
 // is the VNNI kernel's vectors with 8 lanes. vpmaddubsw sums code pairs into
 // int16, which stay exact (|x| <= 127) over a run of quads: 8 for Q4_K's
 // 4-bit codes (16 * 15 * 127 = 30480), 4 for Q5_K's 5-bit (31496), 2 for
-// Q6_K's 6-bit (32004); vpmaddwd then multiplies a run's int16 sums by the
-// group's scale, held in both halves of each dword, into the int32 sums.
-// Q6_K's offset of 32 enters as -32 * sum over groups of scale * (x's group
-// sum). The integers are those of quant.h's order: the same I, J and fmas
-// as the VNNI kernel and the reference.
+// Q6_K's 6-bit (32004), a group's 4 for Q2_K's and Q3_K's (8 * 7 * 127);
+// vpmaddwd then multiplies a run's int16 sums by the group's scale, held in
+// both halves of each dword, into the int32 sums. Q6_K's offset of 32 (Q3_K's
+// 4) enters as -32 (-4) * sum over groups of scale * (x's group sum). The
+// integers are those of quant.h's order: the same I, J and fmas as the VNNI
+// kernel and the reference.
 
 // Byte j of every dword of v in both int16 halves of the dword, zero-extended.
 HWY_INLINE __m256i DwordBytePair(__m256i v, int j) {
