@@ -21,12 +21,13 @@
 // - exact (the default): activations stay fp32 and multiply the weights
 //   dequantized exactly as dequantize_row() gives them (bit for bit gguf-py's
 //   dequantize, i.e. what transformers loads from the same file).
-// - int8 activations (QuantMode::kInt8): each activation row is quantized per
-//   32 columns (whatever the weights' block: 32, or 256 for the K types) to
-//   int8 with an fp32 scale dx = amax / 127 (q = nearest-even of x / dx),
-//   integer dot products per 32 columns, accumulated in fp32 (llama.cpp's
-//   Q8_0 scheme; for the K types llama.cpp takes one scale per 256 (Q8_K),
-//   which doubled the int8 error where ffn_down's inputs have outliers).
+// - int8 activations (QuantMode::kInt8): each activation row is quantized
+//   to int8 with an fp32 scale dx = amax / 127 (q = nearest-even of x / dx)
+//   per 16 columns against the 32-weight block types and per 32 against the
+//   K types, integer dot products per activation block, accumulated in fp32.
+//   llama.cpp takes one scale per 32 (Q8_0) and per 256 for the K types
+//   (Q8_K); hubzoo's finer blocks halve the activations' share of the error
+//   (quant_internal.h, kXHalf and kXBlock).
 //
 // Batch invariance (docs/design.md): in both modes every output element is
 // reduced in one fixed order that does not depend on m, on the tiling, on the
@@ -40,14 +41,17 @@
 //   AVX2 holds them in two vectors.
 // - int8: weights read as integers w16 with per-block float scales a (and c
 //   with per-group integers mn16 for the types with a min, see
-//   ops/quant_internal.h). One float chain per output over its 32-column
-//   chunks in k order from 0.0f: per chunk s, exact int32 sums I = sum w16 * qx
-//   and J = sum mn16 * qx over the chunk, then acc = fma(a * dx[s], float(I), acc)
-//   and, with a min, acc = fma(c * dx[s], float(J), acc), a and c those of the
-//   weight block holding the chunk; then + bias. (llama.cpp's order per
-//   32-weight block.) Integer sums have no order, so a kernel may form them
-//   in any grouping: one output per vector lane (the panel kernels), or lanes
-//   of partial sums added up per chunk (the row kernels).
+//   ops/quant_internal.h). One float chain per output in k order from 0.0f,
+//   then + bias. The K types: over 32-column chunks; per chunk s, exact int32
+//   sums I = sum w16 * qx and J = sum mn16 * qx over the chunk, then
+//   acc = fma(a * dx[s], float(I), acc) and, with a min,
+//   acc = fma(c * dx[s], float(J), acc), a and c those of the weight block
+//   holding the chunk (llama.cpp's order per 32-weight block). The 32-weight
+//   types: over the blocks; per block b, the sums I0, I1 (J0, J1) of its two
+//   halves, then acc = fma(a, fma(dx[2b + 1], float(I1), dx[2b] * float(I0)), acc)
+//   and, with a min, the same with c and J. Integer sums have no order, so a
+//   kernel may form them in any grouping: one output per vector lane (the
+//   panel kernels), or lanes of partial sums added up per chunk (the row kernels).
 #pragma once
 
 #include <cstdint>

@@ -302,6 +302,24 @@ void quantize_activations(const float* x, int64_t k, int64_t block, Int8Row out)
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,
                      const float* c, int64_t k, int64_t block) {
   float acc = 0.0f;
+  if (x_block_of(block) == kXHalf) {
+    for (int64_t b = 0; b < k / block; ++b) {
+      int32_t i[2] = {0, 0}, j[2] = {0, 0};
+      for (int64_t e = b * block; e < (b + 1) * block; ++e) {
+        const int h = static_cast<int>((e - b * block) / kXHalf);
+        i[h] += w16[e] * x.qx[e];
+        if (mn16) j[h] += mn16[e] * x.qx[e];
+      }
+      const float d0 = x.dx[2 * b], d1 = x.dx[2 * b + 1];
+      acc = std::fma(a[b], std::fma(d1, static_cast<float>(i[1]), d0 * static_cast<float>(i[0])),
+                     acc);
+      if (mn16) {
+        acc = std::fma(c[b], std::fma(d1, static_cast<float>(j[1]), d0 * static_cast<float>(j[0])),
+                       acc);
+      }
+    }
+    return acc;
+  }
   for (int64_t s = 0; s < k / kXBlock; ++s) {
     int32_t i = 0, j = 0;
     for (int64_t e = s * kXBlock; e < (s + 1) * kXBlock; ++e) {

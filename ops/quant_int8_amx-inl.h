@@ -43,13 +43,14 @@ HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 // Rows of x per AMX tile (a tile's most rows); fewer take QuadRowsTile.
 constexpr int kAmxRows = 16;
 
-// Palette 1: tmm0-3 the block integers C (16 rows of x x 16 weight rows,
-// int32), tmm4-5 rows of x (A: 16 x 32 int8), tmm6-7 the column quads (B:
-// 8 x 16 dwords). Block b uses C b % 4 and A, B b % 2: a block's integers
-// reach memory only once its tdpbsud is done and the store has retired, so
-// the tiles run kAmxAhead blocks ahead of the floats that read them.
-constexpr int kAmxSets = 4;
-constexpr int64_t kAmxAhead = 3;
+// Palette 1: tmm0-3 the half-block integers C (16 rows of x x 16 weight
+// rows, int32), tmm4-5 a half block of the rows of x (A: 16 x 16 int8),
+// tmm6-7 four column quads (B: 4 x 16 dwords). Block b uses C 2 (b % 2) and
+// 2 (b % 2) + 1, one per half: a block's integers reach memory only once its
+// tdpbsuds are done and the stores have retired, so the tiles run kAmxAhead
+// blocks ahead of the floats that read them.
+constexpr int kAmxSets = 2;
+constexpr int64_t kAmxAhead = 1;
 
 // Loads the palette into this thread's tile configuration (each range that uses the tiles).
 inline void AmxConfigure() {
@@ -60,10 +61,10 @@ inline void AmxConfigure() {
   }
   for (int t : {4, 5}) {
     c.rows[t] = kAmxRows;
-    c.colsb[t] = 32;
+    c.colsb[t] = 16;
   }
   for (int t : {6, 7}) {
-    c.rows[t] = 8;
+    c.rows[t] = 4;
     c.colsb[t] = 64;
   }
   c.load();
@@ -72,38 +73,37 @@ inline void AmxConfigure() {
 // Back to the initial state: the tile data is no longer saved on a switch.
 inline void AmxRelease() { asm volatile("tilerelease" : : : "memory"); }
 
-// C = x (signed) . codes (unsigned) for one block into c (16 x 16 int32):
-// x's 16 rows 32 bytes apart, the eight quads 64 bytes apart.
+// C = x (signed) . codes (unsigned) for each half of one block into c
+// (2 x 16 x 16 int32): x's 16 rows 32 bytes apart (the second half 16 bytes
+// on), the eight quads 64 bytes apart (the second half's four 256 bytes on).
 // The asm names the bytes it reads and writes rather than clobbering all
 // memory, so that values the compiler keeps in memory need not be reloaded.
-#define HUBZOO_AMX_BLOCK(C, A, B)                                                \
-  asm volatile("tilezero %%tmm" #C                                               \
-               "\n\t"                                                            \
-               "tileloadd (%1,%2,1), %%tmm" #A                                   \
-               "\n\t"                                                            \
-               "tileloadd (%3,%4,1), %%tmm" #B                                   \
-               "\n\t"                                                            \
-               "tdpbsud %%tmm" #B ", %%tmm" #A ", %%tmm" #C                      \
-               "\n\t"                                                            \
-               "tilestored %%tmm" #C ", (%5,%4,1)"                               \
-               : "=m"(*reinterpret_cast<int32_t(*)[kAmxRows * kPanelRows]>(c))   \
-               : "r"(x), "r"(int64_t{32}), "r"(codes), "r"(int64_t{64}), "r"(c), \
-                 "m"(*reinterpret_cast<const int8_t(*)[512]>(x)),                \
+#define HUBZOO_AMX_BLOCK(C0, C1)                                                      \
+  asm volatile("tilezero %%tmm" #C0                                                   \
+               "\n\t"                                                                 \
+               "tilezero %%tmm" #C1                                                   \
+               "\n\t"                                                                 \
+               "tileloadd (%1,%2,1), %%tmm4\n\t"                                      \
+               "tileloadd (%3,%4,1), %%tmm6\n\t"                                      \
+               "tdpbsud %%tmm6, %%tmm4, %%tmm" #C0                                    \
+               "\n\t"                                                                 \
+               "tileloadd (%5,%2,1), %%tmm5\n\t"                                      \
+               "tileloadd (%6,%4,1), %%tmm7\n\t"                                      \
+               "tdpbsud %%tmm7, %%tmm5, %%tmm" #C1                                    \
+               "\n\t"                                                                 \
+               "tilestored %%tmm" #C0                                                 \
+               ", (%7,%4,1)\n\t"                                                      \
+               "tilestored %%tmm" #C1 ", (%8,%4,1)"                                   \
+               : "=m"(*reinterpret_cast<int32_t(*)[2 * kAmxRows * kPanelRows]>(c))    \
+               : "r"(x), "r"(int64_t{32}), "r"(codes), "r"(int64_t{64}), "r"(x + 16), \
+                 "r"(codes + 256), "r"(c), "r"(c + kAmxRows * kPanelRows),            \
+                 "m"(*reinterpret_cast<const int8_t(*)[512]>(x)),                     \
                  "m"(*reinterpret_cast<const uint8_t(*)[512]>(codes)))
 HWY_INLINE void AmxBlock(int set, const int8_t* x, const uint8_t* codes, int32_t* c) {
-  switch (set) {
-    case 0:
-      HUBZOO_AMX_BLOCK(0, 4, 6);
-      break;
-    case 1:
-      HUBZOO_AMX_BLOCK(1, 5, 7);
-      break;
-    case 2:
-      HUBZOO_AMX_BLOCK(2, 4, 6);
-      break;
-    default:
-      HUBZOO_AMX_BLOCK(3, 5, 7);
-      break;
+  if (set == 0) {
+    HUBZOO_AMX_BLOCK(0, 1);
+  } else {
+    HUBZOO_AMX_BLOCK(2, 3);
   }
 }
 #undef HUBZOO_AMX_BLOCK
@@ -125,13 +125,13 @@ HWY_INLINE void PackAmxRows(const int8_t* qx, int64_t k, int64_t groups, std::ve
 }
 
 // QuadRowsTile for 16 rows of x: block b's codes of the 16 rows at
-// xa + 512 * b (PackAmxRows); dx, start and jsum row r at + r * nb. The tiles
-// must be configured (AmxConfigure).
+// xa + 512 * b (PackAmxRows); dx and start row r at + r * 2 * nb, jsum at
+// + r * nb. The tiles must be configured (AmxConfigure).
 template <bool kMin, bool kRowZ>
 HWY_NOINLINE void QuadRowsAmx(const int8_t* xa, const float* dx, const int32_t* start,
                               const float* jsum, const QuadPanel& p, int64_t nb,
                               float (*out)[kPanelRows]) {
-  alignas(64) int32_t c[kAmxSets][kAmxRows * kPanelRows];
+  alignas(64) int32_t c[kAmxSets][2 * kAmxRows * kPanelRows];
   __m512 acc[kAmxRows];
   for (int r = 0; r < kAmxRows; ++r) acc[r] = _mm512_setzero_ps();
   const uint8_t* u = p.u.get();
@@ -151,14 +151,18 @@ HWY_NOINLINE void QuadRowsAmx(const int8_t* xa, const float* dx, const int32_t* 
     if constexpr (kRowZ) z = _mm512_loadu_si512(p.z.data() + b * kPanelRows);
 #pragma GCC unroll 16
     for (int r = 0; r < kAmxRows; ++r) {
-      // QuadRowsTile's integer: the block's start (times z), plus the dots.
-      const __m512i s = _mm512_set1_epi32(start[r * nb + b]);
-      const __m512i i = _mm512_add_epi32(kRowZ ? _mm512_mullo_epi32(z, s) : s,
-                                         _mm512_load_si512(cb + r * kPanelRows));
-      const __m512 d = _mm512_set1_ps(dx[r * nb + b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(i), acc[r]);
-      if constexpr (kMin)
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(jsum[r * nb + b]), acc[r]);
+      // QuadRowsTile's integers per half: its start (times z), plus the dots.
+      const auto half = [&](int h) {
+        const __m512i s = _mm512_set1_epi32(start[r * 2 * nb + 2 * b + h]);
+        return _mm512_cvtepi32_ps(
+            _mm512_add_epi32(kRowZ ? _mm512_mullo_epi32(z, s) : s,
+                             _mm512_load_si512(cb + (h * kAmxRows + r) * kPanelRows)));
+      };
+      const float* d = dx + r * 2 * nb + 2 * b;
+      const __m512 t = _mm512_fmadd_ps(_mm512_set1_ps(d[1]), half(1),
+                                       _mm512_mul_ps(_mm512_set1_ps(d[0]), half(0)));
+      acc[r] = _mm512_fmadd_ps(av, t, acc[r]);
+      if constexpr (kMin) acc[r] = _mm512_fmadd_ps(cv, _mm512_set1_ps(jsum[r * nb + b]), acc[r]);
     }
   }
   for (int r = 0; r < kAmxRows; ++r) _mm512_storeu_ps(out[r], acc[r]);

@@ -87,8 +87,11 @@ using KPanelFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const GroupS
 template <QuantType t>
 constexpr int64_t kKPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
 // x's group sums per block: 32-column groups (Q4_K, Q5_K) or 16 (Q2_K, Q3_K, Q6_K).
+constexpr int64_t KGroupsOf(QuantType t) {
+  return t == QuantType::Q4_K || t == QuantType::Q5_K ? 8 : 16;
+}
 template <QuantType t>
-constexpr int64_t kGroupsOf = t == QuantType::Q4_K || t == QuantType::Q5_K ? 8 : 16;
+constexpr int64_t kGroupsOf = KGroupsOf(t);
 // Panel blocks prefetched ahead of the one being read (~14 KiB: the
 // hardware prefetcher alone stops at every 4 KiB page; ~7 KiB was slower).
 template <QuantType t>

@@ -410,8 +410,7 @@ inline bool Int8KPanelsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts, in
       return false;
   }
   thread_local GroupSums sums;
-  SumGroups(acts, r0, r1, 256 / (w.type == QuantType::Q4_K || w.type == QuantType::Q5_K ? 8 : 16),
-            sums);
+  SumGroups(acts, r0, r1, 256 / KGroupsOf(w.type), sums);
   if (const int streams = quant::int8_decode_streams();
       !vnni && r1 - r0 == 1 && streams > 1 && n1 > n0) {
     ForDecodeStreams(n0, n1, streams,

@@ -1,9 +1,10 @@
 // Per-target part of ops/quant_matmul.cc, split off ops/quant_int8_rows-inl.h
 // for size: the 32-weight block types' int8 kernels over QuantMatrix::panels
-// (AVX512-VNNI int8 loads keep those: the same vectors as the quad panel,
-// one sequential stream), the quad tile (many rows of x against a quad
-// panel), and Int8Rows32Range, which picks a kernel for a range. Included by
-// ops/quant_matmul.cc only, after ops/quant_int8_rows-inl.h.
+// with AVX512-VNNI (the same vectors as the quad panel, one sequential
+// stream) and the quad tile (many rows of x against a quad panel). Their
+// 256-bit kernels and Int8Rows32Range, which picks a kernel for a range, are
+// in ops/quant_int8_panels256-inl.h. Included by ops/quant_matmul.cc only,
+// after ops/quant_int8_rows-inl.h.
 #if defined(HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_
 #undef HUBZOO_OPS_QUANT_INT8_PANELS_INL_H_
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -151,6 +153,41 @@ HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m51
   }
 }
 
+// A row of x's block b as the panel kernels meet it: its 32 codes, each
+// half's integer start and scale broadcast, and the min term's factor.
+struct XBlock {
+  const int8_t* x;
+  __m512i s0, s1;
+  __m512 d0, d1, j;
+  HWY_INLINE XBlock(const int8_t* qx, const float* dx, const int32_t* start, const float* jsum,
+                    int64_t b)
+      : x(qx + b * 32),
+        s0(_mm512_set1_epi32(start[2 * b])),
+        s1(_mm512_set1_epi32(start[2 * b + 1])),
+        d0(_mm512_set1_ps(dx[2 * b])),
+        d1(_mm512_set1_ps(dx[2 * b + 1])),
+        j(_mm512_set1_ps(jsum[b])) {}
+};
+
+// acc + a row of x's block xb against a panel block's quads u, scales a (and
+// mins c): the order of quant.h, quads 0-3 the first half block, 4-7 the second.
+template <bool kMin>
+HWY_INLINE __m512 PanelBlockDot(const __m512i (&u)[8], __m512 a, __m512 c, const XBlock& xb,
+                                __m512 acc) {
+  // Two integer chains, one per half (exact: the order of an int32 sum does not matter).
+  __m512i i0 = xb.s0, i1 = xb.s1;
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    i0 = Dot4Broadcast(i0, u[q], xb.x + 4 * q);
+    i1 = Dot4Broadcast(i1, u[q + 4], xb.x + 16 + 4 * q);
+  }
+  const __m512 t =
+      _mm512_fmadd_ps(xb.d1, _mm512_cvtepi32_ps(i1), _mm512_mul_ps(xb.d0, _mm512_cvtepi32_ps(i0)));
+  acc = _mm512_fmadd_ps(a, t, acc);
+  if constexpr (kMin) acc = _mm512_fmadd_ps(c, xb.j, acc);
+  return acc;
+}
+
 // DirectRows over panels: R rows of x against the panel of rows n .. n + 15.
 template <QuantType t, int R>
 HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
@@ -170,19 +207,8 @@ HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
     PanelBlock<t>(blk, u, av, cv);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const int8_t* x = xs.qx[i] + b * 32;
-      // Two integer chains (exact: the order of an int32 sum does not matter).
-      __m512i i0 = _mm512_set1_epi32(xs.start[i][b]), i1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int q = 0; q < 8; q += 2) {
-        i0 = Dot4Broadcast(i0, u[q], x + 4 * q);
-        i1 = Dot4Broadcast(i1, u[q + 1], x + 4 * q + 4);
-      }
-      const __m512 d = _mm512_set1_ps(xs.dx[i][b]);
-      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                               acc[i]);
-      if constexpr (kMin)
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(xs.jsum[i][b]), acc[i]);
+      acc[i] = PanelBlockDot<kMin>(u, av, cv,
+                                   XBlock(xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b), acc[i]);
     }
   }
   xs.Store(acc, a, r, n, n1);
@@ -207,24 +233,14 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
     __m512 acc[S];
     for (int p = 0; p < S; ++p) acc[p] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const int8_t* x = xs.qx[0] + b * 32;
-      const __m512 d = _mm512_set1_ps(xs.dx[0][b]);
+      const XBlock xb(xs.qx[0], xs.dx[0], xs.start[0], xs.jsum[0], b);  // shared by the streams
 #pragma GCC unroll 8
       for (int p = 0; p < S; ++p) {
         PrefetchAhead<t>(blk[p], end[p]);
         __m512i u[8];
         __m512 av, cv = _mm512_setzero_ps();
         PanelBlock<t>(blk[p], u, av, cv);
-        __m512i i0 = _mm512_set1_epi32(xs.start[0][b]), i1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int q = 0; q < 8; q += 2) {
-          i0 = Dot4Broadcast(i0, u[q], x + 4 * q);
-          i1 = Dot4Broadcast(i1, u[q + 1], x + 4 * q + 4);
-        }
-        acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                                 acc[p]);
-        if constexpr (kMin)
-          acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(xs.jsum[0][b]), acc[p]);
+        acc[p] = PanelBlockDot<kMin>(u, av, cv, xb, acc[p]);
         blk[p] += kPanelBlock<t>;
       }
     }
@@ -269,39 +285,93 @@ HWY_NOINLINE void PackQuadsFromPanels(const QuantMatrix& w, int64_t n, int64_t n
 
 constexpr int kMRQuads = 8;
 
-// MR rows of x against a quad panel: out[r][16]. start: each block's integer
-// start (BlockSums), times the per-row z where kRowZ.
+// A chunk's rows of x as QuadRowsTile reads them: groups of kMRQuads rows
+// (the last one may be short), each block-major, so that a tile finds a
+// block's codes and sums at fixed offsets from one pointer (with a pointer
+// per row, eight rows' codes, scales and starts took more registers than
+// x86 has, and the spills cost the tile a fifth of its speed).
+struct QuadTileX {
+  std::vector<int8_t> x;    // [group][b][kMRQuads][32]: the codes
+  std::vector<float> meta;  // [group][b][kMRQuads][4]: bits of start0, start1; dx0, dx1
+  std::vector<float> jsum;  // [group][b][kMRQuads]: BlockSums::sum
+  int64_t nb = 0;
+  const int8_t* codes(int64_t g) const { return x.data() + g * nb * kMRQuads * 32; }
+  const float* sums(int64_t g) const { return meta.data() + g * nb * kMRQuads * 4; }
+  const float* mins(int64_t g) const { return jsum.data() + g * nb * kMRQuads; }
+};
+
+// Rows [rc, rc_end) of acts (their BlockSums in sums) into t.
+inline void PackQuadTileX(const quant::Int8Acts& acts, const BlockSums& sums, int64_t rc,
+                          int64_t rc_end, QuadTileX& t) {
+  const int64_t nb = acts.k / 32, groups = (rc_end - rc + kMRQuads - 1) / kMRQuads;
+  t.nb = nb;
+  t.x.resize(groups * nb * kMRQuads * 32);
+  t.meta.resize(groups * nb * kMRQuads * 4);
+  t.jsum.resize(groups * nb * kMRQuads);
+  for (int64_t row = rc; row < rc_end; ++row) {
+    const int64_t g = (row - rc) / kMRQuads, r = (row - rc) % kMRQuads;
+    const int8_t* qx = acts.qx.data() + row * acts.k;
+    const float* dx = acts.dx.data() + row * (acts.k / quant::kXHalf);
+    const int32_t* start = sums.start.data() + (row - rc) * nb * 2;
+    const float* jsum = sums.sum.data() + (row - rc) * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t at = (g * nb + b) * kMRQuads + r;
+      std::memcpy(t.x.data() + at * 32, qx + b * 32, 32);
+      float* m = t.meta.data() + at * 4;
+      m[0] = std::bit_cast<float>(start[2 * b]);
+      m[1] = std::bit_cast<float>(start[2 * b + 1]);
+      m[2] = dx[2 * b];
+      m[3] = dx[2 * b + 1];
+      t.jsum[at] = jsum[b];
+    }
+  }
+}
+
+// MR rows of x (one group of a QuadTileX: codes x, sums meta, jsum) against
+// a quad panel: out[r][16]. A block's integers per half start from its
+// start, times the per-row z where kRowZ.
 template <int MR, bool kMin, bool kRowZ>
-HWY_NOINLINE void QuadRowsTile(const int8_t* const* qx, const float* const* dx,
-                               const int32_t* const* start, const float* const* jsum,
+HWY_NOINLINE void QuadRowsTile(const int8_t* x, const float* meta, const float* jsum,
                                const QuadPanel& p, int64_t nb, float (*out)[kPanelRows]) {
   __m512 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* u = p.u.get() + b * 512;
-    __m512i I[MR];
+    const int8_t* xb = x + b * kMRQuads * 32;
+    const float* mb = meta + b * kMRQuads * 4;
     [[maybe_unused]] __m512i z;
     if constexpr (kRowZ) z = _mm512_loadu_si512(p.z.data() + b * kPanelRows);
+    // Per half block h (quads 4h .. 4h + 3): its integers, then
+    // t = fma(dx1, float(I1), dx0 * float(I0)).
+    __m512 t[MR];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i I[MR];
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512i s = _mm512_set1_epi32(start[r][b]);
-      I[r] = kRowZ ? _mm512_mullo_epi32(z, s) : s;
-    }
+      for (int r = 0; r < MR; ++r) {
+        const __m512i s = _mm512_castps_si512(_mm512_set1_ps(mb[4 * r + h]));
+        I[r] = kRowZ ? _mm512_mullo_epi32(z, s) : s;
+      }
+#pragma GCC unroll 4
+      for (int q = 4 * h; q < 4 * h + 4; ++q) {
+        const __m512i wq = _mm512_load_si512(u + 64 * q);
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) {
-      const __m512i wq = _mm512_load_si512(u + 64 * q);
+        for (int r = 0; r < MR; ++r) I[r] = Dot4Broadcast(I[r], wq, xb + 32 * r + 4 * q);
+      }
 #pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) I[r] = Dot4Broadcast(I[r], wq, qx[r] + b * 32 + 4 * q);
+      for (int r = 0; r < MR; ++r) {
+        const __m512 d = _mm512_set1_ps(mb[4 * r + 2 + h]), f = _mm512_cvtepi32_ps(I[r]);
+        t[r] = h == 0 ? _mm512_mul_ps(d, f) : _mm512_fmadd_ps(d, f, t[r]);
+      }
     }
     const __m512 av = _mm512_loadu_ps(p.a.data() + b * kPanelRows);
     [[maybe_unused]] __m512 cv;
     if constexpr (kMin) cv = _mm512_loadu_ps(p.c.data() + b * kPanelRows);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m512 d = _mm512_set1_ps(dx[r][b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(I[r]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(av, t[r], acc[r]);
       if constexpr (kMin)
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(jsum[r][b]), acc[r]);
+        acc[r] = _mm512_fmadd_ps(cv, _mm512_set1_ps(jsum[b * kMRQuads + r]), acc[r]);
     }
   }
   for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out[r], acc[r]);
@@ -316,8 +386,8 @@ template <QuantType t>
 constexpr DirectFn kDirectPanels[4] = {&DirectPanel<t, 1>, &DirectPanel<t, 2>, &DirectPanel<t, 3>,
                                        &DirectPanel<t, 4>};
 
-using QuadTileFn = void (*)(const int8_t* const*, const float* const*, const int32_t* const*,
-                            const float* const*, const QuadPanel&, int64_t, float (*)[kPanelRows]);
+using QuadTileFn = void (*)(const int8_t*, const float*, const float*, const QuadPanel&, int64_t,
+                            float (*)[kPanelRows]);
 template <bool kMin, bool kRowZ, size_t... I>
 constexpr std::array<QuadTileFn, sizeof...(I)> MakeQuadTiles(std::index_sequence<I...>) {
   return {&QuadRowsTile<static_cast<int>(I) + 1, kMin, kRowZ>...};
@@ -373,10 +443,12 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
   // block integers from tiles, the rest the vpdpbusd tile: the same bits.
   const bool amx = r1 - r0 >= kAmxRows && quant::int8_amx_enabled() && amx_int8_ready();
   thread_local std::vector<int8_t> amx_rows;
+  thread_local QuadTileX tx;
   if (amx) AmxConfigure();
   for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
     const int64_t rc_end = std::min(r1, rc + kTokenChunk);
     SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
+    PackQuadTileX(acts, sums, rc, rc_end, tx);
     if (amx) PackAmxRows(acts.row(rc).qx, acts.k, (rc_end - rc) / kAmxRows, amx_rows);
     for (int64_t n = n0; n < n1; n += kPanelRows) {
       if constexpr (kHasPanels<t>) {
@@ -392,7 +464,7 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
         if (amx && rc_end - rb >= kAmxRows) {
           alignas(64) float out[kAmxRows][kPanelRows];
           QuadRowsAmx<kMin, kRowZ>(amx_rows.data() + (rb - rc) / kAmxRows * nb * 512,
-                                   acts.row(rb).dx, sums.start.data() + (rb - rc) * nb,
+                                   acts.row(rb).dx, sums.start.data() + (rb - rc) * nb * 2,
                                    sums.sum.data() + (rb - rc) * nb, panel, nb, out);
           quant::count_int8_amx_tile();
           for (int64_t r = 0; r < kAmxRows; ++r)
@@ -400,20 +472,10 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
           rb += kAmxRows;
           continue;
         }
-        const int64_t mr = std::min<int64_t>(kMRQuads, rc_end - rb);
-        const int8_t* qx[kMRQuads];
-        const float* dx[kMRQuads];
-        const int32_t* start[kMRQuads];
-        const float* jsum[kMRQuads];
-        for (int64_t r = 0; r < mr; ++r) {
-          const quant::Int8Row row = acts.row(rb + r);
-          qx[r] = row.qx;
-          dx[r] = row.dx;
-          start[r] = sums.start.data() + (rb + r - rc) * nb;
-          jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
-        }
+        // (rb - rc is a multiple of kMRQuads: AMX takes whole groups of 16.)
+        const int64_t mr = std::min<int64_t>(kMRQuads, rc_end - rb), g = (rb - rc) / kMRQuads;
         alignas(64) float out[kMRQuads][kPanelRows];
-        kTiles[mr - 1](qx, dx, start, jsum, panel, nb, out);
+        kTiles[mr - 1](tx.codes(g), tx.sums(g), tx.mins(g), panel, nb, out);
         for (int64_t r = 0; r < mr; ++r)
           StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
         rb += mr;
@@ -421,314 +483,14 @@ HWY_NOINLINE void Int8QuadsRange(const QuantMatmulArgs& a, quant::Int8Acts& acts
     }
   }
   if (amx) AmxRelease();
-  if (r1 - r0 > 64) sums = BlockSums{};
+  if (r1 - r0 > 64) {
+    sums = BlockSums{};
+    tx = QuadTileX{};
+  }
 }
 
 HWY_DIAGNOSTICS(pop)
 #endif  // AVX-512
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// ShiftBits, 256 bits at a time.
-HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
-  return s >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(s))
-                : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-s));
-}
-
-// ---- Panels without AVX512-VNNI: 256-bit vpmaddubsw over the same panels.
-// A 64-byte quad vector's first 32 bytes are rows 0 .. 7 of the panel, its
-// last 32 rows 8 .. 15: half h of a block is one __m256i per quad, a lane
-// per weight row as in the VNNI kernels, and a row of x meets it with one
-// broadcast of its four bytes. vpmaddubsw (unsigned codes times signed x)
-// sums pairs into int16 and vpmaddwd the pairs into int32; the int16 sums
-// stay exact because |x| <= 127 (quant::quantize_activations clamps there,
-// llama.cpp's quantizer too) and, per int16 lane, a 4-bit type sums 16
-// products of u <= 15 (at most 30480), a 5-bit type 8 of u <= 31 (31496).
-// Q8_0's u = code + 128 would overflow a pair; it multiplies |code| by x
-// with code's sign (vpsignb) instead, at most 2 * 128 * 127 = 32512 a pair.
-// The integers are those of quant::int8_block_dot, and the floats the same
-// fma chain per output: bit for bit the reference on any target.
-
-// Half h of a block: quad q's eight rows' codes (unsigned; Q8_0: signed),
-// and those rows' scales a (and mins c).
-template <QuantType t>
-HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a, __m256& c) {
-  a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-  if constexpr (kPanelMin<t>)
-    c = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-  const uint8_t* codes = blk + kPanelCodesAt<t> + 32 * h;
-  if constexpr (t == QuantType::Q8_0) {
-    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q)
-      u[q] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * q)),
-                              bias);
-  } else {
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * v));
-      u[v] = _mm256_and_si256(x, nib);
-      u[4 + v] = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
-    }
-    if constexpr (kPanelQ5<t>) {
-      // As PanelBlock: quad q's fifth bits are bit q of the planes' bytes
-      // (a shift and a mask per quad; spreading a 32-bit mask to bytes took
-      // a broadcast, a shuffle and a compare).
-      const __m256i planes =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPanelPlanesAt<t> + 32 * h));
-      const __m256i bit4 = _mm256_set1_epi8(16);
-#pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q)
-        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(ShiftBits256(planes, 4 - q), bit4));
-    }
-  }
-}
-
-// The integer sum of a half block's eight rows against x's 32 codes, from
-// `start` (BlockSums; Q8_0, whose codes are signed here, from 0).
-template <QuantType t>
-HWY_INLINE __m256i HalfDot(const __m256i (&u)[8], const int8_t* x, int32_t start) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const auto xq = [&](int q) {
-    int32_t v;
-    std::memcpy(&v, x + 4 * q, sizeof(v));
-    return _mm256_set1_epi32(v);
-  };
-  if constexpr (t == QuantType::Q8_0) {
-    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; q += 2) {
-      const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(u[q]), _mm256_sign_epi8(xq(q), u[q]));
-      const __m256i p1 =
-          _mm256_maddubs_epi16(_mm256_abs_epi8(u[q + 1]), _mm256_sign_epi8(xq(q + 1), u[q + 1]));
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
-      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
-    }
-    (void)start;
-    return _mm256_add_epi32(s0, s1);
-  } else {
-    constexpr int kRun = kPanelQ5<t> ? 4 : 8;  // quads per exact int16 sum
-    __m256i sum = _mm256_set1_epi32(start);
-#pragma GCC unroll 2
-    for (int q0 = 0; q0 < 8; q0 += kRun) {
-      __m256i s = _mm256_maddubs_epi16(u[q0], xq(q0));
-#pragma GCC unroll 8
-      for (int q = q0 + 1; q < q0 + kRun; ++q)
-        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u[q], xq(q)));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s, ones));
-    }
-    return sum;
-  }
-}
-
-// R rows of x (r ..) against the panel of rows n .. n + 15.
-template <QuantType t, int R>
-HWY_NOINLINE void Panel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, const BlockSums& sums,
-                           int64_t rc, int64_t r, int64_t n, int64_t n1) {
-  constexpr bool kMin = kPanelMin<t>;
-  const QuantMatrix& w = *a.w;
-  const int64_t nb = w.k / 32;
-  const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
-  const uint8_t* const end = PanelsEnd<t>(w, n1);
-  const XRows<R> xs(acts, sums, rc, r, nb);
-  __m256 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, blk += kPanelBlock<t>) {
-    PrefetchAhead<t>(blk, end);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i u[8];
-      __m256 av, cv = _mm256_setzero_ps();
-      PanelHalf<t>(blk, h, u, av, cv);
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m256i I = HalfDot<t>(u, xs.qx[i] + b * 32, xs.start[i][b]);
-        const __m256 d = _mm256_set1_ps(xs.dx[i][b]);
-        acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(av, d), _mm256_cvtepi32_ps(I), acc[i][h]);
-        if constexpr (kMin)
-          acc[i][h] =
-              _mm256_fmadd_ps(_mm256_mul_ps(cv, d), _mm256_set1_ps(xs.jsum[i][b]), acc[i][h]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    alignas(32) float out[kPanelRows];
-    _mm256_store_ps(out, acc[i][0]);
-    _mm256_store_ps(out + 8, acc[i][1]);
-    StorePanelRow(out, a, r + i, n, std::min(kPanelRows, n1 - n));
-  }
-}
-
-// One row of x (a decode step) against S streams of panels: stream p is
-// `count` panels of 16 rows from row first[p] on, read front to back, and
-// ends (for prefetching) at row stop[p]. One sequential stream per thread
-// leaves the memory idle between the hardware prefetcher's requests; S of
-// them in flight read faster (Zen 2, SmolLM2's 49152x576 Q4_0 lm_head on 2
-// threads: 23-25 GB/s with one stream, 35-37 with three to five,
-// bench/quant_matmul_bench --one-stream). Each output's chain is
-// Panel256<t, 1>'s. Without `prefetch`, the hardware prefetchers alone
-// (quant::kLongPieceStreams).
-template <QuantType t, int S>
-HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& acts,
-                                  const BlockSums& sums, int64_t rc, int64_t r,
-                                  const int64_t* first, const int64_t* stop, int64_t count,
-                                  int64_t n1, bool prefetch) {
-  constexpr bool kMin = kPanelMin<t>;
-  const QuantMatrix& w = *a.w;
-  const int64_t nb = w.k / 32;
-  const uint8_t *blk[S], *end[S];
-  StreamStarts<t, S>(w, first, stop, n1, prefetch, blk, end);
-  const XRows<1> xs(acts, sums, rc, r, nb);
-  for (int64_t i = 0; i < count; ++i) {
-    __m256 acc[S][2];
-    for (int p = 0; p < S; ++p) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256 d = _mm256_set1_ps(xs.dx[0][b]);
-#pragma GCC unroll 4
-      for (int p = 0; p < S; ++p) {
-        PrefetchAhead<t>(blk[p], end[p]);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          __m256i u[8];
-          __m256 av, cv = _mm256_setzero_ps();
-          PanelHalf<t>(blk[p], h, u, av, cv);
-          const __m256i I = HalfDot<t>(u, xs.qx[0] + b * 32, xs.start[0][b]);
-          acc[p][h] = _mm256_fmadd_ps(_mm256_mul_ps(av, d), _mm256_cvtepi32_ps(I), acc[p][h]);
-          if constexpr (kMin)
-            acc[p][h] =
-                _mm256_fmadd_ps(_mm256_mul_ps(cv, d), _mm256_set1_ps(xs.jsum[0][b]), acc[p][h]);
-        }
-        blk[p] += kPanelBlock<t>;
-      }
-    }
-    for (int p = 0; p < S; ++p) {
-      const int64_t row = first[p] + i * kPanelRows;
-      alignas(32) float out[kPanelRows];
-      _mm256_store_ps(out, acc[p][0]);
-      _mm256_store_ps(out + 8, acc[p][1]);
-      StorePanelRow(out, a, r, row, std::min(kPanelRows, n1 - row));
-    }
-  }
-}
-
-using StreamsFn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&, int64_t,
-                           int64_t, const int64_t*, const int64_t*, int64_t, int64_t, bool);
-template <QuantType t>
-constexpr StreamsFn kStreamsOf[quant::kMaxDecodeStreams] = {
-    &Panel256Streams<t, 1>, &Panel256Streams<t, 2>, &Panel256Streams<t, 3>, &Panel256Streams<t, 4>,
-    &Panel256Streams<t, 5>, &Panel256Streams<t, 6>, &Panel256Streams<t, 7>, &Panel256Streams<t, 8>};
-
-using Panel256Fn = void (*)(const QuantMatmulArgs&, quant::Int8Acts&, const BlockSums&, int64_t,
-                            int64_t, int64_t, int64_t);
-template <QuantType t>
-constexpr Panel256Fn kPanel256Of[4] = {&Panel256<t, 1>, &Panel256<t, 2>, &Panel256<t, 3>,
-                                       &Panel256<t, 4>};
-
-// Rows [r0, r1) x panels [n0, n1) (n0 a multiple of 16): four rows of x at a
-// time against a panel, which stays in L1 or L2 across a chunk's rows.
-template <QuantType t>
-HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0,
-                                     int64_t r1, int64_t n0, int64_t n1) {
-  thread_local BlockSums sums;
-  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
-    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
-    SumBlocks(acts, rc, rc_end, CommonOffset(t), sums);
-    const DecodeStreams ds = DecodeStreamsOf<t>(n0, n1, a.w->k, true);
-    if (rc_end - rc == 1 && ds.streams > 1 && n1 > n0) {
-      ForDecodeStreams(n0, n1, ds.streams,
-                       [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
-                         kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1,
-                                              !ds.long_piece);
-                       });
-      continue;
-    }
-    for (int64_t n = n0; n < n1; n += kPanelRows) {
-      for (int64_t r = rc; r < rc_end;) {
-        const int rows = static_cast<int>(std::min<int64_t>(rc_end - r, 4));
-        kPanel256Of<t>[rows - 1](a, acts, sums, rc, r, n, n1);
-        r += rows;
-      }
-    }
-  }
-  if (r1 - r0 > 64) sums = BlockSums{};
-}
-#endif  // AVX2 and up
-
-// Rows [r0, r1) x weight rows [n0, n1) of a 32-weight block type.
-inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int64_t r1,
-                            int64_t n0, int64_t n1, bool vnni) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (vnni) {
-    switch (a.w->type) {
-      case QuantType::Q4_0:
-        return Int8QuadsRange<QuantType::Q4_0>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q4_1:
-        return Int8QuadsRange<QuantType::Q4_1>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q5_0:
-        return Int8QuadsRange<QuantType::Q5_0>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q5_1:
-        return Int8QuadsRange<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q8_0:
-        return Int8QuadsRange<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q4_G:
-        return Int8QuadsRange<QuantType::Q4_G>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q8_G:
-        return Int8QuadsRange<QuantType::Q8_G>(a, acts, r0, r1, n0, n1);
-      default:
-        break;
-    }
-  }
-#else
-  (void)vnni;
-#endif
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  if (a.w->panels && n0 % kPanelRows == 0) {
-    switch (a.w->type) {
-      case QuantType::Q4_0:
-        return Int8Panels256Range<QuantType::Q4_0>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q4_1:
-        return Int8Panels256Range<QuantType::Q4_1>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q5_0:
-        return Int8Panels256Range<QuantType::Q5_0>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q5_1:
-        return Int8Panels256Range<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
-      case QuantType::Q8_0:
-        return Int8Panels256Range<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
-      default:
-        break;
-    }
-  }
-#endif
-  const bool has_min = quant::int8_has_min(a.w->type);
-  const int64_t nb = a.w->k / 32;
-  thread_local PairPanel panel;
-  thread_local quant::Int8Weights wd;
-  thread_local BlockSums sums;
-  for (int64_t rc = r0; rc < r1; rc += kTokenChunk) {
-    const int64_t rc_end = std::min(r1, rc + kTokenChunk);
-    if (has_min) SumBlocks(acts, rc, rc_end, 0, sums);
-    for (int64_t n = n0; n < n1; n += kPanelRows) {
-      PackPairs(*a.w, n, n1, wd, panel);
-      for (int64_t rb = rc; rb < rc_end; rb += kMRPairs) {
-        const int64_t mr = std::min<int64_t>(kMRPairs, rc_end - rb);
-        const int8_t* qx[kMRPairs];
-        const float* dx[kMRPairs];
-        const float* jsum[kMRPairs] = {};
-        for (int64_t r = 0; r < mr; ++r) {
-          const quant::Int8Row row = acts.row(rb + r);
-          qx[r] = row.qx;
-          dx[r] = row.dx;
-          if (has_min) jsum[r] = sums.sum.data() + (rb + r - rc) * nb;
-        }
-        alignas(64) float out[kMRPairs][kPanelRows];
-        kPairTiles[has_min][mr - 1](qx, dx, jsum, panel, nb, out);
-        for (int64_t r = 0; r < mr; ++r)
-          StorePanelRow(out[r], a, rb + r, n, std::min(kPanelRows, n1 - n));
-      }
-    }
-  }
-  if (r1 - r0 > 64) sums = BlockSums{};
-}
 
 #endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 

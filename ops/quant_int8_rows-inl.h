@@ -10,7 +10,8 @@
 // signed int16 weights in column pairs (vpmaddwd). Integer sums are exact,
 // so both equal quant::int8_block_dot bit for bit. The kernels over
 // QuantMatrix::panels, the quad tile and the dispatch of a range are in
-// ops/quant_int8_panels-inl.h. Included by ops/quant_matmul.cc only, after
+// ops/quant_int8_panels-inl.h and ops/quant_int8_panels256-inl.h. Included
+// by ops/quant_matmul.cc only, after
 // ops/quant_int8_fused-inl.h.
 #if defined(HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HUBZOO_OPS_QUANT_INT8_ROWS_INL_H_
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -66,12 +68,14 @@ HWY_INLINE void ForDecodeStreams(int64_t n0, int64_t n1, int streams, const Call
   }
 }
 
-// Per row of x and block: the integer sum of its 32 codes, and what the
-// kernels start a block's integer sum from. The sum is also J, the min term's
-// integer: the 32-weight types with a min (Q4_1, Q5_1) have mn16 = 1.
+// Per row of x and block: what the kernels start each half block's integer
+// sum from, and the min term's factor. With x's codes summed per half
+// (S0, S1), that factor is fma(dx1, float(S1), dx0 * float(S0)): J's part of
+// the order (quant.h), since the 32-weight types with a min (Q4_1, Q5_1) have
+// mn16 = 1.
 struct BlockSums {
-  std::vector<int32_t> start;  // [rows][nb]: -z * sum (a common offset z), or -sum (per row)
-  std::vector<float> sum;      // [rows][nb]: float(sum), the J of the types with a min
+  std::vector<int32_t> start;  // [rows][nb][2]: -z * S_h (a common offset z), or -S_h (per row)
+  std::vector<float> sum;      // [rows][nb]: the min term's factor
   // What they were summed from: rows [r0, r1) of the activations of that
   // version, offset z. A decode step's product calls the kernel once per
   // piece of its columns (ThreadPool::parallel_for_balanced), and redoing
@@ -110,15 +114,22 @@ inline void SumBlocks(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int z
   out.r1 = r1;
   out.z = z;
   const int64_t nb = acts.k / 32;
-  out.start.resize((r1 - r0) * nb);
+  out.start.resize((r1 - r0) * nb * 2);
   out.sum.resize((r1 - r0) * nb);
   for (int64_t r = r0; r < r1; ++r) {
     const int8_t* qx = acts.qx.data() + r * acts.k;
+    const float* dx = acts.dx.data() + r * (acts.k / quant::kXHalf);
     for (int64_t b = 0; b < nb; ++b) {
-      int32_t s = 0;
-      for (int e = 0; e < 32; ++e) s += qx[b * 32 + e];
-      out.start[(r - r0) * nb + b] = z >= 0 ? -z * s : -s;
-      out.sum[(r - r0) * nb + b] = static_cast<float>(s);
+      int32_t s[2];
+      for (int h = 0; h < 2; ++h) {
+        int32_t sum = 0;
+        for (int e = 0; e < 16; ++e) sum += qx[b * 32 + 16 * h + e];
+        s[h] = sum;
+      }
+      for (int h = 0; h < 2; ++h)
+        out.start[((r - r0) * nb + b) * 2 + h] = z >= 0 ? -z * s[h] : -s[h];
+      out.sum[(r - r0) * nb + b] =
+          std::fma(dx[2 * b + 1], static_cast<float>(s[1]), dx[2 * b] * static_cast<float>(s[0]));
     }
   }
 }
@@ -183,21 +194,33 @@ HWY_NOINLINE void PairRowsTile(const int8_t* const* qx, const float* const* dx,
     for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(df);
   }
   for (int64_t b = 0; b < nb; ++b) {
-    hn::Vec<DI32> I[MR][kV];
-    for (int r = 0; r < MR; ++r) {
-      for (int v = 0; v < kV; ++v) I[r][v] = hn::Zero(d32);
-    }
-    for (int64_t q = b * 16; q < b * 16 + 16; ++q) {
-      hn::Vec<DI16> wv[kV];
-      for (int v = 0; v < kV; ++v)
-        wv[v] = hn::BitCast(d16, hn::LoadU(d32, p.w.data() + q * kPanelRows + v * kN));
-#pragma GCC unroll 8
+    // t = fma(dx1, float(I1), dx0 * float(I0)) per half block's integers.
+    V t[MR][kV];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      hn::Vec<DI32> I[MR][kV];
       for (int r = 0; r < MR; ++r) {
-        const int32_t pair = static_cast<int32_t>(
-            static_cast<uint16_t>(qx[r][2 * q]) |
-            (static_cast<uint32_t>(static_cast<uint16_t>(qx[r][2 * q + 1])) << 16));
-        const auto xv = hn::BitCast(d16, hn::Set(d32, pair));
-        for (int v = 0; v < kV; ++v) I[r][v] = PairSums<false>(wv[v], xv, I[r][v]);
+        for (int v = 0; v < kV; ++v) I[r][v] = hn::Zero(d32);
+      }
+      for (int64_t q = b * 16 + 8 * h; q < b * 16 + 8 * h + 8; ++q) {
+        hn::Vec<DI16> wv[kV];
+        for (int v = 0; v < kV; ++v)
+          wv[v] = hn::BitCast(d16, hn::LoadU(d32, p.w.data() + q * kPanelRows + v * kN));
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          const int32_t pair = static_cast<int32_t>(
+              static_cast<uint16_t>(qx[r][2 * q]) |
+              (static_cast<uint32_t>(static_cast<uint16_t>(qx[r][2 * q + 1])) << 16));
+          const auto xv = hn::BitCast(d16, hn::Set(d32, pair));
+          for (int v = 0; v < kV; ++v) I[r][v] = PairSums<false>(wv[v], xv, I[r][v]);
+        }
+      }
+      for (int r = 0; r < MR; ++r) {
+        const V d = hn::Set(df, dx[r][2 * b + h]);
+        for (int v = 0; v < kV; ++v) {
+          const V f = hn::ConvertTo(df, I[r][v]);
+          t[r][v] = h == 0 ? hn::Mul(d, f) : hn::MulAdd(d, f, t[r][v]);
+        }
       }
     }
     for (int v = 0; v < kV; ++v) {
@@ -205,10 +228,8 @@ HWY_NOINLINE void PairRowsTile(const int8_t* const* qx, const float* const* dx,
       [[maybe_unused]] V cv;
       if constexpr (kMin) cv = hn::LoadU(df, p.c.data() + b * kPanelRows + v * kN);
       for (int r = 0; r < MR; ++r) {
-        const V d = hn::Set(df, dx[r][b]);
-        acc[r][v] = hn::MulAdd(hn::Mul(av, d), hn::ConvertTo(df, I[r][v]), acc[r][v]);
-        if constexpr (kMin)
-          acc[r][v] = hn::MulAdd(hn::Mul(cv, d), hn::Set(df, jsum[r][b]), acc[r][v]);
+        acc[r][v] = hn::MulAdd(av, t[r][v], acc[r][v]);
+        if constexpr (kMin) acc[r][v] = hn::MulAdd(cv, hn::Set(df, jsum[r][b]), acc[r][v]);
       }
     }
   }
@@ -227,8 +248,9 @@ constexpr std::array<std::array<PairTileFn, kMRPairs>, 2> kPairTiles = {
     MakePairTiles<false>(std::make_index_sequence<kMRPairs>()),
     MakePairTiles<true>(std::make_index_sequence<kMRPairs>())};
 
-// The R rows of x from r a decode kernel meets: codes, scales, and the
-// block sums of a chunk of rows from rc.
+// The R rows of x from r a decode kernel meets: codes, half-block scales
+// (dx[2b + h]), and the block sums of a chunk of rows from rc (start[2b + h],
+// jsum[b]).
 template <int R>
 struct XRows {
   const int8_t* qx[R];
@@ -240,7 +262,7 @@ struct XRows {
       const quant::Int8Row row = acts.row(r + i);
       qx[i] = row.qx;
       dx[i] = row.dx;
-      start[i] = sums.start.data() + (r + i - rc) * nb;
+      start[i] = sums.start.data() + (r + i - rc) * nb * 2;
       jsum[i] = sums.sum.data() + (r + i - rc) * nb;
     }
   }
@@ -500,19 +522,21 @@ HWY_NOINLINE void DirectRows(const QuantMatmulArgs& a, quant::Int8Acts& acts, co
         return _mm512_broadcast_i32x4(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs.qx[i] + off)));
       };
-      const __m512i xlo = bcast(b * 32), xhi = bcast(b * 32 + 16);
-      __m512i s[4];
+      // Each half block's integers (its start, times z where kRowZ, plus the dots).
+      const auto half = [&](const __m512i(&codes)[4], int h) {
+        const __m512i xv = bcast(b * 32 + 16 * h);
+        __m512i s[4];
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        s[g] = Dot4<true>(Dot4<true>(_mm512_setzero_si512(), lo[g], xlo), hi[g], xhi);
-      }
-      const __m512i st = _mm512_set1_epi32(xs.start[i][b]);
-      const __m512i I =
-          _mm512_add_epi32(Reduce4(s[0], s[1], s[2], s[3]), kRowZ ? _mm512_mullo_epi32(z, st) : st);
-      const __m512 d = _mm512_set1_ps(xs.dx[i][b]);
-      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(av, d), _mm512_cvtepi32_ps(I), acc[i]);
-      if constexpr (kMin)
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(cv, d), _mm512_set1_ps(xs.jsum[i][b]), acc[i]);
+        for (int g = 0; g < 4; ++g) s[g] = Dot4<true>(_mm512_setzero_si512(), codes[g], xv);
+        const __m512i st = _mm512_set1_epi32(xs.start[i][2 * b + h]);
+        return _mm512_cvtepi32_ps(_mm512_add_epi32(Reduce4(s[0], s[1], s[2], s[3]),
+                                                   kRowZ ? _mm512_mullo_epi32(z, st) : st));
+      };
+      const __m512 tv =
+          _mm512_fmadd_ps(_mm512_set1_ps(xs.dx[i][2 * b + 1]), half(hi, 1),
+                          _mm512_mul_ps(_mm512_set1_ps(xs.dx[i][2 * b]), half(lo, 0)));
+      acc[i] = _mm512_fmadd_ps(av, tv, acc[i]);
+      if constexpr (kMin) acc[i] = _mm512_fmadd_ps(cv, _mm512_set1_ps(xs.jsum[i][b]), acc[i]);
     }
   }
   xs.Store(acc, a, r, n, n1);

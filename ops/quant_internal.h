@@ -81,12 +81,19 @@ struct Int8Wide {
 };
 void decode_int8_wide(QuantType t, const uint8_t* block, Int8Wide out);
 
-// The int8 mode's activation block: every row of x is quantized per 32
-// floats whatever the weights' block (32, or 256 for the K types), so each
-// 32 columns of a K block meet their own activation scale (llama.cpp's Q8_K
-// takes one per 256: about twice the int8 error on Gemma-3-270M, whose
-// ffn_down inputs have outliers; docs/architecture.md).
+// The int8 mode's activation blocks. Against the K types every row of x is
+// quantized per kXBlock = 32 floats, so each 32 columns of a K block meet
+// their own activation scale (llama.cpp's Q8_K takes one per 256: about twice
+// the int8 error on Gemma-3-270M, whose ffn_down inputs have outliers).
+// Against the 32-weight block types, per kXHalf = 16 floats: one scale per
+// half block (llama.cpp's Q8_0 activations take one per 32; on SmolLM2 that
+// activation rounding was two thirds of the int8 error of its Q8_0 file, and
+// halving the block halves it, bench/results/int8_act_blocks_smollm2.md).
+// docs/architecture.md, "Quantized weights".
 constexpr int64_t kXBlock = 32;
+constexpr int64_t kXHalf = 16;
+// The activation block against weights in blocks of `weight_block` elements.
+constexpr int64_t x_block_of(int64_t weight_block) { return weight_block == 32 ? kXHalf : kXBlock; }
 
 // An activation row quantized per block of B floats: qx[k], dx[k / B].
 // dx = amax / 127; qx = nearest-even of x * (1 / dx) clamped to [-127, 127]
@@ -149,12 +156,16 @@ constexpr int kLongPieceStreams = 7;
 int64_t int8_long_piece_bytes();
 void set_int8_long_piece_bytes(int64_t bytes);
 
-// The int8-mode order (quant.h), in scalar code: one float chain from 0.0f
-// over the kXBlock-column chunks in k order; per chunk s, exact integers
+// The int8-mode order (quant.h), in scalar code, x quantized per
+// x_block_of(block). The K types (block 256): one float chain from 0.0f over
+// the kXBlock-column chunks in k order; per chunk s, exact integers
 // I = sum over its columns of w16 * qx (J the same with mn16), then
 // acc = fma(a * dx[s], float(I), acc) and, with a min,
 // acc = fma(c * dx[s], float(J), acc), with a and c those of the weight
-// block of `block` columns (32, or 256 for the K types) holding the chunk.
+// block holding the chunk. The 32-weight types: one chain over the blocks;
+// per block b, the exact integers I0, I1 (J0, J1) of its two halves, then
+// acc = fma(a, fma(dx[2b + 1], float(I1), dx[2b] * float(I0)), acc) and, with
+// a min, acc = fma(c, fma(dx[2b + 1], float(J1), dx[2b] * float(J0)), acc).
 // No lanes: a kernel keeps one output per vector lane (ops/quant_int8_rows-inl.h,
 // ops/quant_int8_kpanels-inl.h) or reduces a chunk's integers first. Then + bias.
 float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, const float* a,

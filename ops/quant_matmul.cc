@@ -39,8 +39,9 @@
 #include "ops/quant_int8_rows-inl.h"
 // The quad tile's block integers from AMX tiles, where the CPU has them.
 #include "ops/quant_int8_amx-inl.h"
-// Their kernels over panels, the quad tile and the dispatch of a range.
+// Their kernels over panels (VNNI, then 256 bits), the quad tile and the dispatch of a range.
 #include "ops/quant_int8_panels-inl.h"
+#include "ops/quant_int8_panels256-inl.h"
 // The int8 decode kernels of the K types over their panels.
 #include "ops/quant_int8_kpanels-inl.h"
 #include "ops/quant_int8_kpanels256-inl.h"
@@ -66,20 +67,35 @@ void QuantizeActivations(const float* HWY_RESTRICT x, int64_t k, int64_t block, 
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
   if (block % n != 0) return quant::quantize_activations(x, k, block, {qx, dx});
   const auto magic = hn::Set(df, 12582912.0f), hi = hn::Set(df, 127.0f), lo = hn::Set(df, -127.0f);
-  for (int64_t b0 = 0; b0 < k; b0 += block) {
-    auto vmax = hn::Zero(df);
-    for (int64_t i = b0; i < b0 + block; i += n)
-      vmax = hn::Max(hn::Abs(hn::LoadU(df, x + i)), vmax);
-    // Max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does:
-    // the lanes are never NaN (nor -0), so their max has no order.
-    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    const float d = amax / 127.0f;
-    const auto id = hn::Set(df, d != 0.0f ? 1.0f / d : 0.0f);
-    dx[b0 / block] = d;
-    for (int64_t i = b0; i < b0 + block; i += n) {
-      const auto r = hn::Sub(hn::Add(hn::Mul(hn::LoadU(df, x + i), id), magic), magic);
-      const auto v = hn::IfThenElseZero(hn::Eq(r, r), hn::Min(hn::Max(r, lo), hi));
-      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, qx + i);
+  // n blocks at a time: their amax, then their d = amax / 127 and 1 / d by
+  // two vector divisions (the same correctly rounded quotients as the
+  // scalar ones, which took most of a 16-column block's time), then the codes.
+  HWY_ALIGN float amax[hn::MaxLanes(df)], id[hn::MaxLanes(df)];
+  for (int64_t g0 = 0; g0 < k; g0 += n * block) {
+    const int64_t blocks = std::min(n, (k - g0) / block);
+    for (int64_t j = 0; j < n; ++j) {
+      auto vmax = hn::Zero(df);
+      if (j < blocks) {
+        for (int64_t i = g0 + j * block; i < g0 + (j + 1) * block; i += n)
+          vmax = hn::Max(hn::Abs(hn::LoadU(df, x + i)), vmax);
+      }
+      // Max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does:
+      // the lanes are never NaN (nor -0), so their max has no order.
+      amax[j] = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    }
+    const auto d = hn::Div(hn::Load(df, amax), hn::Set(df, 127.0f));
+    hn::Store(hn::IfThenZeroElse(hn::Eq(d, hn::Zero(df)), hn::Div(hn::Set(df, 1.0f), d)), df, id);
+    HWY_ALIGN float dv[hn::MaxLanes(df)];
+    hn::Store(d, df, dv);
+    for (int64_t j = 0; j < blocks; ++j) {
+      const int64_t b0 = g0 + j * block;
+      dx[b0 / block] = dv[j];
+      const auto idv = hn::Set(df, id[j]);
+      for (int64_t i = b0; i < b0 + block; i += n) {
+        const auto r = hn::Sub(hn::Add(hn::Mul(hn::LoadU(df, x + i), idv), magic), magic);
+        const auto v = hn::IfThenElseZero(hn::Eq(r, r), hn::Min(hn::Max(r, lo), hi));
+        hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, qx + i);
+      }
     }
   }
 }
@@ -422,7 +438,7 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
           const float* dx[kMR8];
           for (int64_t r = 0; r < mr; ++r) {
             qx[r] = acts.row(rb + r).qx + k0;
-            dx[r] = acts.row(rb + r).dx + k0 / quant::kXBlock;
+            dx[r] = acts.row(rb + r).dx + k0 / acts.block;
           }
           Int8TileIn in = base;
           in.qx = qx;
@@ -648,17 +664,18 @@ void quantize_rows(const QuantMatmulArgs& a, ThreadPool* pool, quant::Int8Acts& 
   static std::atomic<uint64_t> versions{0};
   acts.version = versions.fetch_add(1, std::memory_order_relaxed) + 1;
   acts.k = a.w->k;
+  acts.block = quant::x_block_of(quant_traits(a.w->type).block_elems);
   acts.qx.resize(a.m * acts.k);
-  acts.dx.resize(a.m * (acts.k / quant::kXBlock));
+  acts.dx.resize(a.m * (acts.k / acts.block));
   const auto rows = [&](int64_t r0, int64_t r1) {
     std::vector<float> xg(a.w->k_perm.empty() ? 0 : acts.k);  // gathered_row's buffer
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = quant::gathered_row(a, r, xg.data());
       const quant::Int8Row row = acts.row(r);
       if (pool) {
-        HWY_DYNAMIC_DISPATCH(QuantizeActivations)(x, acts.k, quant::kXBlock, row.qx, row.dx);
+        HWY_DYNAMIC_DISPATCH(QuantizeActivations)(x, acts.k, acts.block, row.qx, row.dx);
       } else {
-        quant::quantize_activations(x, acts.k, quant::kXBlock, row);
+        quant::quantize_activations(x, acts.k, acts.block, row);
       }
     }
   };
@@ -698,8 +715,9 @@ void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& poo
     HWY_DYNAMIC_DISPATCH(QuantMatmulParts)(live.data(), nullptr, n_live, pool);
     return;
   }
-  // x quantized once (per kXBlock columns whatever the weights' block): parts
-  // without a permutation share their activations (q/k/v, gate/up). Kept per
+  // x quantized once per activation block (quant::x_block_of): parts without
+  // a permutation and with the same block share their activations (q/k/v,
+  // gate/up; a K-type part and a 32-weight one each quantize). Kept per
   // calling thread, like a model's step buffers: a decode step's rows are
   // allocated once; a prompt's (more than 64 rows) are freed after the
   // product rather than kept resident for the thread's lifetime.
@@ -708,8 +726,11 @@ void quant_matmul_parts(const QuantMatmulArgs* parts, int count, ThreadPool& poo
   int n_acts = 0;
   for (int i = 0; i < n_live; ++i) {
     of_part[i] = nullptr;
+    const auto block_of = [&](int p) {
+      return quant::x_block_of(quant_traits(live[p].w->type).block_elems);
+    };
     for (int j = 0; j < i && live[i].w->k_perm.empty() && !of_part[i]; ++j) {
-      if (live[j].w->k_perm.empty()) of_part[i] = of_part[j];
+      if (live[j].w->k_perm.empty() && block_of(j) == block_of(i)) of_part[i] = of_part[j];
     }
     if (!of_part[i]) {
       of_part[i] = &acts[n_acts++];

@@ -38,13 +38,14 @@ inline const float* gathered_row(const QuantMatmulArgs& a, int64_t r, float* buf
 
 // Activations of every row quantized for the int8 mode (rows of x after k_perm).
 struct Int8Acts {
-  int64_t k = 0;  // dx holds k / kXBlock scales per row
+  int64_t k = 0;
+  int64_t block = kXBlock;  // x_block_of the weights' block: dx holds k / block scales per row
   std::vector<int8_t> qx;
   std::vector<float> dx;
   // Unique to each quantization (quantize_rows), 0 for none: what a kernel's
   // per-thread cache of sums over these activations (BlockSums) is keyed by.
   uint64_t version = 0;
-  Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / kXBlock)}; }
+  Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / block)}; }
 };
 
 // Exact mode over rows [r0, r1) x columns [n0, n1), scalar (the reference's arithmetic).

@@ -16,116 +16,13 @@
 #include "hwy/targets.h"
 #include "ops/cpu_amx.h"
 #include "ops/quant_internal.h"
+#include "ops/test_quant.h"
 #include "ops/test_values.h"
 
 namespace hubzoo {
 namespace {
 
-using test::bits;
-
-constexpr QuantType kAll[] = {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
-                              QuantType::Q8_0, QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K,
-                              QuantType::Q5_K, QuantType::Q6_K, QuantType::Q4_G, QuantType::Q8_G};
-constexpr QuantMode kModes[] = {QuantMode::kExact, QuantMode::kInt8};
-
-float sentinel() {
-  const uint32_t u = 0x7fc0beefu;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Byte offsets of the fp16 scales of a GGML block (set to finite values).
-std::vector<int> fp16_fields(QuantType t) {
-  switch (t) {
-    case QuantType::Q4_1:
-    case QuantType::Q5_1:
-    case QuantType::Q4_K:
-    case QuantType::Q5_K:
-      return {0, 2};
-    case QuantType::Q2_K:
-      return {80, 82};
-    case QuantType::Q3_K:
-      return {108};
-    case QuantType::Q6_K:
-      return {208};
-    default:
-      return {0};
-  }
-}
-
-// n rows of random blocks: random quants, finite scales over many binades.
-struct Weights {
-  std::vector<uint8_t> bytes;
-  QuantMatrix w;
-};
-Weights random_weights(QuantType t, int64_t n, int64_t k, uint32_t seed) {
-  const QuantTraits& tr = quant_traits(t);
-  std::mt19937 rng(seed);
-  Weights out;
-  out.bytes.resize(n * quant_row_bytes(t, k));
-  for (auto& b : out.bytes) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> expo(-16, 2);
-  for (size_t at = 0; at < out.bytes.size(); at += tr.block_bytes) {
-    uint8_t* b = out.bytes.data() + at;
-    if (t == QuantType::Q4_G || t == QuantType::Q8_G) {
-      const float s = std::ldexp(mant(rng), expo(rng));
-      std::memcpy(b, &s, 4);
-      if (t == QuantType::Q4_G) b[4] = static_cast<uint8_t>(rng() % 16);
-      continue;
-    }
-    for (int f : fp16_fields(t)) {
-      const uint16_t h = quant::float_to_fp16(std::ldexp(mant(rng), expo(rng)));
-      b[f] = static_cast<uint8_t>(h & 0xFF);
-      b[f + 1] = static_cast<uint8_t>(h >> 8);
-    }
-  }
-  out.w = {t, n, k, quant_row_bytes(t, k), out.bytes.data(), nullptr, {}, {}, nullptr};
-  return out;
-}
-
-struct Shape {
-  int64_t m, n, k;
-  bool bias = true, strided = true;
-  int64_t ldx() const { return strided ? k + 3 : k; }
-  int64_t ldy() const { return strided ? n + 5 : n; }
-};
-
-std::vector<float> run(const Shape& s, const std::vector<float>& x, const QuantMatrix& w,
-                       const std::vector<float>& bias, QuantMode mode, ThreadPool* pool) {
-  std::vector<float> y(s.m * s.ldy(), sentinel());
-  const QuantMatmulArgs a{x.data(), s.m,     s.ldx(), &w, s.bias ? bias.data() : nullptr,
-                          y.data(), s.ldy(), mode};
-  if (pool) {
-    quant_matmul(a, *pool);
-  } else {
-    quant_matmul_reference(a);
-  }
-  return y;
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (bits(a[i]) != bits(b[i]) && bad++ < 5)
-      ADD_FAILURE() << "element " << i << ": " << a[i] << " vs " << b[i];
-  }
-  EXPECT_EQ(bad, 0);
-}
-
-// Runs body once per SIMD target this machine and build offer.
-template <typename Body>
-void every_target(Body body) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    EXPECT_STREQ(quant_target_name(), hwy::TargetName(target));
-    body();
-    hwy::SetSupportedTargetsForTest(0);
-  }
-}
+using namespace quant_test;  // NOLINT(build/namespaces)
 
 TEST(QuantMatmul, EqualsReferenceOnEveryTarget) {
   ThreadPool pool(3);
@@ -425,17 +322,73 @@ TEST(QuantMatmul, CloseToDoubleProduct) {
             ref += double(x[r * k + j]) * wr[j];
             mag += std::abs(double(x[r * k + j]) * wr[j]);
           }
-          for (int64_t b = 0; b < k; b += be) {
+          // The int8 mode's activation blocks (x_block_of): 16 columns against
+          // the 32-weight types, 32 against the K types.
+          const int64_t xb = quant::x_block_of(be);
+          for (int64_t b = 0; b < k; b += xb) {
             double amax = 0, wsum = 0;
-            for (int64_t j = b; j < b + be; ++j)
+            for (int64_t j = b; j < b + xb; ++j)
               amax = std::max(amax, double(std::abs(x[r * k + j])));
-            for (int64_t j = b; j < b + be; ++j) wsum += std::abs(wr[j]);
+            for (int64_t j = b; j < b + xb; ++j) wsum += std::abs(wr[j]);
             q8 += amax / 127 * 0.50001 * wsum;
           }
           double tol = (k / 16 + 5) * std::ldexp(1.0, -24) * mag;
           if (mode == QuantMode::kInt8) tol += q8 * 1.001;
           EXPECT_LE(std::abs(y[r * n + c] - ref), tol) << "row " << r << " col " << c;
         }
+      }
+    }
+  }
+}
+
+// The int8 mode scales each half of a 32-weight block on its own: with one
+// half of x on the int8 grid of a large scale (exactly quantized) and the
+// other small, the small half keeps its precision. One scale per 32 columns
+// would round every small value to 0 and miss by sum |w x| over that half.
+TEST(QuantMatmul, Int8ScalesEachHalfOfA32WeightBlock) {
+  ThreadPool pool(2);
+  const int64_t n = 21, k = 128, m = 2;
+  for (QuantType t : kAll) {
+    if (quant_traits(t).block_elems != 32) continue;
+    SCOPED_TRACE(std::string(quant_name(t)));
+    Weights w = random_weights(t, n, k, 31);
+    if (quant_has_panel_layout(t)) attach_panels(w.w);
+    std::mt19937 rng(32);
+    std::uniform_int_distribution<int> code(-127, 127);
+    std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+    std::vector<float> x(m * k), wr(k);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        // Row 0: the first half of each block large, row 1: the second.
+        const bool large = (j % 32 < 16) == (r == 0);
+        x[r * k + j] = large ? (j % 16 == 0 ? 1270.0f : 10.0f * code(rng)) : small(rng);
+      }
+    }
+    const Shape s{m, n, k, false, false};
+    const auto y = run(s, x, w.w, {}, QuantMode::kInt8, &pool);
+    expect_same_bits(run(s, x, w.w, {}, QuantMode::kInt8, nullptr), y);
+    for (int64_t c = 0; c < n; ++c) {
+      w.w.dequantize_row(c, wr.data());
+      for (int64_t r = 0; r < m; ++r) {
+        double ref = 0, mag = 0, small_half = 0, bound = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const double p = double(x[r * k + j]) * wr[j];
+          ref += p;
+          mag += std::abs(p);
+          if (std::abs(x[r * k + j]) < 2) small_half += std::abs(p);
+        }
+        for (int64_t b = 0; b < k; b += 16) {  // the small halves' rounding
+          double amax = 0, wsum = 0;
+          for (int64_t j = b; j < b + 16; ++j) {
+            if (std::abs(x[r * k + j]) >= 2) continue;
+            amax = std::max(amax, double(std::abs(x[r * k + j])));
+            wsum += std::abs(wr[j]);
+          }
+          bound += amax / 127 * 0.50001 * wsum;
+        }
+        const double tol = bound + 1e-5 * mag;  // plus the float chain's rounding
+        EXPECT_LE(std::abs(y[r * n + c] - ref), tol) << "row " << r << " col " << c;
+        EXPECT_LT(tol, 0.2 * small_half) << "row " << r << " col " << c;
       }
     }
   }
@@ -617,151 +570,6 @@ TEST(QuantMatmul, BadArguments) {
   EXPECT_THROW(quantize_row(QuantType::Q3_K, x.data(), w.bytes.data(), 256), InvalidArgument);
   EXPECT_THROW(quantize_row(QuantType::Q8_0, x.data(), w.bytes.data(), 48), InvalidArgument);
   EXPECT_THROW(w.w.dequantize_row(4, x.data()), InvalidArgument);
-}
-
-// Panels hold the rows' bytes: every row read back from them is its blocks,
-// bit for bit (Q5's high bits, Q8_0's offset codes, the K types' runs, the
-// rows of a last partial panel), and dequantize_row reads them then.
-TEST(QuantMatrix, PanelsHoldEveryRowsBlocks) {
-  for (QuantType t : kAll) {
-    if (!quant_has_panel_layout(t)) {
-      QuantMatrix w = random_weights(t, 3, 256, 1).w;
-      EXPECT_THROW(attach_panels(w), InvalidArgument);
-      continue;
-    }
-    SCOPED_TRACE(std::string(quant_name(t)));
-    const int64_t k = 3 * quant_traits(t).block_elems;
-    Weights w = random_weights(t, 37, k, 30);
-    QuantMatrix wp = w.w;
-    int64_t reported = 0;
-    attach_panels(wp, [&](int64_t rows) { reported = rows; });
-    EXPECT_EQ(reported, 37);
-    EXPECT_EQ(quant_panel_bytes(wp), 48 * wp.row_bytes);
-    EXPECT_THROW(panel_row_blocks(w.w, 0, nullptr), InvalidArgument);  // no panels
-    EXPECT_THROW(panel_row_blocks(wp, 37, nullptr), InvalidArgument);
-    std::vector<uint8_t> row(wp.row_bytes);
-    std::vector<float> a(k), b(k);
-    for (int64_t r = 0; r < 37; ++r) {
-      panel_row_blocks(wp, r, row.data());
-      ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;
-      w.w.dequantize_row(r, a.data());
-      wp.dequantize_row(r, b.data());
-      expect_same_bits(b, a);
-    }
-  }
-}
-
-// A matrix of many runs of panels (made in parallel, `read` after each run):
-// the counts grow to n, and every row reads back.
-TEST(QuantMatrix, PanelsOfALargeMatrixReportTheirRows) {
-  const int64_t n = 16 * 300 + 5;
-  Weights w = random_weights(QuantType::Q5_1, n, 64, 31);
-  QuantMatrix wp = w.w;
-  std::vector<int64_t> reported;
-  attach_panels(wp, [&](int64_t rows) { reported.push_back(rows); });
-  ASSERT_GE(reported.size(), 3u);
-  EXPECT_EQ(reported.back(), n);
-  EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
-  EXPECT_LE(reported[0], 1024 * ThreadPool::shared(0)->num_threads());  // 1024 rows a thread
-  std::vector<uint8_t> row(wp.row_bytes);
-  for (int64_t r = 0; r < n; ++r) {
-    panel_row_blocks(wp, r, row.data());
-    ASSERT_EQ(std::memcmp(row.data(), w.w.row(r), wp.row_bytes), 0) << "row " << r;
-  }
-}
-
-// A row order reads the stored rows through it, as the reordered copy
-// permute_rows makes: the same bytes per row, the same panels, and products
-// equal to the copy's bit for bit on every target, from the rows and from the
-// panels (the loader's GGUF q/k in int8 mode).
-TEST(QuantMatrix, RowOrderReadsLikeAReorderedCopy) {
-  ThreadPool pool(2);
-  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q4_K}) {
-    SCOPED_TRACE(std::string(quant_name(t)));
-    const int64_t n = 40, k = 512;
-    const Weights w = random_weights(t, n, k, 32);
-    std::vector<int64_t> order(n);
-    for (int64_t i = 0; i < n; ++i) order[i] = (i % 2) * (n / 2) + i / 2;  // llama's interleave
-    const QuantMatrix copy = permute_rows(w.w, order);
-    QuantMatrix ordered = w.w;
-    ordered.row_order.assign(order.begin(), order.end());
-    for (int64_t r = 0; r < n; ++r)
-      ASSERT_EQ(std::memcmp(ordered.row(r), copy.row(r), w.w.row_bytes), 0) << "row " << r;
-    std::vector<const QuantMatrix*> kinds{&ordered};
-    QuantMatrix panels = ordered;
-    if (quant_has_panel_layout(t)) {
-      attach_panels(panels);
-      std::vector<uint8_t> row(w.w.row_bytes);
-      for (int64_t r = 0; r < n; ++r) {
-        panel_row_blocks(panels, r, row.data());
-        ASSERT_EQ(std::memcmp(row.data(), copy.row(r), w.w.row_bytes), 0) << "row " << r;
-      }
-      kinds.push_back(&panels);
-    }
-    for (int64_t m : {1, 3, 20}) {
-      const Shape s{m, n, k};
-      const auto x = test::spread_values(m * s.ldx(), 4 + m, -6, 6);
-      const auto bias = test::spread_values(n, 5, -4, 4);
-      for (QuantMode mode : kModes) {
-        const auto ref = run(s, x, copy, bias, mode, nullptr);
-        expect_same_bits(run(s, x, ordered, bias, mode, nullptr), ref);
-        every_target([&] {
-          for (const QuantMatrix* wm : kinds)
-            expect_same_bits(run(s, x, *wm, bias, mode, &pool), ref);
-        });
-      }
-    }
-  }
-}
-
-TEST(QuantMatrix, RowOrderMustCoverTheRows) {
-  ThreadPool pool(1);
-  const Weights w = random_weights(QuantType::Q8_0, 4, 64, 33);
-  QuantMatrix short_order = w.w;
-  short_order.row_order = {0, 1, 2};
-  const Shape s{1, 4, 64};
-  const auto x = test::spread_values(s.ldx(), 1, -1, 1);
-  const auto bias = test::spread_values(4, 2, -1, 1);
-  EXPECT_THROW(run(s, x, short_order, bias, QuantMode::kInt8, &pool), InvalidArgument);
-  EXPECT_THROW(attach_panels(short_order), InvalidArgument);
-  QuantMatrix outside = w.w;
-  outside.row_order = {0, 1, 4, 3};
-  EXPECT_THROW(attach_panels(outside), InvalidArgument);
-  outside.row_order = {0, -1, 2, 3};
-  EXPECT_THROW(attach_panels(outside), InvalidArgument);
-  QuantMatrix ordered = w.w;
-  ordered.row_order = {3, 2, 1, 0};
-  EXPECT_THROW(concat_quant({&ordered, &w.w}), InvalidArgument);
-}
-
-TEST(QuantMatrix, ConcatAndPermuteRows) {
-  const Weights a = random_weights(QuantType::Q6_K, 3, 256, 1);
-  const Weights b = random_weights(QuantType::Q6_K, 2, 256, 2);
-  const QuantMatrix c = concat_quant({&a.w, &b.w});
-  ASSERT_EQ(c.n, 5);
-  EXPECT_EQ(std::memcmp(c.row(0), a.w.row(0), 3 * a.w.row_bytes), 0);
-  EXPECT_EQ(std::memcmp(c.row(3), b.w.row(0), 2 * b.w.row_bytes), 0);
-  const QuantMatrix p = permute_rows(c, {4, 0, 2});
-  ASSERT_EQ(p.n, 3);
-  EXPECT_EQ(std::memcmp(p.row(0), c.row(4), c.row_bytes), 0);
-  EXPECT_EQ(std::memcmp(p.row(1), c.row(0), c.row_bytes), 0);
-  EXPECT_EQ(std::memcmp(p.row(2), c.row(2), c.row_bytes), 0);
-  EXPECT_THROW(permute_rows(c, {5}), InvalidArgument);
-  const Weights other = random_weights(QuantType::Q4_K, 2, 256, 3);
-  EXPECT_THROW(concat_quant({&a.w, &other.w}), InvalidArgument);
-  EXPECT_THROW(concat_quant({}), InvalidArgument);
-}
-
-TEST(Fp16, ConversionsRoundTripEveryHalf) {
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    const float f = quant::fp16_to_float(static_cast<uint16_t>(h));
-    if (std::isnan(f)) continue;
-    EXPECT_EQ(quant::float_to_fp16(f), h);
-  }
-  EXPECT_EQ(quant::float_to_fp16(65520.0f), 0x7C00);          // rounds to inf
-  EXPECT_EQ(quant::float_to_fp16(65519.0f), 0x7BFF);          // max half
-  EXPECT_EQ(quant::float_to_fp16(std::ldexp(1.0f, -25)), 0);  // tie to even: 0
-  EXPECT_EQ(quant::float_to_fp16(std::ldexp(3.0f, -25)), 2);  // 1.5 ulp -> 2
 }
 
 }  // namespace

@@ -134,10 +134,11 @@ def exact_bound(x, w, bias):
     return (k / 16 + 5) * 2.0**-24 * (np.abs(x) @ np.abs(w.T) + np.abs(bias))
 
 
-def int8_bound(x, w, elems=32):
-    """Error of rounding x to int8 per 32 columns (whatever the weights' block):
-    half a step dx = amax / 127 per element (plus the scale's rounding), times
-    sum |w| over the 32 columns."""
+def int8_bound(x, w, elems):
+    """Error of rounding x to int8 per activation block of `elems` columns (16
+    against the 32-weight block types, 32 against the K types): half a step
+    dx = amax / 127 per element (plus the scale's rounding), times sum |w| over
+    the block's columns."""
     m, k = x.shape
     amax = np.abs(x).reshape(m, k // elems, elems).max(axis=2)
     wsum = np.abs(w).reshape(w.shape[0], k // elems, elems).sum(axis=2)
@@ -161,7 +162,7 @@ def test_quant_matmul_against_numpy(q, name, mode):
     xd = x.astype(np.float64)
     tol = exact_bound(xd, w, bias)
     if mode == "int8":
-        tol = tol + int8_bound(xd, w) * (1 + 1e-3)
+        tol = tol + int8_bound(xd, w, 16 if elems == 32 else 32) * (1 + 1e-3)
     assert np.all(np.abs(got - ref) <= tol), np.max(np.abs(got - ref) / tol)
 
 
