@@ -71,7 +71,8 @@ class CausalLM:
         ("q8_0", "q4_0", "q4_k", "q6_k", ..., or the mixes "q4_k_m", "q5_k_m") quantizes
         fp32/bf16/f16 weights on load, and "dequantize" makes a quantized checkpoint's
         matrices dense in the dtype (as transformers loads a GGUF); mode "int8"
-        runs quantized weights with int8 activations (as llama.cpp); mode "bf16dot" (dtype
+        runs quantized weights with int8 activations (as llama.cpp, with a scale per 16
+        columns against 32-weight blocks and per 32 against K blocks); mode "bf16dot" (dtype
         bfloat16) rounds matmul inputs to bf16 for the CPU's bf16 dot products."""
         if dtype not in _DTYPES:
             raise InvalidArgument(f"dtype {dtype!r} is not supported yet (supported: {_DTYPES})")
