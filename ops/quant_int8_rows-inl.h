@@ -5,8 +5,9 @@
 // vector for column quad q holds the 16 rows' four codes of that quad, and a
 // row of x meets it with one broadcast of its own four bytes. With
 // AVX512-VNNI that is one vpdpbusd per 64 products and, per block and row of
-// x, one conversion, one multiply and one fma for 16 outputs (llama.cpp's
-// repacked Q4_0 GEMM has the same shape). Elsewhere the panel holds the
+// x, two conversions, a multiply and two fmas for 16 outputs (one integer
+// sum and activation scale per half block; llama.cpp's repacked Q4_0 GEMM
+// has the same shape with one per block). Elsewhere the panel holds the
 // signed int16 weights in column pairs (vpmaddwd). Integer sums are exact,
 // so both equal quant::int8_block_dot bit for bit. The kernels over
 // QuantMatrix::panels, the quad tile and the dispatch of a range are in
