@@ -310,8 +310,8 @@ inline void PackQuadTileX(const quant::Int8Acts& acts, const BlockSums& sums, in
   t.jsum.resize(groups * nb * kMRQuads);
   for (int64_t row = rc; row < rc_end; ++row) {
     const int64_t g = (row - rc) / kMRQuads, r = (row - rc) % kMRQuads;
-    const int8_t* qx = acts.qx.data() + row * acts.k;
-    const float* dx = acts.dx.data() + row * (acts.k / quant::kXHalf);
+    const int8_t* qx = acts.qx_row(row);
+    const float* dx = acts.dx_row(row);
     const int32_t* start = sums.start.data() + (row - rc) * nb * 2;
     const float* jsum = sums.sum.data() + (row - rc) * nb;
     for (int64_t b = 0; b < nb; ++b) {

@@ -118,8 +118,8 @@ inline void SumBlocks(const quant::Int8Acts& acts, int64_t r0, int64_t r1, int z
   out.start.resize((r1 - r0) * nb * 2);
   out.sum.resize((r1 - r0) * nb);
   for (int64_t r = r0; r < r1; ++r) {
-    const int8_t* qx = acts.qx.data() + r * acts.k;
-    const float* dx = acts.dx.data() + r * (acts.k / quant::kXHalf);
+    const int8_t* qx = acts.qx_row(r);
+    const float* dx = acts.dx_row(r);
     for (int64_t b = 0; b < nb; ++b) {
       int32_t s[2];
       for (int h = 0; h < 2; ++h) {

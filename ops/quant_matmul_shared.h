@@ -46,6 +46,8 @@ struct Int8Acts {
   // per-thread cache of sums over these activations (BlockSums) is keyed by.
   uint64_t version = 0;
   Int8Row row(int64_t r) { return {qx.data() + r * k, dx.data() + r * (k / block)}; }
+  const int8_t* qx_row(int64_t r) const { return qx.data() + r * k; }
+  const float* dx_row(int64_t r) const { return dx.data() + r * (k / block); }
 };
 
 // Exact mode over rows [r0, r1) x columns [n0, n1), scalar (the reference's arithmetic).
