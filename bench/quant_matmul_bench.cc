@@ -2,8 +2,9 @@
 // on Qwen2.5-0.5B's MLP shapes: decode (m = 1, GB/s of weight bytes read)
 // and prefill (m = 512, GFLOP/s).
 //
-//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx]
-//                      [--threads T] [--type Q4_K] [--m M] [--shape NxK] [--target AVX2]
+//   quant_matmul_bench [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--streams S]
+//                      [--prefetch 0|1] [--amx] [--threads T] [--type Q4_K] [--m M]
+//                      [--shape NxK] [--target AVX2]
 //
 // --target NAME: dispatch to that Highway target (one this CPU runs and the
 // build compiled, e.g. AVX2 on an AVX-512 machine) instead of the best one,
@@ -21,6 +22,9 @@
 // back as one stream (label "i8p1"; quant::set_int8_decode_streams(1), no
 // long pieces),
 // against the default several streams at once ("i8p").
+// --streams S, --prefetch 0|1: the decode streams "i8p" reads and whether it
+// prefetches them in software (quant::set_int8_decode_streams, _prefetch)
+// instead of this CPU's defaults, to tune those on a new CPU.
 // --amx: m > 16 on panels also with the AMX tiles on (label "i8pa";
 // quant::set_int8_amx_enabled, off by default), where the CPU has them, beside
 // the default vpdpbusd quad tile ("i8p").
@@ -235,6 +239,10 @@ int main(int argc, char** argv) {
       o.amx = true;
     } else if (!std::strcmp(argv[i], "--one-stream")) {
       o.one_stream = true;
+    } else if (!std::strcmp(argv[i], "--streams") && i + 1 < argc) {
+      quant::set_int8_decode_streams(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--prefetch") && i + 1 < argc) {
+      quant::set_int8_decode_prefetch(std::atoi(argv[++i]) != 0);
     } else if (!std::strcmp(argv[i], "--cpu")) {
       g_cpu_time = true;
     } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -251,11 +259,11 @@ int main(int argc, char** argv) {
                o.n > 0 && o.k > 0 && o.n * o.k <= (int64_t{1} << 30)) {
       ++i;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--amx] [--threads T] "
-          "[--type Q4_K] [--m M] [--shape NxK] [--target AVX2]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--streams S] "
+                   "[--prefetch 0|1] "
+                   "[--amx] [--threads T] [--type Q4_K] [--m M] [--shape NxK] [--target AVX2]\n",
+                   argv[0]);
       return 2;
     }
   }

@@ -334,11 +334,34 @@ float int8_block_dot(const Int8Row& x, const int16_t* w16, const int16_t* mn16, 
 }
 
 namespace {
+// How this CPU's decode steps read 32-weight panels by default
+// (int8_decode_streams(), int8_decode_prefetch()). Three streams, each
+// prefetched in software, won where they were introduced: Zen 2 on the AVX2
+// kernels (1.1-1.25x in the kernels, bench/results/decode_streams.md) and
+// the Xeon (family 6 model 207) on the VNNI ones (decode b1 Qwen2.5-Coder-0.5B
+// 1.13x, SmolLM2 Q4_0 1.07x). On Zen 4 (AVX-512 VNNI, no AMX) one stream
+// read by the hardware prefetchers alone wins: decode b1 1.04-1.22x on six
+// files (one stream against three 0.97-1.13x, then no software prefetch
+// 1.01-1.07x more; bench/results/decode_reads_zen4.md). AMD's cores with
+// AVX-512 (Zen 4, Zen 5) read that way; Zen 5 is unmeasured.
+struct DecodeReads {
+  int streams = 3;
+  bool prefetch = true;
+};
+DecodeReads DefaultDecodeReads() {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  __builtin_cpu_init();  // (this runs from a static initializer)
+  if (__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f")) return {1, false};
+#endif
+  return {};
+}
+
 std::atomic<bool> g_vnni_allowed{true};
 std::atomic<bool> g_amx_enabled{false};
 std::atomic<int64_t> g_amx_tiles{0};
 std::atomic<bool> g_fused_allowed{true};
-std::atomic<int> g_decode_streams{3};
+std::atomic<int> g_decode_streams{DefaultDecodeReads().streams};
+std::atomic<bool> g_decode_prefetch{DefaultDecodeReads().prefetch};
 std::atomic<int64_t> g_long_piece_bytes{int64_t{4} << 20};
 }  // namespace
 bool int8_vnni_allowed() { return g_vnni_allowed.load(std::memory_order_relaxed); }
@@ -353,6 +376,8 @@ int int8_decode_streams() { return g_decode_streams.load(std::memory_order_relax
 void set_int8_decode_streams(int streams) {
   g_decode_streams.store(std::clamp(streams, 1, kMaxDecodeStreams));
 }
+bool int8_decode_prefetch() { return g_decode_prefetch.load(std::memory_order_relaxed); }
+void set_int8_decode_prefetch(bool prefetch) { g_decode_prefetch.store(prefetch); }
 int64_t int8_long_piece_bytes() { return g_long_piece_bytes.load(std::memory_order_relaxed); }
 void set_int8_long_piece_bytes(int64_t bytes) {
   g_long_piece_bytes.store(std::max<int64_t>(0, bytes));

@@ -243,7 +243,7 @@ HWY_NOINLINE void Int8Panels256Range(const QuantMatmulArgs& a, quant::Int8Acts& 
       ForDecodeStreams(n0, n1, ds.streams,
                        [&](int64_t s, const int64_t* first, const int64_t* stop, int64_t count) {
                          kStreamsOf<t>[s - 1](a, acts, sums, rc, rc, first, stop, count, n1,
-                                              !ds.long_piece);
+                                              !ds.long_piece && quant::int8_decode_prefetch());
                        });
       continue;
     }

@@ -135,7 +135,8 @@ void set_int8_fused_allowed(bool allowed);
 // Into how many runs, read at once, a decode step (one row of x) splits a
 // thread's range of panels: default 3 (decode 1.11x on SmolLM2 Q4_0, 1.12x
 // on Qwen2.5-0.5B Q4_K_M, 1.16x on Gemma-3-270M Q4_K_M against 1, on Zen 2;
-// 4 and 5 were no faster, 7 and 8 slower in the kernels). 1 reads the range
+// 4 and 5 were no faster, 7 and 8 slower in the kernels), but 1 on AMD's
+// AVX-512 cores (quant_blocks.cc, DefaultDecodeReads). 1 reads the range
 // front to back as one stream (bench/quant_matmul_bench --one-stream times
 // it beside the default). The types with a min (Q4_1, Q5_1) take two at
 // most. The AVX2 kernels and the 32-weight types' VNNI kernel read streams;
@@ -143,6 +144,13 @@ void set_int8_fused_allowed(bool allowed);
 constexpr int kMaxDecodeStreams = 8;
 int int8_decode_streams();
 void set_int8_decode_streams(int streams);
+// Whether the kernels over 32-weight panels for one row of x (a decode step
+// at batch 1: the VNNI ones and the AVX2 streams) prefetch each stream in
+// software, kPanelAhead blocks ahead: default true, but false on AMD's
+// AVX-512 cores, whose hardware prefetchers read one stream faster alone
+// (quant_blocks.cc). Results never depend on it.
+bool int8_decode_prefetch();
+void set_int8_decode_prefetch(bool prefetch);
 // A long piece of a decode step's 32-weight panels on AVX2 (a thread's claim of at
 // least int8_long_piece_bytes(), default 4 MiB: an lm_head's, not a layer's
 // products in the models measured) is read as kLongPieceStreams runs with no

@@ -116,8 +116,10 @@ TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
 // a second pass: every split of a range (2 .. 11 panels, a last panel with
 // fewer than 16 rows) equals the reference for the 32-weight and the K
 // types, on one thread (one range) and on two, with three streams (the
-// default), two and one, and with every piece read as a long one (seven
-// streams, no prefetch: quant::int8_long_piece_bytes()).
+// default), two and one, each with and without software prefetch
+// (quant::int8_decode_prefetch, whose default depends on the CPU), and with
+// every piece read as a long one (seven streams, no prefetch:
+// quant::int8_long_piece_bytes()).
 TEST(QuantMatmul, DecodeStreamsEqualReference) {
   ThreadPool one(1), two(2);
   for (QuantType t :
@@ -135,20 +137,26 @@ TEST(QuantMatmul, DecodeStreamsEqualReference) {
       const auto bias = test::spread_values(n, 3, -4, 4);
       const auto ref = run(s, x, w.w, bias, QuantMode::kInt8, nullptr);
       const int default_streams = quant::int8_decode_streams();
+      const bool default_prefetch = quant::int8_decode_prefetch();
       const int64_t default_long = quant::int8_long_piece_bytes();
       every_target([&] {
         for (int64_t long_bytes : {default_long, int64_t{0}}) {
           quant::set_int8_long_piece_bytes(long_bytes);
           for (int streams : {3, 2, 1}) {
-            SCOPED_TRACE("streams " + std::to_string(streams) + ", long pieces from " +
-                         std::to_string(long_bytes) + " bytes");
-            quant::set_int8_decode_streams(streams);
-            expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &one), ref);
-            expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &two), ref);
+            for (bool prefetch : {true, false}) {
+              SCOPED_TRACE("streams " + std::to_string(streams) +
+                           (prefetch ? "" : ", no prefetch") + ", long pieces from " +
+                           std::to_string(long_bytes) + " bytes");
+              quant::set_int8_decode_streams(streams);
+              quant::set_int8_decode_prefetch(prefetch);
+              expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &one), ref);
+              expect_same_bits(run(s, x, w.w, bias, QuantMode::kInt8, &two), ref);
+            }
           }
         }
       });
       quant::set_int8_decode_streams(default_streams);
+      quant::set_int8_decode_prefetch(default_prefetch);
       quant::set_int8_long_piece_bytes(default_long);
     }
   }
