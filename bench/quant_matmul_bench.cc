@@ -261,8 +261,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--cpu] [--hot] [--tiled] [--one-stream] [--streams S] "
-                   "[--prefetch 0|1] "
-                   "[--amx] [--threads T] [--type Q4_K] [--m M] [--shape NxK] [--target AVX2]\n",
+                   "[--prefetch 0|1] [--amx] [--threads T] [--type Q4_K] [--m M] [--shape NxK] "
+                   "[--target AVX2]\n",
                    argv[0]);
       return 2;
     }

@@ -116,7 +116,7 @@ TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
 // a second pass: every split of a range (2 .. 11 panels, a last panel with
 // fewer than 16 rows) equals the reference for the 32-weight and the K
 // types, on one thread (one range) and on two, with three streams (the
-// default), two and one, each with and without software prefetch
+// default on most CPUs), two and one, each with and without software prefetch
 // (quant::int8_decode_prefetch, whose default depends on the CPU), and with
 // every piece read as a long one (seven streams, no prefetch:
 // quant::int8_long_piece_bytes()).
