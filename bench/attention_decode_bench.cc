@@ -11,9 +11,11 @@
 //   GB/s:   the layer's keys and values (ctx positions) over the cold time
 //
 //   attention_decode_bench [--ctx 64,256,1024] [--threads 2] [--layers 30]
-//                          [--evict-mb 3] [--steps 16]
+//                          [--evict-mb 3] [--steps 16] [--heads 9 --kv-heads 3 --d 64]
+//   (Gemma 3 270M: --heads 4 --kv-heads 1 --d 256 --layers 18)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +62,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string ctxs = "64,256,1024";
   int threads = 2, layers = 30, steps = 16;
+  int64_t heads = 9, kv_heads = 3, d = 64;
   double evict_mb = 3.0;
   for (int i = 1; i < argc; ++i) {
     const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
@@ -73,15 +76,25 @@ int main(int argc, char** argv) {
       evict_mb = std::atof(argv[++i]);
     } else if (arg("--steps")) {
       steps = std::atoi(argv[++i]);
+    } else if (arg("--heads")) {
+      heads = std::atoll(argv[++i]);
+    } else if (arg("--kv-heads")) {
+      kv_heads = std::atoll(argv[++i]);
+    } else if (arg("--d")) {
+      d = std::atoll(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--ctx 64,256,1024] [--threads 2] [--layers 30] [--evict-mb 3] "
-                   "[--steps 16]\n",
+                   "[--steps 16] [--heads 9 --kv-heads 3 --d 64]\n",
                    argv[0]);
       return 2;
     }
   }
-  constexpr int64_t kHeads = 9, kKvHeads = 3, kD = 64, kRow = kKvHeads * kD;
+  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || d < 1 || d % 16 != 0) {
+    std::fprintf(stderr, "--heads must be a multiple of --kv-heads, --d of 16\n");
+    return 2;
+  }
+  const int64_t kHeads = heads, kKvHeads = kv_heads, kD = d, kRow = kKvHeads * kD;
   ThreadPool pool(threads);
   // The stand-in weights: each layer reads its own part, so that after a
   // step the whole buffer (larger than any last-level cache) went through.
@@ -124,7 +137,7 @@ int main(int argc, char** argv) {
     cache.set_length(0, ctx);
     for (auto& x : q) x = dist(rng);
     ChunkOptions opt{.num_heads = kHeads, .num_kv_heads = kKvHeads, .head_dim = kD, .score = {}};
-    opt.score.scale = 0.125f;
+    opt.score.scale = 1.0f / std::sqrt(static_cast<float>(kD));
     LayerWorkspace ws;
     std::vector<double> cold, hot;
     for (int s = 0; s < steps; ++s) {
