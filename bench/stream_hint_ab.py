@@ -19,12 +19,12 @@ import argparse
 import json
 import re
 import statistics
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from patched_build import build_patched  # noqa: E402
 from run import ROOT, log, machine_description  # noqa: E402
 
 GGUF = Path.home() / ".cache/hubzoo/gguf"
@@ -42,23 +42,6 @@ CASES = {
                     ["--dtype", "float32", "--mode", "int8"]),
 }
 LINE = re.compile(r"stream_hint_ab off_s=([\d.]+) off_jobs=(\d+) on_s=([\d.]+) on_jobs=(\d+)")
-
-
-def build_patched() -> Path:
-    """hubzoo from HEAD with the patch, in a fixed folder (so that ccache hits from run to run)."""
-    root = Path.home() / ".cache/hubzoo/stream_hint_ab"
-    src, build = root / "src", root / "build"
-    if src.exists():
-        shutil.rmtree(src)
-    src.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-m", "-C", str(src)], input=archive, check=True)
-    subprocess.run(["git", "apply", str(ROOT / "bench/patches/stream_hint_ab.patch")], cwd=src, check=True)
-    subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                    "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DHUBZOO_TESTS=OFF", "-DHUBZOO_PYTHON=OFF",
-                    "-DHUBZOO_BENCH=OFF"], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "--target", "hubzoo"], check=True, capture_output=True)
-    return build / "hubzoo"
 
 
 def run_case(binary: Path, model: Path, extra: list[str], tokens: int, threads: int) -> dict:
@@ -85,7 +68,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench/results/stream_hint_ab"))
     a = ap.parse_args()
     log("building hubzoo with bench/patches/stream_hint_ab.patch")
-    binary = build_patched()
+    binary = build_patched("stream_hint_ab")
     report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "machine": machine_description(),
               "tokens": a.tokens, "threads": a.threads, "cases": {}}
     for name in a.cases.split(","):
