@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import (PY, ROOT, free_port, llama_cpp_engine, log, machine_description,  # noqa: E402
-                 machine_limits, median_engine, run_process, seconds_to_ready)
+                 machine_limits, median_engine, read_bandwidth, run_process, seconds_to_ready)
 
 MODELS = ROOT / "models"
 
@@ -148,12 +148,6 @@ def hubzoo_gguf(build: Path, gguf: Path, mode: str, a) -> dict:
         [str(build / "hubzoo"), "serve", "-m", str(gguf), *mode_flags(mode), "--threads", str(a.threads),
          "--max-concurrency", "1", "--max-context", "1024", "--port", str(port)], port)
     return r
-
-
-def read_bandwidth(build: Path, threads: int) -> float:
-    """The read bandwidth at `threads` threads now (machine_bench, about a second)."""
-    lim = machine_limits(build, threads)
-    return next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"]
 
 
 def fig(engine: dict, figure: str, key: str, value: int):

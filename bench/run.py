@@ -113,6 +113,12 @@ def machine_limits(build: Path, threads: int) -> dict:
     return json.loads(out)
 
 
+def read_bandwidth(build: Path, threads: int) -> float:
+    """The read bandwidth at `threads` threads now (machine_bench, a few seconds)."""
+    lim = machine_limits(build, threads)
+    return next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"]
+
+
 def matmul_vs_onednn(build: Path, quick: bool) -> dict:
     tmp = ROOT / "build/bench/matmul.json"
     run_process([str(build / "bench/matmul_bench"), "--json", str(tmp)] + (["--quick"] if quick else []))
@@ -194,6 +200,7 @@ def median_engine(runs: list[dict]) -> dict:
                         "tok_s_all": [y["tok_s"] for y in same]})
         r[figure] = out
     r["rounds"] = len(runs)
+    r["read_gbs_before_all"] = [x.get("read_gbs_before") for x in runs]
     return r
 
 
@@ -265,7 +272,10 @@ def main():
             if name.startswith("transformers") and rnd >= a.transformers_rounds:
                 continue
             log(f"round {rnd + 1}/{a.rounds}: {name}")
-            runs[name].append(fn())
+            # A shared machine's bandwidth moves between runs (on some hosts it flips between two
+            # levels every few minutes): each run keeps the bandwidth measured just before it.
+            gbs = read_bandwidth(build, a.threads)
+            runs[name].append(dict(fn(), read_gbs_before=gbs))
     report["engines"] = {name: median_engine(r) for name, r in runs.items()}
     report["flops"] = {str(p): model_flops(cfg, int(p)) for p in a.prefill.split(",")}
     if "embed" not in skip:
@@ -335,7 +345,8 @@ def targets(r: dict, cfg: dict) -> list[dict]:
     hz = e["hubzoo bfloat16"]
     d_hz = fig("hubzoo bfloat16", "decode", "batch", 1)
     d_ll = fig("llama.cpp BF16", "decode", "batch", 1)
-    add("bf16 decode b1 / llama.cpp BF16", d_hz / d_ll if d_ll else None, 1.2)
+    add("bf16 decode b1 / llama.cpp BF16", d_hz / d_ll if d_ll else None, 1.2,
+        note=paired_rounds(e, "hubzoo bfloat16", "llama.cpp BF16"))
     bound = lim["read_gbs"] * 1e9 / hz["weight_bytes"]
     add("bf16 decode b1 / bandwidth bound", d_hz / bound, 0.85,
         note=f"bound {bound:.0f} tok/s = {lim['read_gbs']:.1f} GB/s / {hz['weight_bytes'] / 1e6:.0f} MB")
@@ -351,7 +362,8 @@ def targets(r: dict, cfg: dict) -> list[dict]:
         a_, b_ = med(dot, "prefill", "tokens", 512), med(peer, "prefill", "tokens", 512)
         add(f"bf16 prefill 512 (bf16dot) / {peer}, medians", a_ / b_ if (a_ and b_) else None, bar)
     a_, b_ = med(dot, "decode", "batch", 1), med("llama.cpp BF16", "decode", "batch", 1)
-    add("bf16 decode b1 (bf16dot) / llama.cpp BF16, medians", a_ / b_ if (a_ and b_) else None, 1.2)
+    add("bf16 decode b1 (bf16dot) / llama.cpp BF16, medians", a_ / b_ if (a_ and b_) else None, 1.2,
+        note=paired_rounds(e, dot, "llama.cpp BF16"))
     p_hz = fig("hubzoo float32", "prefill", "tokens", 512)
     p_ll = fig("llama.cpp F32", "prefill", "tokens", 512)
     add("fp32 prefill 512 / llama.cpp F32", p_hz / p_ll if (p_hz and p_ll) else None, 1.0)
@@ -379,6 +391,20 @@ def targets(r: dict, cfg: dict) -> list[dict]:
     add("peak RSS / (weights + KV cache), bf16", hz["peak_rss_bytes"] / (hz["weight_bytes"] + kv), 1.2,
         higher=False, note=f"largest KV cache of the run {kv / 2**20:.0f} MiB")
     return out
+
+
+def paired_rounds(e: dict, engine: str, peer: str) -> str:
+    """Round k of `engine` over round k of `peer` (decode b1), each with the read bandwidth
+    measured just before the two runs: where the machine's bandwidth moved during the run,
+    this shows which level each ratio was measured at."""
+    if engine not in e or peer not in e:
+        return ""
+    a_ = next((x["tok_s_all"] for x in e[engine]["decode"] if x["batch"] == 1), [])
+    b_ = next((x["tok_s_all"] for x in e[peer]["decode"] if x["batch"] == 1), [])
+    ga, gb = e[engine].get("read_gbs_before_all", []), e[peer].get("read_gbs_before_all", [])
+    pairs = [f"{x / y:.2f}x at {g:.0f}/{h:.0f} GB/s" for x, y, g, h in zip(a_, b_, ga, gb)
+             if g is not None and h is not None]
+    return "rounds: " + ", ".join(pairs) if pairs else ""
 
 
 def embed_ratio(corpus: dict, batch: int):
