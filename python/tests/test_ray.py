@@ -458,8 +458,8 @@ def _wait_replicas(count: int, exclude: set[int], timeout: float = 120) -> set[i
 
 
 def _load_with_kill(url, kill) -> tuple[list, int]:
-    """48 chats (half streamed) 16 at once; kill() once 4 have finished (both replicas busy,
-    more queued). Returns [(job, (text or exception, started))] and the ingress's retries."""
+    """48 chats (half streamed) 16 at once; kill() once 4 have finished (more queued).
+    Returns [(job, (text or exception, started))] and the ingress's retries."""
     import httpx
 
     c = _client(url)
@@ -487,13 +487,33 @@ def _check_no_loss(results, chat_ref):
     return cut
 
 
+def _kill_when_busy(replica: int, timeout: float = 10) -> None:
+    """SIGKILL the replica once its engine (`hubzoo serve`, the replica's grandchild) is
+    computing: a replica is idle for a moment each time its batch of requests finishes
+    together, and a kill then finds nothing in flight."""
+    deadline = time.time() + timeout
+    try:
+        server = next(p for p in psutil.Process(replica).children(recursive=True) if p.name() == "hubzoo")
+        cpu = sum(server.cpu_times()[:2])
+        while time.time() < deadline:
+            time.sleep(0.02)
+            now = sum(server.cpu_times()[:2])
+            if now - cpu > 0.01:  # over half a core in the last 20 ms
+                break
+            cpu = now
+    except (StopIteration, psutil.Error):
+        pass  # no engine to watch (it died or was never seen): kill the replica now
+    os.kill(replica, signal.SIGKILL)
+
+
 def test_serve_replica_killed_under_load(served, chat_ref):
-    # A kill that finds the victim idle proves nothing about retries: then the load is run
-    # again on the replaced pair (at most 3 times) until a kill lands on requests in flight.
+    # A kill that finds the victim idle proves nothing about retries: the kill waits for the
+    # victim's engine to be computing, and the load runs again on the replaced pair (at most
+    # 3 times) until a kill lands on a request in flight that had sent nothing yet.
     for attempt in range(3):
         before = _wait_replicas(2, set())
         victim = sorted(before)[0]
-        results, retried = _load_with_kill(served, lambda: os.kill(victim, signal.SIGKILL))
+        results, retried = _load_with_kill(served, lambda: _kill_when_busy(victim))
         cut = _check_no_loss(results, chat_ref)
         after = _wait_replicas(2, {victim})
         assert len(after & before) == 1
