@@ -304,25 +304,34 @@ def finished(server, reason: str) -> float:
 
 def test_stop_cancels_the_generation_on_the_server(served, browser):
     server = served["server"]
-    cancelled = finished(server, "cancelled")
     set_setting(browser, "max_tokens", "800")
     set_setting(browser, "temperature", "1")
-    browser.type_into("#input", "Write a very long story about a dragon who learns to bake bread." + ENTER)
-    browser.wait_for("const s = document.querySelector('.msg.assistant.streaming .md');"
-                     "return s && s.textContent.length > 20;")
-    browser.click(".msg.assistant.streaming button[title='Stop this answer']")
-    browser.wait_for("return !document.body.classList.contains('busy');")
-    deadline = time.time() + 10
-    while finished(server, "cancelled") == cancelled and time.time() < deadline:
-        time.sleep(0.1)
-    assert finished(server, "cancelled") == cancelled + 1
-    m = server.wait_idle()
-    assert m["hubzoo_client_disconnects_total"] >= 1
-    stats = browser.script("return [...document.querySelectorAll('.msg.assistant .stats')].pop().textContent;")
-    assert "stopped" in stats
-    assert stored(browser)[-1]["content"]  # the text so far is kept
-    set_setting(browser, "max_tokens", "40")
-    set_setting(browser, "temperature", "0")
+    try:
+        # Sampled at temperature 1, an answer can end on its own (end of text) between the
+        # page showing 20 characters and the click on Stop landing: that proves nothing
+        # about cancelling, so then the story is asked for again (at most 3 times).
+        for attempt in range(3):
+            before = {r: finished(server, r) for r in ("cancelled", "stop", "length")}
+            browser.type_into("#input", "Write a very long story about a dragon who learns to bake bread." + ENTER)
+            browser.wait_for("const s = document.querySelector('.msg.assistant.streaming .md');"
+                             "return s && s.textContent.length > 20;")
+            browser.click(".msg.assistant.streaming button[title='Stop this answer']")
+            browser.wait_for("return !document.body.classList.contains('busy');")
+            deadline = time.time() + 10
+            while time.time() < deadline and all(finished(server, r) == n for r, n in before.items()):
+                time.sleep(0.1)
+            ended = finished(server, "stop") + finished(server, "length") - before["stop"] - before["length"]
+            if finished(server, "cancelled") != before["cancelled"] or ended == 0:
+                break
+        assert finished(server, "cancelled") == before["cancelled"] + 1
+        m = server.wait_idle()
+        assert m["hubzoo_client_disconnects_total"] >= 1
+        stats = browser.script("return [...document.querySelectorAll('.msg.assistant .stats')].pop().textContent;")
+        assert "stopped" in stats
+        assert stored(browser)[-1]["content"]  # the text so far is kept
+    finally:  # the later tests expect short greedy answers
+        set_setting(browser, "max_tokens", "40")
+        set_setting(browser, "temperature", "0")
 
 
 def test_streamed_markdown_renders_as_elements(served, browser):
