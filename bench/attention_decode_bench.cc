@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--heads must be a multiple of --kv-heads, --d of 16\n");
     return 2;
   }
-  const int64_t kHeads = heads, kKvHeads = kv_heads, kD = d, kRow = kKvHeads * kD;
+  const int64_t row = kv_heads * d;  // a KV cache row: every KV head's d floats
   ThreadPool pool(threads);
   // The stand-in weights: each layer reads its own part, so that after a
   // step the whole buffer (larger than any last-level cache) went through.
@@ -115,17 +115,17 @@ int main(int argc, char** argv) {
   std::printf(
       "attention per decode step and layer: %ld heads, %ld KV heads, d %ld, %d layers, "
       "%d threads, %.1f MB read between layers; medians of %d steps\n",
-      static_cast<long>(kHeads), static_cast<long>(kKvHeads), static_cast<long>(kD), layers,
-      threads, evict_mb, steps);
+      static_cast<long>(heads), static_cast<long>(kv_heads), static_cast<long>(d), layers, threads,
+      evict_mb, steps);
   std::printf("%6s | %9s %9s | %8s | %s\n", "ctx", "cold us", "hot us", "cold/hot", "cold GB/s");
   for (const int64_t ctx : parse_list(ctxs)) {
-    KvLayerSpec spec{kRow, 0};
+    KvLayerSpec spec{row, 0};
     spec.blocked_keys = true;
     KvCache cache(std::vector<KvLayerSpec>(layers, spec), 1);
     cache.reserve(0, ctx + steps);
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> k(kRow), v(kRow), q(kHeads * kD), out(kHeads * kD);
+    std::vector<float> k(row), v(row), q(heads * d), out(heads * d);
     for (int64_t layer = 0; layer < layers; ++layer) {
       for (int64_t p = 0; p < ctx; ++p) {
         for (auto& x : k) x = dist(rng);
@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
     }
     cache.set_length(0, ctx);
     for (auto& x : q) x = dist(rng);
-    ChunkOptions opt{.num_heads = kHeads, .num_kv_heads = kKvHeads, .head_dim = kD, .score = {}};
-    opt.score.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+    ChunkOptions opt{.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .score = {}};
+    opt.score.scale = 1.0f / std::sqrt(static_cast<float>(d));
     LayerWorkspace ws;
     std::vector<double> cold, hot;
     for (int s = 0; s < steps; ++s) {
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
       cache.set_length(0, ctx + s + 1);
     }
     const double c = median(cold), h = median(hot);
-    const double bytes = 2.0 * static_cast<double>(ctx) * kRow * sizeof(float);
+    const double bytes = 2.0 * static_cast<double>(ctx) * row * sizeof(float);
     std::printf("%6ld | %9.2f %9.2f | %7.2fx | %.1f\n", static_cast<long>(ctx), c * 1e6, h * 1e6,
                 c / h, bytes / c * 1e-9);
   }

@@ -11,7 +11,7 @@ the job's time in the caller, the caller's wait for the others once its own part
 and the time inside the job's function on the caller and on the workers (summed). The
 decode's jobs repeat every token, so `per token` (count / tokens) tells which rows are the
 step's. A diagnostic, never a test: its timings include the trace's own clock reads
-(~20 ns each, four per job and two per part of one).
+(~20 ns each, three per job and two per part of one).
 """
 
 from __future__ import annotations
