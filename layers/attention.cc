@@ -570,6 +570,33 @@ std::vector<char> long_rope_slots(const TokenBatch& batch, const Rope* rope, int
   return long_slot;
 }
 
+constexpr int64_t kFetchKvRows = 16;
+// A decode step's keys and values cached in this layer before the step (the
+// pages of the positions its rows see, each slot once), named for the pool's
+// workers to fetch once their part of the q/k/v product is done: attention
+// then finds them in cache, fetched while the caller did the serial work
+// between the two. At most kFetchKvRows rows (a prompt's attention computes).
+void fetch_cached_kv(const TokenBatch& batch, const KvCache& cache, int64_t layer, int64_t window,
+                     ThreadPool& pool) {
+  thread_local std::vector<ThreadPool::Region> regions;
+  regions.clear();
+  const int64_t m = batch.size();
+  for (int64_t t = 0; t < m; ++t) {
+    const int32_t slot = batch.slot[t];
+    int64_t first = batch.pos[t];  // the slot's first position in the batch
+    bool seen = false;
+    for (int64_t u = 0; u < m && !seen; ++u) {
+      if (batch.slot[u] != slot) continue;
+      seen = u < t;
+      first = std::min<int64_t>(first, batch.pos[u]);
+    }
+    if (seen) continue;
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, first - window + 1) : 0;
+    cache.page_regions(layer, slot, lo, first, regions);
+  }
+  pool.prefetch_after_next_job(regions.data(), static_cast<int64_t>(regions.size()));
+}
+
 }  // namespace
 
 void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const float* v,
@@ -683,6 +710,9 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
   float* const qkv = ws.step.get(m * (fused + 2 * q_size + 2 * kv_size));
   float* const q = qkv + m * fused;    // [M, heads*D]
   float* const attn = q + m * q_size;  // [M, heads*D]
+  if (!opt_.kv_shared && m <= kFetchKvRows && pool.num_threads() > 1) {
+    fetch_cached_kv(batch, cache, layer, opt_.window, pool);
+  }
   qkv_proj_.forward(x, m, qkv, pool);
   num.round_eager(qkv, m * fused);
   const auto take = [&](int64_t offset, int64_t size, float* dst) {

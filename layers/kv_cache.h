@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/thread_pool.h"
 
 namespace hubzoo {
 
@@ -136,6 +137,13 @@ class KvCache {
   const void* const* value_pages(int64_t layer, int64_t slot) const {
     return tables_[index(layer, slot)].values.data();
   }
+
+  // The memory of the pages of a (layer, slot) that hold positions
+  // [begin, end), appended to `out` in position order (a page's keys, then
+  // its values), pages not held left out: what attention reads of them, for
+  // a thread to fetch ahead (ThreadPool::prefetch_after_next_job).
+  void page_regions(int64_t layer, int64_t slot, int64_t begin, int64_t end,
+                    std::vector<ThreadPool::Region>& out) const;
 
   // Floats [offset, offset + n) of the key (value) row of `pos`, which the
   // slot must hold: a pointer into the page (float32 rows) or into

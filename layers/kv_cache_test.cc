@@ -90,6 +90,39 @@ TEST(PagedKvCache, PagesFollowPositions) {
   EXPECT_EQ(cache.pages_held(), 0);
 }
 
+// page_regions names each held page of the positions asked for, keys then
+// values, in position order; released pages and pages past the table are left out.
+TEST(PagedKvCache, PageRegionsNameThePagesOfPositions) {
+  KvCache cache({KvLayerSpec{kRow, 0}, KvLayerSpec{kRow, 20, false, true}}, 2);
+  cache.reserve(1, 40);
+  const int64_t half = kKvPage * kRow * 4;  // a page's float32 keys (or values)
+  std::vector<ThreadPool::Region> got;
+  cache.page_regions(0, 1, 0, 40, got);  // pages 0, 1, 2
+  ASSERT_EQ(got.size(), 6u);
+  for (int64_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(got[2 * b].at, cache.key_pages(0, 1)[b]) << b;
+    EXPECT_EQ(got[2 * b + 1].at, cache.value_pages(0, 1)[b]) << b;
+    EXPECT_EQ(got[2 * b].bytes, half);
+    EXPECT_EQ(got[2 * b + 1].bytes, half);
+  }
+  got.clear();
+  cache.page_regions(0, 1, 17, 33, got);  // positions 17 .. 32: pages 1 and 2
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].at, cache.key_pages(0, 1)[1]);
+  got.clear();
+  cache.page_regions(0, 1, 16, 16, got);   // no positions
+  cache.page_regions(0, 0, 0, 40, got);    // a slot holding none
+  cache.page_regions(0, 1, 0, 1000, got);  // past what the slot holds: its 3 pages
+  EXPECT_EQ(got.size(), 6u);
+  // A windowed bf16 layer: the released pages are not named; bf16 halves the bytes.
+  cache.set_length(1, 40);
+  got.clear();
+  cache.page_regions(1, 1, 0, 40, got);
+  ASSERT_EQ(got.size(), 4u);  // pages 1 and 2 hold positions 20 .. 39
+  EXPECT_EQ(got[0].at, cache.key_pages(1, 1)[1]);
+  EXPECT_EQ(got[0].bytes, half / 2);
+}
+
 TEST(PagedKvCache, BlockedKeysGoToTheirLane) {
   KvCache cache({KvLayerSpec{kRow, 0, true}}, 1);
   cache.reserve(0, 20);

@@ -10,6 +10,9 @@ namespace {
 // True while this thread runs a chunk of some pool's job: nested parallel_for
 // calls then run inline instead of deadlocking on the busy pool.
 thread_local bool t_in_job = false;
+// The calling thread's prefetch_after_next_job() regions, until its next
+// parallel_for; and a worker's copy of its job's, to fetch after its part.
+thread_local std::vector<ThreadPool::Region> t_pending_later, t_later;
 
 // Workers and the caller spin this long before sleeping on a condition variable:
 // a decode step issues hundreds of short jobs, and a futex wake-up per job
@@ -123,8 +126,9 @@ std::shared_ptr<ThreadPool> ThreadPool::shared(int num_threads) {
   return pool;
 }
 
-void ThreadPool::run_chunks(uint64_t gen) {
+void ThreadPool::run_chunks(uint64_t gen, int self) {
   uint64_t t = ticket_.load(std::memory_order_acquire);
+  bool claimed = false;
   for (;;) {
     if (ticket_gen(t) != gen || ticket_next(t) >= ticket_chunks(t)) return;
     if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel,
@@ -133,6 +137,10 @@ void ThreadPool::run_chunks(uint64_t gen) {
     }
     // Chunk ticket_next(t) of job `gen` is ours: the job cannot finish (and its
     // fields cannot change) before we report it done below.
+    if (!claimed) {
+      take_later(self);
+      claimed = true;
+    }
     const int chunks = ticket_chunks(t);
     int64_t begin, end;
     chunk_range(job_n_, job_grain_, chunks, ticket_next(t), &begin, &end);
@@ -192,15 +200,41 @@ void ThreadPool::run_shares(uint64_t gen, int self) {
     }
     if (!claimed) {  // the job lives until these grains are done: `after` is its own
       after = shares_[self].after;
+      take_later(self);
       claimed = true;
     }
     run_grains(next, next + take);
     s = own.load(std::memory_order_acquire);
   }
   // The caller leaves at once (its `after` is empty); a worker fetches ahead
-  // while it would otherwise wait for the next job.
+  // while it would otherwise wait for the next job: first what the caller
+  // named for after this job, then its share of the next hinted one.
+  if (claimed) fetch_later(gen);
   const char* p = static_cast<const char*>(after.at);
   for (int64_t i = 0; i < after.bytes; i += 64) __builtin_prefetch(p + i);
+}
+
+void ThreadPool::take_later(int self) {
+  t_later.clear();
+  if (self != 0) t_later.insert(t_later.end(), later_.begin(), later_.end());
+}
+
+void ThreadPool::fetch_later(uint64_t gen) {
+  int64_t budget = kMaxLaterBytes;
+  for (const Region& r : t_later) {
+    const char* p = static_cast<const char*>(r.at);
+    const int64_t bytes = std::min(r.bytes, budget);
+    budget -= bytes;
+    for (int64_t i = 0; i < bytes; i += 64) {
+      // Every KiB, give way to a job announced meanwhile.
+      if (i % 1024 == 0 && ticket_gen(ticket_.load(std::memory_order_relaxed)) != gen) {
+        t_later.clear();
+        return;
+      }
+      __builtin_prefetch(p + i);
+    }
+  }
+  t_later.clear();
 }
 
 // Moves the back half of the largest other share of job `gen` into thread
@@ -244,7 +278,8 @@ void ThreadPool::worker(int self) {
     const uint64_t t = ticket_.load(std::memory_order_acquire);
     seen = ticket_gen(t);
     if (ticket_chunks(t) > 0) {
-      run_chunks(seen);
+      run_chunks(seen, self);
+      fetch_later(seen);
     } else {  // a balanced job
       run_shares(seen, self);
     }
@@ -256,6 +291,10 @@ void ThreadPool::wait_for_chunks() {
   if (spin_until(done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   cv_done_.wait(lock, done);
+}
+
+void ThreadPool::prefetch_after_next_job(const Region* regions, int64_t count) {
+  t_pending_later.assign(regions, regions + std::max<int64_t>(0, count));
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn, int max_chunks) {
@@ -302,6 +341,11 @@ std::vector<ThreadPool::Region> ThreadPool::next_stream(const void* key) const {
   return it == next_streams_.end() ? std::vector<Region>{} : it->second;
 }
 
+std::vector<ThreadPool::Region> ThreadPool::later_regions() const {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  return later_;
+}
+
 void ThreadPool::plan_prefetch(int64_t n, int64_t grain, int64_t grains, const StreamHint* hint) {
   for (int t = 0; t < num_threads_; ++t) shares_[t].after = Region{};
   if (!hint) return;
@@ -328,6 +372,8 @@ void ThreadPool::run_job(const RangeFn& fn, int64_t n, int64_t grain, int count,
                          const StreamHint* hint) {
   std::lock_guard<std::mutex> call_lock(call_mu_);
   if (balanced) plan_prefetch(n, grain, count, hint);
+  later_.swap(t_pending_later);
+  t_pending_later.clear();
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -353,7 +399,7 @@ void ThreadPool::run_job(const RangeFn& fn, int64_t n, int64_t grain, int count,
   if (balanced) {
     run_shares(gen, 0);
   } else {
-    run_chunks(gen);
+    run_chunks(gen, 0);
   }
   wait_for_chunks();
 

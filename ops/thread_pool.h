@@ -124,6 +124,21 @@ class ThreadPool {
   // 32-512 KiB all gained, 128-256 KiB most.
   static constexpr int64_t kPrefetchAheadBytes = 128 * 1024;
 
+  // Regions for the workers to fetch once their part of the calling thread's
+  // next job is done, before the job's StreamHint fetch: data a job after it
+  // reads that the caller knows of now. A decode step's attention reads its
+  // keys and values after the q/k/v product and the serial work after it,
+  // while a worker would wait; fetched then, they are in its cache when
+  // attention starts. Each worker fetches every region, in order, up to
+  // kMaxLaterBytes, and stops when the caller announces another job. Copied;
+  // the calling thread's next job that runs on the workers takes them (one
+  // run inline leaves them). A hint to the CPU, never a load that can fault:
+  // results do not depend on it.
+  void prefetch_after_next_job(const Region* regions, int64_t count);
+  static constexpr int64_t kMaxLaterBytes = 1 << 20;
+  // The regions the last job run on the workers handed them (tests, diagnostics).
+  std::vector<Region> later_regions() const;
+
   // The first index of thread t's share in parallel_for_balanced(n, grain, ...)
   // before any is stolen (where a StreamHint's region of that thread starts).
   int64_t balanced_share_begin(int64_t n, int64_t grain, int t) const;
@@ -135,7 +150,12 @@ class ThreadPool {
   // Implementation detail, see thread_pool.cc.
   void worker(int self);
   // Claims and runs chunks of the job of generation `gen` until none is left.
-  void run_chunks(uint64_t gen);
+  void run_chunks(uint64_t gen, int self);
+  // Copies the job's later_ regions for thread self's fetch (a worker holding
+  // a claimed piece of the job); fetch_later() fetches them until job `gen`
+  // is no longer the newest.
+  void take_later(int self);
+  void fetch_later(uint64_t gen);
   // The balanced job of generation `gen`: thread self's share, then stolen ones.
   void run_shares(uint64_t gen, int self);
   bool steal_into(uint64_t gen, int self);
@@ -188,6 +208,10 @@ class ThreadPool {
   std::unordered_map<const void*, std::vector<Region>> next_streams_;
   const void* last_stream_key_ = nullptr;
   std::vector<Region> stream_starts_;  // scratch, one per thread
+  // The current job's prefetch_after_next_job() regions: written under
+  // call_mu_ before the job is announced, read by a worker only while it
+  // holds a claimed piece of the job.
+  std::vector<Region> later_;
 };
 
 // The fewest rows of `row_elements` elements each that parallel_rows splits

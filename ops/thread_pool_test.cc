@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -427,6 +428,62 @@ TEST(ThreadPool, StreamHintKeysAreBounded) {
   }
   EXPECT_TRUE(pool.next_stream(&keys[0]).empty());  // forgotten when the table filled
   EXPECT_EQ(pool.next_stream(&keys[keys.size() - 2]).size(), 2u);  // learnt since
+}
+
+// prefetch_after_next_job's regions go with the calling thread's next job
+// that runs on the workers (not one run inline), and with that job only.
+TEST(ThreadPool, LaterRegionsGoWithTheNextJobOnTheWorkers) {
+  ThreadPool pool(2);
+  std::vector<char> mem(4096);
+  const std::vector<ThreadPool::Region> regions = {{mem.data(), 1024}, {mem.data() + 2048, 64}};
+  const auto noop = [](int64_t, int64_t) {};
+  const auto starts = [](const std::vector<ThreadPool::Region>& r) {
+    std::vector<std::pair<const void*, int64_t>> out;
+    for (const auto& x : r) out.emplace_back(x.at, x.bytes);
+    return out;
+  };
+  pool.prefetch_after_next_job(regions.data(), 2);
+  pool.parallel_for(1, 1, noop);  // one chunk: inline, leaves them
+  EXPECT_TRUE(pool.later_regions().empty());
+  pool.parallel_for_balanced(64, 1, noop);
+  EXPECT_EQ(starts(pool.later_regions()), starts(regions));
+  pool.parallel_for(64, 1, noop);  // the next job has none
+  EXPECT_TRUE(pool.later_regions().empty());
+  pool.prefetch_after_next_job(regions.data(), 1);
+  pool.parallel_for(64, 1, noop);  // chunked jobs take them too
+  EXPECT_EQ(starts(pool.later_regions()), starts({regions[0]}));
+
+  // Another thread's regions stay its own: this thread's job takes none.
+  std::thread other([&] { pool.prefetch_after_next_job(regions.data(), 2); });
+  other.join();
+  pool.parallel_for_balanced(64, 1, noop);
+  EXPECT_TRUE(pool.later_regions().empty());
+}
+
+// The workers' fetch is a hint that never faults: regions of memory that is
+// not mapped (and more of it than kMaxLaterBytes) leave the jobs' results and
+// the pool intact.
+TEST(ThreadPool, LaterRegionsNeverFault) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    const std::vector<ThreadPool::Region> regions = {
+        {reinterpret_cast<const void*>(uintptr_t{64}), 4 * ThreadPool::kMaxLaterBytes},
+        {nullptr, 4096}};
+    for (int round = 0; round < 50; ++round) {
+      pool.prefetch_after_next_job(regions.data(), static_cast<int64_t>(regions.size()));
+      std::vector<std::atomic<int>> hits(256);
+      if (round % 2) {
+        pool.parallel_for_balanced(256, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+      } else {
+        pool.parallel_for(256, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+      }
+      for (int64_t i = 0; i < 256; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+    }
+  }
 }
 
 }  // namespace
