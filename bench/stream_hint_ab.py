@@ -1,16 +1,19 @@
-"""The worker's prefetch of the next product (ThreadPool::StreamHint) on and off in one process.
+"""A worker-side prefetch on and off in one process: the next product's weights
+(ThreadPool::StreamHint, `--switch stream_hint`) or a decode step's cached keys and values
+(ThreadPool::prefetch_after_next_job, `--switch kv_fetch`).
 
     .venv/bin/python bench/stream_hint_ab.py                # every case, 3 runs each (~6 min)
     .venv/bin/python bench/stream_hint_ab.py --runs 1 --cases q8_0
+    .venv/bin/python bench/stream_hint_ab.py --switch kv_fetch --cases gemma,q4_k,bf16dot
 
 A few percent is below what separate processes resolve on a shared machine (paired rounds of
 `hubzoo bench` move by +-10% from one process to the next). So this builds hubzoo from HEAD
-with bench/patches/stream_hint_ab.patch applied (source and build under
-~/.cache/hubzoo/stream_hint_ab), which switches the prefetch on and off every
+with bench/patches/<switch>_ab.patch applied (source and build under
+~/.cache/hubzoo/<switch>_ab), which switches the prefetch on and off every
 HUBZOO_AB_PERIOD hinted jobs (484: 4 tokens of SmolLM2 at batch 1) and sums the time from
 each hinted job to the next per setting. Reported per case: the median over runs of
 (seconds per job off) / (seconds per job on), i.e. the speedup the prefetch gives.
-Writes bench/results/stream_hint_ab.{json,md}. A benchmark, never a test.
+Writes bench/results/<switch>_ab.{json,md}. A benchmark, never a test.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ CASES = {
     "bf16dot": (ROOT / "models/SmolLM2-135M-Instruct", ["--dtype", "bfloat16", "--mode", "bf16dot"]),
     "qwen q4_k_m": (ROOT / "models/gguf/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
                     ["--dtype", "float32", "--mode", "int8"]),
+    "gemma": (ROOT / "models/gguf/gemma-3-270m-Q4_K_M.gguf", ["--dtype", "float32", "--mode", "int8"]),
+}
+TITLES = {
+    "stream_hint": "Prefetching the next product's weights (ThreadPool::StreamHint)",
+    "kv_fetch": "Fetching a decode step's cached keys and values after the q/k/v product "
+                "(ThreadPool::prefetch_after_next_job)",
 }
 LINE = re.compile(r"stream_hint_ab off_s=([\d.]+) off_jobs=(\d+) on_s=([\d.]+) on_jobs=(\d+)")
 
@@ -65,12 +74,14 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cases", default=",".join(CASES), help="comma list of: " + ", ".join(CASES))
-    ap.add_argument("--out", default=str(ROOT / "bench/results/stream_hint_ab"))
+    ap.add_argument("--switch", default="stream_hint", choices=sorted(TITLES))
+    ap.add_argument("--out", help="default: bench/results/<switch>_ab")
     a = ap.parse_args()
-    log("building hubzoo with bench/patches/stream_hint_ab.patch")
-    binary = build_patched("stream_hint_ab")
+    patch = f"{a.switch}_ab"
+    log(f"building hubzoo with bench/patches/{patch}.patch")
+    binary = build_patched(patch)
     report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "machine": machine_description(),
-              "tokens": a.tokens, "threads": a.threads, "cases": {}}
+              "switch": a.switch, "tokens": a.tokens, "threads": a.threads, "cases": {}}
     for name in a.cases.split(","):
         model, extra = CASES[name]
         runs = []
@@ -79,10 +90,10 @@ def main() -> int:
             runs.append(run_case(binary, model, extra, a.tokens, a.threads))
         report["cases"][name] = {"model": str(model), "args": extra, "runs": runs,
                                  "speedup_median": statistics.median(x["speedup"] for x in runs)}
-    out = Path(a.out)
+    out = Path(a.out or ROOT / f"bench/results/{patch}")
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     m = report["machine"]
-    lines = ["# Prefetching the next product's weights (ThreadPool::StreamHint), on vs off in one process", "",
+    lines = [f"# {TITLES[a.switch]}, on vs off in one process", "",
              f"Machine: {m['cpu']}, {m['cores']} cores; hubzoo {m['git_commit']}; {a.threads} threads, "
              f"{a.tokens}-token decode, the prefetch switched every 484 hinted jobs. "
              f"`{report['command']}`", "",
