@@ -9,6 +9,11 @@
 //                   (buffer_huge_page_bytes: how much of the buffer the kernel gave them)
 // Both with the widest SIMD target Highway dispatches to, on 1..--threads threads
 // (std::thread each; every thread reads its own part of the buffer).
+//   core-to-core round trip (pingpong_ns, with 2 threads or more): two threads
+//                   hand one cache line back and forth; the median of 5 runs of
+//                   20000 round trips. What a thread pool's fork and join pay
+//                   per job: on an EPYC whose 2 vCPUs may sit on one CCD or on
+//                   two, it tells which (the two CCDs' read bandwidth adds up).
 //
 //   machine_bench [--threads N] [--mib 1024]   -> one JSON object on stdout
 #include <sys/mman.h>
@@ -139,6 +144,21 @@ double run_threads(int threads, Fn fn) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Nanoseconds per round trip of one cache line between two threads: thread
+// 0 writes an odd count, thread 1 answers with the next even one.
+double pingpong_ns(int64_t trips) {
+  alignas(64) std::atomic<int64_t> line{0};
+  const double t = run_threads(2, [&](int i) {
+    for (int64_t k = 0; k < trips; ++k) {
+      const int64_t mine = 2 * k + 1 + i, theirs = 2 * k + i;
+      while (line.load(std::memory_order_acquire) != theirs) {
+      }
+      line.store(mine, std::memory_order_release);
+    }
+  });
+  return t * 1e9 / static_cast<double>(trips);
+}
+
 }  // namespace machine
 
 int main(int argc, char** argv) {
@@ -199,7 +219,14 @@ int main(int argc, char** argv) {
         threads, best_flops * 1e-9, best_bw * 1e-9, best_one * 1e-9,
         threads < max_threads ? "," : "");
   }
-  std::printf("  ],\n  \"buffer_huge_page_bytes\": %lld,\n", static_cast<long long>(buffer_huge));
+  std::printf("  ],\n");
+  if (max_threads >= 2) {
+    std::vector<double> trips;
+    for (int rep = 0; rep < 5; ++rep) trips.push_back(pingpong_ns(20000));
+    std::nth_element(trips.begin(), trips.begin() + 2, trips.end());
+    std::printf("  \"pingpong_ns\": %.1f,\n", trips[2]);
+  }
+  std::printf("  \"buffer_huge_page_bytes\": %lld,\n", static_cast<long long>(buffer_huge));
   std::printf("  \"buffer_mib\": %lld,\n  \"checksum\": %g\n}\n", static_cast<long long>(mib),
               static_cast<double>(sinks[0]));
   std::free(buf);

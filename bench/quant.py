@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import (PY, ROOT, free_port, llama_cpp_engine, log, machine_description,  # noqa: E402
-                 machine_limits, median_engine, read_bandwidth, run_process, seconds_to_ready)
+                 machine_limits, machine_now, median_engine, run_process, seconds_to_ready)
 
 MODELS = ROOT / "models"
 
@@ -222,11 +222,14 @@ def main():
         # The read bandwidth just before each engine's run: a shared machine's moves within a
         # round (37-70 GB/s in one), and an engine's run takes tens of seconds.
         read_gbs = {e: [] for e in engines}
+        pingpong_ns = {e: [] for e in engines}  # the core-to-core round trip then (run.machine_now)
         order = list(engines)
         for rnd in range(a.rounds):
             for e in (order if rnd % 2 == 0 else order[::-1]):  # alternating the engines' order
                 log(f"{name}: round {rnd + 1}/{a.rounds}: {e}")
-                read_gbs[e].append(read_bandwidth(build, a.threads))
+                gbs, pingpong = machine_now(build, a.threads)
+                read_gbs[e].append(gbs)
+                pingpong_ns[e].append(pingpong)
                 try:
                     runs[e].append(engines[e]())
                 except RuntimeError as err:  # recorded, not hidden: the table shows the failure
@@ -244,6 +247,7 @@ def main():
         report["files"][name] = {"path": str(path), "bytes": path.stat().st_size,
                                  "bytes_read_per_token": read_bytes, "engines": med,
                                  "read_gbs_runs": read_gbs,
+                                 "pingpong_ns_runs": pingpong_ns,
                                  "read_gbs_rounds": [g for gs in read_gbs.values() for g in gs]}
     report["load_average_end"] = os.getloadavg()
     out = Path(a.out)

@@ -113,10 +113,13 @@ def machine_limits(build: Path, threads: int) -> dict:
     return json.loads(out)
 
 
-def read_bandwidth(build: Path, threads: int) -> float:
-    """The read bandwidth at `threads` threads now (machine_bench, a few seconds)."""
+def machine_now(build: Path, threads: int) -> tuple[float, float | None]:
+    """The read bandwidth at `threads` threads now and the core-to-core round trip in ns (None with
+    one thread): machine_bench, a few seconds. On a host whose two vCPUs sit on one CCD or on two
+    (an EPYC), the round trip says which: ~140 ns on one, ~350 on two, where the bandwidth is ~35
+    and ~60 GB/s."""
     lim = machine_limits(build, threads)
-    return next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"]
+    return (next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"], lim.get("pingpong_ns"))
 
 
 def matmul_vs_onednn(build: Path, quick: bool) -> dict:
@@ -201,6 +204,7 @@ def median_engine(runs: list[dict]) -> dict:
         r[figure] = out
     r["rounds"] = len(runs)
     r["read_gbs_before_all"] = [x.get("read_gbs_before") for x in runs]
+    r["pingpong_ns_before_all"] = [x.get("pingpong_ns_before") for x in runs]
     return r
 
 
@@ -274,8 +278,8 @@ def main():
             log(f"round {rnd + 1}/{a.rounds}: {name}")
             # A shared machine's bandwidth moves between runs (on some hosts it flips between two
             # levels every few minutes): each run keeps the bandwidth measured just before it.
-            gbs = read_bandwidth(build, a.threads)
-            runs[name].append(dict(fn(), read_gbs_before=gbs))
+            gbs, pingpong = machine_now(build, a.threads)
+            runs[name].append(dict(fn(), read_gbs_before=gbs, pingpong_ns_before=pingpong))
     report["engines"] = {name: median_engine(r) for name, r in runs.items()}
     report["flops"] = {str(p): model_flops(cfg, int(p)) for p in a.prefill.split(",")}
     if "embed" not in skip:
@@ -395,14 +399,16 @@ def targets(r: dict, cfg: dict) -> list[dict]:
 
 def paired_rounds(e: dict, engine: str, peer: str) -> str:
     """Round k of `engine` over round k of `peer` (decode b1), each with the read bandwidth
-    measured just before the two runs: where the machine's bandwidth moved during the run,
-    this shows which level each ratio was measured at."""
+    measured just before the two runs (and the core-to-core round trip, where recorded): where
+    the machine's bandwidth moved during the run, this shows which level each ratio was measured at."""
     if engine not in e or peer not in e:
         return ""
     a_ = next((x["tok_s_all"] for x in e[engine]["decode"] if x["batch"] == 1), [])
     b_ = next((x["tok_s_all"] for x in e[peer]["decode"] if x["batch"] == 1), [])
     ga, gb = e[engine].get("read_gbs_before_all", []), e[peer].get("read_gbs_before_all", [])
-    pairs = [f"{x / y:.2f}x at {g:.0f}/{h:.0f} GB/s" for x, y, g, h in zip(a_, b_, ga, gb)
+    pa, pb = e[engine].get("pingpong_ns_before_all", []), e[peer].get("pingpong_ns_before_all", [])
+    pairs = [f"{x / y:.2f}x at {g:.0f}/{h:.0f} GB/s" + (f", {p:.0f}/{q:.0f} ns" if p and q else "")
+             for x, y, g, h, p, q in zip(a_, b_, ga, gb, pa + [None] * len(ga), pb + [None] * len(gb))
              if g is not None and h is not None]
     return "rounds: " + ", ".join(pairs) if pairs else ""
 
