@@ -581,7 +581,8 @@ void fetch_cached_kv(const TokenBatch& batch, const KvCache& cache, int64_t laye
   thread_local std::vector<ThreadPool::Region> regions;
   regions.clear();
   const int64_t m = batch.size();
-  for (int64_t t = 0; t < m; ++t) {
+  int64_t budget = ThreadPool::kMaxLaterBytes;  // what a worker fetches at most
+  for (int64_t t = 0; t < m && budget > 0; ++t) {
     const int32_t slot = batch.slot[t];
     int64_t first = batch.pos[t];  // the slot's first position in the batch
     bool seen = false;
@@ -592,7 +593,7 @@ void fetch_cached_kv(const TokenBatch& batch, const KvCache& cache, int64_t laye
     }
     if (seen) continue;
     const int64_t lo = window > 0 ? std::max<int64_t>(0, first - window + 1) : 0;
-    cache.page_regions(layer, slot, lo, first, regions);
+    budget -= cache.page_regions(layer, slot, lo, first, budget, regions);
   }
   pool.prefetch_after_next_job(regions.data(), static_cast<int64_t>(regions.size()));
 }

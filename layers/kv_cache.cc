@@ -288,16 +288,21 @@ const float* KvCache::read_value(int64_t layer, int64_t slot, int64_t pos, int64
                   pos % kKvPage * row_size(layer) + offset, n, scratch);
 }
 
-void KvCache::page_regions(int64_t layer, int64_t slot, int64_t begin, int64_t end,
-                           std::vector<ThreadPool::Region>& out) const {
+int64_t KvCache::page_regions(int64_t layer, int64_t slot, int64_t begin, int64_t end,
+                              int64_t max_bytes, std::vector<ThreadPool::Region>& out) const {
   const PageTable& t = tables_[index(layer, slot)];
   const int64_t half = kKvPage * layers_[layer].row_size * element_bytes(layer);
   const int64_t pages = std::min<int64_t>(static_cast<int64_t>(t.keys.size()),
                                           (std::max<int64_t>(0, end) + kKvPage - 1) / kKvPage);
+  int64_t bytes = 0;
   for (int64_t b = std::max<int64_t>(0, begin) / kKvPage; b < pages; ++b) {
+    const int64_t page = (t.keys[b] ? half : 0) + (t.values[b] ? half : 0);
+    if (bytes + page > max_bytes) break;
     if (t.keys[b]) out.push_back({t.keys[b], half});
     if (t.values[b]) out.push_back({t.values[b], half});
+    bytes += page;
   }
+  return bytes;
 }
 
 const float* KvCache::read_key_rows(int64_t layer, int64_t slot, int64_t pos, int64_t rows,

@@ -140,10 +140,12 @@ class KvCache {
 
   // The memory of the pages of a (layer, slot) that hold positions
   // [begin, end), appended to `out` in position order (a page's keys, then
-  // its values), pages not held left out: what attention reads of them, for
-  // a thread to fetch ahead (ThreadPool::prefetch_after_next_job).
-  void page_regions(int64_t layer, int64_t slot, int64_t begin, int64_t end,
-                    std::vector<ThreadPool::Region>& out) const;
+  // its values), pages not held left out, up to the first page that would
+  // take what it appends past max_bytes: what attention reads first of them,
+  // for a thread to fetch ahead (ThreadPool::prefetch_after_next_job).
+  // Returns the bytes appended.
+  int64_t page_regions(int64_t layer, int64_t slot, int64_t begin, int64_t end, int64_t max_bytes,
+                       std::vector<ThreadPool::Region>& out) const;
 
   // Floats [offset, offset + n) of the key (value) row of `pos`, which the
   // slot must hold: a pointer into the page (float32 rows) or into

@@ -95,9 +95,10 @@ TEST(PagedKvCache, PagesFollowPositions) {
 TEST(PagedKvCache, PageRegionsNameThePagesOfPositions) {
   KvCache cache({KvLayerSpec{kRow, 0}, KvLayerSpec{kRow, 20, false, true}}, 2);
   cache.reserve(1, 40);
-  const int64_t half = kKvPage * kRow * 4;  // a page's float32 keys (or values)
+  const int64_t half = kKvPage * kRow * 4;    // a page's float32 keys (or values)
+  constexpr int64_t kBig = int64_t{1} << 40;  // no budget to speak of
   std::vector<ThreadPool::Region> got;
-  cache.page_regions(0, 1, 0, 40, got);  // pages 0, 1, 2
+  EXPECT_EQ(cache.page_regions(0, 1, 0, 40, kBig, got), 6 * half);  // pages 0, 1, 2
   ASSERT_EQ(got.size(), 6u);
   for (int64_t b = 0; b < 3; ++b) {
     EXPECT_EQ(got[2 * b].at, cache.key_pages(0, 1)[b]) << b;
@@ -106,21 +107,28 @@ TEST(PagedKvCache, PageRegionsNameThePagesOfPositions) {
     EXPECT_EQ(got[2 * b + 1].bytes, half);
   }
   got.clear();
-  cache.page_regions(0, 1, 17, 33, got);  // positions 17 .. 32: pages 1 and 2
+  cache.page_regions(0, 1, 17, 33, kBig, got);  // positions 17 .. 32: pages 1 and 2
   ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[0].at, cache.key_pages(0, 1)[1]);
   got.clear();
-  cache.page_regions(0, 1, 16, 16, got);   // no positions
-  cache.page_regions(0, 0, 0, 40, got);    // a slot holding none
-  cache.page_regions(0, 1, 0, 1000, got);  // past what the slot holds: its 3 pages
+  cache.page_regions(0, 1, 16, 16, kBig, got);   // no positions
+  cache.page_regions(0, 0, 0, 40, kBig, got);    // a slot holding none
+  cache.page_regions(0, 1, 0, 1000, kBig, got);  // past what the slot holds: its 3 pages
   EXPECT_EQ(got.size(), 6u);
   // A windowed bf16 layer: the released pages are not named; bf16 halves the bytes.
   cache.set_length(1, 40);
   got.clear();
-  cache.page_regions(1, 1, 0, 40, got);
+  cache.page_regions(1, 1, 0, 40, kBig, got);
   ASSERT_EQ(got.size(), 4u);  // pages 1 and 2 hold positions 20 .. 39
   EXPECT_EQ(got[0].at, cache.key_pages(1, 1)[1]);
   EXPECT_EQ(got[0].bytes, half / 2);
+  // A budget takes whole pages from the first on: 2.5 pages' bytes give 2.
+  got.clear();
+  EXPECT_EQ(cache.page_regions(0, 1, 0, 40, 5 * half, got), 4 * half);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[3].at, cache.value_pages(0, 1)[1]);
+  EXPECT_EQ(cache.page_regions(0, 1, 0, 40, half, got), 0);  // not even one page
+  EXPECT_EQ(got.size(), 4u);
 }
 
 TEST(PagedKvCache, BlockedKeysGoToTheirLane) {
