@@ -44,7 +44,22 @@ std::shared_ptr<QuantMatrix> WeightLoader::take_hub_matrix(const std::string& na
 
 PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n, int64_t k,
                                               bool bf16) {
-  if (!numerics_.dequantize) return pack_quant({take_hub_matrix(name, n, k)});
+  if (!numerics_.dequantize) {
+    std::shared_ptr<QuantMatrix> q = take_hub_matrix(name, n, k);
+    if (numerics_.int8 && panels_allowed_ && quant_reads_panels(q->type)) {
+      // The converted rows go to the quantize-on-load cache, keyed by their
+      // own bytes (the conversion is quick; the cache is there so that the
+      // rows are a file's pages, dropped as the panels are made, rather than
+      // anonymous memory resident beside them: twice the weights).
+      const QuantCacheSource source{
+          q->data, static_cast<uint64_t>(q->bytes()), DType::F32, q->type, nullptr, 0.0f};
+      std::optional<QuantCacheEntry> cached;
+      if (quant_cache_.enabled())
+        cached = rows_in_cache(*q, quant_cache_key(kQuantizerRevision, q->type, n, k, source));
+      attach_loader_panels(*q, cached);
+    }
+    return pack_quant({std::move(q)});
+  }
   std::vector<float> w(static_cast<size_t>(n * k));
   take_hub_matrix(name, n, k)->dequantize(w.data());
   return pack_weights_concat({{w.data(), n}}, k, bf16, bf16 && tiles_wanted());
@@ -205,34 +220,52 @@ PackedMatrix WeightLoader::quantize(const std::string& name, int64_t n, int64_t 
     cache_hits_ += cached ? 1 : 0;
   }
   auto q = std::make_shared<QuantMatrix>();
-  if (!cached) {
-    *q = quantize_matrix_chunked(*t, n, k, read, *ThreadPool::shared(0));
-    if (quant_cache_.enabled()) cached = quant_cache_.store(key, shape, q->data);
-    cache_stores_ += cached ? 1 : 0;
-  }
   if (cached) {
-    *q = QuantMatrix();
     q->type = *t;
     q->n = n;
     q->k = k;
     q->row_bytes = shape.row_bytes;
     q->data = cached->rows.get();
     q->keep = cached->rows;
+  } else {
+    *q = quantize_matrix_chunked(*t, n, k, read, *ThreadPool::shared(0));
+    if (quant_cache_.enabled()) cached = rows_in_cache(*q, key);
   }
-  if (numerics_.int8 && panels_allowed_ && quant_reads_panels(*t)) {
-    uint64_t done = 0;
-    attach_panels(
-        *q,
-        [&](int64_t rows) {
-          if (!cached) return;
-          const uint64_t to = static_cast<uint64_t>(rows * q->row_bytes);
-          cached->release(done, to);
-          done = to;
-        },
-        &arena_);
-    ++panels_;
-  }
+  attach_loader_panels(*q, cached);
   return pack_quant({std::move(q)});
+}
+
+std::optional<QuantCacheEntry> WeightLoader::rows_in_cache(QuantMatrix& q,
+                                                           const QuantCacheKey& key) const {
+  const QuantCacheShape shape{q.type, q.n, q.k, q.row_bytes};
+  std::optional<QuantCacheEntry> cached = quant_cache_.find(key, shape);
+  if (cached) {
+    ++cache_hits_;
+  } else {
+    cached = quant_cache_.store(key, shape, q.data);
+    cache_stores_ += cached ? 1 : 0;
+  }
+  if (cached) {  // the same bytes (the key covers them), now a file's pages
+    q.data = cached->rows.get();
+    q.keep = cached->rows;
+  }
+  return cached;
+}
+
+void WeightLoader::attach_loader_panels(QuantMatrix& q,
+                                        const std::optional<QuantCacheEntry>& cached) const {
+  if (!numerics_.int8 || !panels_allowed_ || !quant_reads_panels(q.type)) return;
+  uint64_t done = 0;
+  attach_panels(
+      q,
+      [&](int64_t rows) {
+        if (!cached) return;
+        const uint64_t to = static_cast<uint64_t>(rows * q.row_bytes);
+        cached->release(done, to);
+        done = to;
+      },
+      &arena_);
+  ++panels_;
 }
 
 PackedMatrix WeightLoader::take_lookup_table(const std::string& name, int64_t n, int64_t k) {

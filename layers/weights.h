@@ -107,8 +107,9 @@ class WeightLoader {
   int64_t panel_matrices() const { return panels_; }
   // Bytes of every weight taken, as kept for compute (packed, quantized or float32).
   int64_t bytes() const { return bytes_; }
-  // --quantize results read from the quantize-on-load cache, and written to it
-  // (io/quant_cache.h; QuantCache::from_env() unless set_quant_cache says otherwise).
+  // --quantize results (and the Hub's int4/int8 matrices in int8 mode) read
+  // from the quantize-on-load cache, and written to it (io/quant_cache.h;
+  // QuantCache::from_env() unless set_quant_cache says otherwise).
   int64_t quant_cache_hits() const { return cache_hits_; }
   int64_t quant_cache_stores() const { return cache_stores_; }
   void set_quant_cache(QuantCache cache) { quant_cache_ = std::move(cache); }
@@ -139,6 +140,15 @@ class WeightLoader {
   // quantized to the type --quantize gives it (layers/quant_mix.h).
   PackedMatrix quantize(const std::string& name, int64_t n, int64_t k,
                         const QuantCacheSource& source, const RowReader& read) const;
+  // Owned rows q (quantized on load, or converted from the Hub's format) as
+  // the quantize-on-load cache's entry `key` (io/quant_cache.h): found there,
+  // else stored, then read from the file's pages. nullopt without a cache or
+  // where the store fails: q keeps its rows then. Counts the hit or store.
+  std::optional<QuantCacheEntry> rows_in_cache(QuantMatrix& q, const QuantCacheKey& key) const;
+  // q's panels, where the int8 kernels read them (quant_reads_panels), in the
+  // loader's arena; the pages of `cached` (q's rows in the cache) dropped as
+  // they are read.
+  void attach_loader_panels(QuantMatrix& q, const std::optional<QuantCacheEntry>& cached) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
   mutable int64_t quantized_ = 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/test_util.h"
+#include "layers/hub_quant.h"
 #include "ops/quant.h"
 #include "ops/test_values.h"
 
@@ -124,6 +125,96 @@ TEST(WeightLoaderQuantCache, OtherWeightsAndDamagedEntriesQuantizeAgain) {
   EXPECT_EQ(again.quant_cache_stores(), 1);
   EXPECT_EQ(got.rows, want.rows);
   EXPECT_EQ(got.panels, want.panels);
+}
+
+// A GPTQ checkpoint (4-bit, group 64, desc_act: a column order) of one
+// [40, 256] linear "lin" (40 rows: a partial last panel).
+struct GptqLinear {
+  static constexpr int64_t kN = 40, kK = 256, kGroup = 64;
+  TempDir dir;
+  GptqLinear() {
+    std::vector<int32_t> qweight(kK / 8 * kN, 0), qzeros(kK / kGroup * kN / 8, 0), g_idx(kK);
+    std::vector<float> scales(kK / kGroup * kN);
+    for (int64_t i = 0; i < kK; ++i) g_idx[(i * 37) % kK] = static_cast<int32_t>(i / kGroup);
+    for (int64_t c = 0; c < kK; ++c) {
+      for (int64_t r = 0; r < kN; ++r)
+        qweight[(c / 8) * kN + r] |= static_cast<int32_t>((r * 7 + c * 3) % 16) << (4 * (c % 8));
+    }
+    for (int64_t g = 0; g < kK / kGroup; ++g) {
+      for (int64_t r = 0; r < kN; ++r) {
+        qzeros[g * (kN / 8) + r / 8] |= static_cast<int32_t>((r + g) % 16) << (4 * (r % 8));
+        scales[g * kN + r] = 0.01f * static_cast<float>(1 + (r * 5 + g) % 9);
+      }
+    }
+    write_safetensors(dir / "model.safetensors",
+                      {{"lin.qweight", {DType::I32, {kK / 8, kN}, qweight.data()}},
+                       {"lin.qzeros", {DType::I32, {kK / kGroup, kN / 8}, qzeros.data()}},
+                       {"lin.scales", {DType::F32, {kK / kGroup, kN}, scales.data()}},
+                       {"lin.g_idx", {DType::I32, {kK}, g_idx.data()}}});
+  }
+  std::unique_ptr<WeightLoader> loader(bool int8, const QuantCache& cache) const {
+    Numerics numerics;
+    numerics.int8 = int8;
+    auto w = std::make_unique<WeightLoader>(
+        std::make_shared<Checkpoint>(Checkpoint::open(dir.path())), numerics);
+    w->set_hub_quant(HubQuant::from_config(
+        JsonObject(parse_json(R"({"quantization_config": {"quant_method": "gptq", "bits": 4,
+                     "group_size": 64, "desc_act": true, "sym": false}})",
+                              "config"),
+                   "config.json")));
+    w->set_quant_cache(cache);
+    return w;
+  }
+};
+
+// The Hub's int4 matrices in int8 mode: where the kernels read panels, the
+// converted rows go to the cache (keyed by their bytes), so that they are a
+// file's pages beside the panels rather than memory held for the life of the
+// model; the blocks, the panels and the column order are those of a load
+// without a cache. Exact mode makes no panels and leaves the cache alone.
+TEST(WeightLoaderQuantCache, HubMatricesWithPanelsKeepTheirRowsInTheCache) {
+  const GptqLinear ckpt;
+  TempDir cache_dir;
+  const QuantCache cache(cache_dir.path());
+  const bool panels = quant_reads_panels(QuantType::Q4_G);
+  const auto take_lin = [](WeightLoader& w) {
+    PackedMatrix p = w.take_packed("lin.weight", GptqLinear::kN, GptqLinear::kK);
+    EXPECT_EQ(p.quant.size(), 1u);
+    return p;
+  };
+  const auto entries = [&] {
+    return std::distance(fs::directory_iterator(cache_dir.path()), fs::directory_iterator());
+  };
+  const auto exact = ckpt.loader(false, cache);
+  const PackedMatrix e = take_lin(*exact);
+  EXPECT_FALSE(e.quant.at(0)->panels);
+  EXPECT_EQ(exact->quant_cache_hits() + exact->quant_cache_stores(), 0);
+  EXPECT_EQ(entries(), 0);
+
+  const auto plain = ckpt.loader(true, QuantCache());
+  const PackedMatrix want = take_lin(*plain);
+  const QuantMatrix& w = *want.quant.at(0);
+  EXPECT_EQ(w.type, QuantType::Q4_G);
+  EXPECT_EQ(w.k_perm.size(), static_cast<size_t>(GptqLinear::kK));
+  EXPECT_EQ(static_cast<bool>(w.panels), panels);
+  const std::vector<uint8_t> rows(e.quant.at(0)->data, e.quant.at(0)->data + w.bytes());
+  EXPECT_EQ(std::vector<uint8_t>(w.data, w.data + w.bytes()), rows);
+
+  for (int load = 0; load < 2; ++load) {
+    SCOPED_TRACE("load " + std::to_string(load));
+    const auto cached = ckpt.loader(true, cache);
+    const PackedMatrix got = take_lin(*cached);
+    const QuantMatrix& q = *got.quant.at(0);
+    EXPECT_EQ(cached->quant_cache_stores(), panels && load == 0 ? 1 : 0);
+    EXPECT_EQ(cached->quant_cache_hits(), panels && load == 1 ? 1 : 0);
+    EXPECT_EQ(entries(), panels ? 1 : 0);
+    EXPECT_EQ(std::vector<uint8_t>(q.data, q.data + q.bytes()), rows);
+    EXPECT_EQ(q.k_perm, w.k_perm);
+    ASSERT_EQ(static_cast<bool>(q.panels), panels);
+    if (panels) {
+      EXPECT_EQ(std::memcmp(q.panels.get(), w.panels.get(), quant_panel_bytes(q)), 0);
+    }
+  }
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 // 32-weight block types either straight from the blocks (at most 4 rows of
 // x) or from a panel of 16 weight rows packed per call
 // (ops/quant_int8_rows-inl.h), all in the same orders. With AVX512-VNNI an
-// int8 load also keeps Q4_0 .. Q8_0 and Q2_K .. Q6_K matrices with 16 rows
-// interleaved (QuantMatrix::panels, the panel layouts below), which their
+// int8 load also keeps Q4_0 .. Q8_0, Q2_K .. Q6_K, Q4_G and Q8_G matrices
+// with 16 rows interleaved (QuantMatrix::panels, the panel layouts below), which their
 // kernels then read instead of the rows (ops/quant_int8_panels-inl.h,
 // ops/quant_int8_kpanels-inl.h).
 // Q4_G nibbles are ordered as Q4_0's: byte j holds element j (low nibble)
@@ -127,6 +127,10 @@ bool can_quantize(QuantType t);
 //   row l's qs[4v .. 4v + 3] (low nibble element 4v + i, high 16 + 4v + i);
 //   Q8_0: eight 64-byte vectors, vector q holding at byte 4l + i row l's
 //   element 4q + i plus 128 (unsigned).
+// Q4_G and Q8_G (the Hub's GPTQ / AWQ / compressed-tensors groups): s[16]
+//   (fp32, row l's scale) at 0, the 16 rows' int8 zeros at 64, row l's three
+//   pad bytes at 80 + 3l, then at 128 the codes as Q4_0's (Q4_G) or Q8_0's
+//   (Q8_G, element plus 128).
 // The K types Q2_K .. Q6_K: their fp16 fields as 16 halves (row l's at
 // 2l), and their byte arrays as runs of 64-byte vectors, vector w of a run
 // holding at bytes 4l .. 4l + 3 row l's bytes 4w .. 4w + 3 of the array:
@@ -146,7 +150,7 @@ constexpr bool quant_has_panel_layout(QuantType t) {
   return t == QuantType::Q4_0 || t == QuantType::Q4_1 || t == QuantType::Q5_0 ||
          t == QuantType::Q5_1 || t == QuantType::Q8_0 || t == QuantType::Q2_K ||
          t == QuantType::Q3_K || t == QuantType::Q4_K || t == QuantType::Q5_K ||
-         t == QuantType::Q6_K;
+         t == QuantType::Q6_K || t == QuantType::Q4_G || t == QuantType::Q8_G;
 }
 // Bytes of w's panels: ceil(n / 16) * 16 * row_bytes.
 int64_t quant_panel_bytes(const QuantMatrix& w);
@@ -163,7 +167,8 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
 // Whether this CPU's int8 kernels read panels of type t (a type with a
 // panel layout, on AVX2 or any AVX-512 target: the VNNI kernels, else the
-// 256-bit ones): a loader makes panels only then.
+// 256-bit ones; Q4_G and Q8_G with AVX512-VNNI only): a loader makes panels
+// only then.
 bool quant_reads_panels(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].

@@ -43,11 +43,15 @@ template <QuantType t>
 constexpr bool kPanelMin = t == QuantType::Q4_1 || t == QuantType::Q5_1;
 template <QuantType t>
 constexpr bool kPanelQ5 = t == QuantType::Q5_0 || t == QuantType::Q5_1;
-// Byte offsets in a panel block: the Q5 bit planes, the codes (d at 0, m at 32).
+// Q4_G / Q8_G: fp32 scales, and a zero per block and row (w16 = u - z).
+template <QuantType t>
+constexpr bool kPanelG = t == QuantType::Q4_G || t == QuantType::Q8_G;
+// Byte offsets in a panel block: the Q5 bit planes, the codes (d at 0, m at
+// 32; Q4_G / Q8_G: scales at 0, zeros at 64, codes at 128).
 template <QuantType t>
 constexpr int64_t kPanelPlanesAt = kPanelMin<t> ? 64 : 32;
 template <QuantType t>
-constexpr int64_t kPanelCodesAt = kPanelPlanesAt<t> + (kPanelQ5<t> ? 64 : 0);
+constexpr int64_t kPanelCodesAt = kPanelG<t> ? 128 : kPanelPlanesAt<t> + (kPanelQ5<t> ? 64 : 0);
 template <QuantType t>
 constexpr int64_t kPanelBlock = kPanelRows* kTraitsOf<t>.block_bytes;
 
@@ -126,12 +130,16 @@ HWY_INLINE __m512i ShiftBits(__m512i v, int s) {
 // 16 rows, unsigned codes) and its scales a (and mins c).
 template <QuantType t>
 HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m512& c) {
-  // F16C: the same floats as PanelScales (and quant::load_fp16).
-  a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  if constexpr (kPanelG<t>) {
+    a = _mm512_loadu_ps(reinterpret_cast<const float*>(blk));
+  } else {
+    // F16C: the same floats as PanelScales (and quant::load_fp16).
+    a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  }
   if constexpr (kPanelMin<t>)
     c = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
   const uint8_t* codes = blk + kPanelCodesAt<t>;
-  if constexpr (t == QuantType::Q8_0) {
+  if constexpr (t == QuantType::Q8_0 || t == QuantType::Q8_G) {
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) u[q] = _mm512_loadu_si512(codes + 64 * q);
   } else {
@@ -153,6 +161,20 @@ HWY_INLINE void PanelBlock(const uint8_t* blk, __m512i (&u)[8], __m512& a, __m51
   }
 }
 
+// A Q4_G / Q8_G panel block's 16 zeros z as PanelScales has them (Q8_G's
+// plus 128, its codes' offset); 0 for the other types.
+template <QuantType t>
+HWY_INLINE __m512i PanelZeros(const uint8_t* blk) {
+  if constexpr (!kPanelG<t>) {
+    (void)blk;
+    return _mm512_setzero_si512();
+  } else {
+    const __m512i z =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64)));
+    return t == QuantType::Q8_G ? _mm512_add_epi32(z, _mm512_set1_epi32(128)) : z;
+  }
+}
+
 // A row of x's block b as the panel kernels meet it: its 32 codes, each
 // half's integer start and scale broadcast, and the min term's factor.
 struct XBlock {
@@ -170,21 +192,30 @@ struct XBlock {
 };
 
 // acc + a row of x's block xb against a panel block's quads u, scales a (and
-// mins c): the order of quant.h, quads 0-3 the first half block, 4-7 the second.
-template <bool kMin>
-HWY_INLINE __m512 PanelBlockDot(const __m512i (&u)[8], __m512 a, __m512 c, const XBlock& xb,
-                                __m512 acc) {
-  // Two integer chains, one per half (exact: the order of an int32 sum does not matter).
+// mins c, or Q4_G / Q8_G's zeros z): the order of quant.h, quads 0-3 the
+// first half block, 4-7 the second.
+template <QuantType t>
+HWY_INLINE __m512 PanelBlockDot(const __m512i (&u)[8], __m512 a, __m512 c, __m512i z,
+                                const XBlock& xb, __m512 acc) {
+  // Two integer chains, one per half (exact: the order of an int32 sum does
+  // not matter), from -z * S_h (BlockSums' start: -z * S_h for a common
+  // offset, -S_h for zeros per row).
   __m512i i0 = xb.s0, i1 = xb.s1;
+  if constexpr (kPanelG<t>) {
+    i0 = _mm512_mullo_epi32(z, i0);
+    i1 = _mm512_mullo_epi32(z, i1);
+  } else {
+    (void)z;
+  }
 #pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
     i0 = Dot4Broadcast(i0, u[q], xb.x + 4 * q);
     i1 = Dot4Broadcast(i1, u[q + 4], xb.x + 16 + 4 * q);
   }
-  const __m512 t =
+  const __m512 halves =
       _mm512_fmadd_ps(xb.d1, _mm512_cvtepi32_ps(i1), _mm512_mul_ps(xb.d0, _mm512_cvtepi32_ps(i0)));
-  acc = _mm512_fmadd_ps(a, t, acc);
-  if constexpr (kMin) acc = _mm512_fmadd_ps(c, xb.j, acc);
+  acc = _mm512_fmadd_ps(a, halves, acc);
+  if constexpr (kPanelMin<t>) acc = _mm512_fmadd_ps(c, xb.j, acc);
   return acc;
 }
 
@@ -192,7 +223,6 @@ HWY_INLINE __m512 PanelBlockDot(const __m512i (&u)[8], __m512 a, __m512 c, const
 template <QuantType t, int R>
 HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
                               const BlockSums& sums, int64_t rc, int64_t r, int64_t n, int64_t n1) {
-  constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
   const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
@@ -208,10 +238,11 @@ HWY_NOINLINE void DirectPanel(const QuantMatmulArgs& a, quant::Int8Acts& acts,
     __m512i u[8];
     __m512 av, cv = _mm512_setzero_ps();
     PanelBlock<t>(blk, u, av, cv);
+    const __m512i zv = PanelZeros<t>(blk);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      acc[i] = PanelBlockDot<kMin>(u, av, cv,
-                                   XBlock(xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b), acc[i]);
+      acc[i] = PanelBlockDot<t>(u, av, cv, zv,
+                                XBlock(xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b), acc[i]);
     }
   }
   xs.Store(acc, a, r, n, n1);
@@ -226,7 +257,6 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
                                      const BlockSums& sums, int64_t rc, int64_t r,
                                      const int64_t* first, const int64_t* stop, int64_t count,
                                      int64_t n1) {
-  constexpr bool kMin = kPanelMin<t>;
   const QuantMatrix& w = *a.w;
   const int64_t nb = w.k / 32;
   const uint8_t *blk[S], *end[S];
@@ -243,7 +273,7 @@ HWY_NOINLINE void DirectPanelStreams(const QuantMatmulArgs& a, quant::Int8Acts& 
         __m512i u[8];
         __m512 av, cv = _mm512_setzero_ps();
         PanelBlock<t>(blk[p], u, av, cv);
-        acc[p] = PanelBlockDot<kMin>(u, av, cv, xb, acc[p]);
+        acc[p] = PanelBlockDot<t>(u, av, cv, PanelZeros<t>(blk[p]), xb, acc[p]);
         blk[p] += kPanelBlock<t>;
       }
     }
@@ -271,7 +301,7 @@ HWY_NOINLINE void PackQuadsFromPanels(const QuantMatrix& w, int64_t n, int64_t n
   uint8_t* u = p.codes(nb * 512);
   p.a.resize(nb * kPanelRows);
   p.c.resize(nb * kPanelRows);
-  p.z.assign(nb * kPanelRows, 0);
+  p.z.resize(nb * kPanelRows);
   const uint8_t* blk = w.panels.get() + n / kPanelRows * nb * kPanelBlock<t>;
   const uint8_t* const end = PanelsEnd<t>(w, n1);
   for (int64_t b = 0; b < nb; ++b, blk += kPanelBlock<t>) {
@@ -283,6 +313,7 @@ HWY_NOINLINE void PackQuadsFromPanels(const QuantMatrix& w, int64_t n, int64_t n
     for (int j = 0; j < 8; ++j) _mm512_store_si512(u + b * 512 + 64 * j, q[j]);
     _mm512_storeu_ps(p.a.data() + b * kPanelRows, a);
     _mm512_storeu_ps(p.c.data() + b * kPanelRows, c);
+    _mm512_storeu_si512(p.z.data() + b * kPanelRows, PanelZeros<t>(blk));
   }
 }
 

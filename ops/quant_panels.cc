@@ -1,5 +1,6 @@
 // The panel layouts (ops/quant.h): the rows' blocks interleaved 16 rows at a
-// time, made once at load. The 32-weight types have their own; the K types
+// time, made once at load. The 32-weight types have their own (Q4_G and
+// Q8_G one of their own, as their blocks differ from GGML's); the K types
 // (Q2_K .. Q6_K) are copied part by part: fp16 fields as 16 halves, the
 // rest as runs of dwords, dword w of a run one 64-byte vector of the 16 rows.
 #include <algorithm>
@@ -90,16 +91,68 @@ void pack_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
   }
 }
 
+// Q4_G / Q8_G blocks (f32 scale, int8 zero, 3 pad bytes, the codes at 8):
+// in a panel block the 16 scales at 0, the zeros at 64, row l's pad at
+// 80 + 3l and the codes at 128, laid out as Q4_0's or Q8_0's.
+constexpr int64_t kGZerosAt = 64, kGPadAt = 80, kGCodesAt = 128;
+constexpr bool is_g_panel(QuantType t) { return t == QuantType::Q4_G || t == QuantType::Q8_G; }
+
+// pack_panel_row for Q4_G / Q8_G.
+template <QuantType T>
+void pack_g_panel_row(const uint8_t* row, int64_t row_step, int64_t l, int64_t nb,
+                      int64_t block_bytes, uint8_t* panel) {
+  const int64_t panel_block = kRows * block_bytes;
+  for (int64_t b = 0; b < nb; ++b, row += row_step) {
+    uint8_t* const d = panel + b * panel_block;
+    std::memcpy(d + 4 * l, row, 4);
+    d[kGZerosAt + l] = row[4];
+    std::memcpy(d + kGPadAt + 3 * l, row + 5, 3);
+    uint8_t* const codes = d + kGCodesAt;
+    if constexpr (T == QuantType::Q8_G) {
+      for (int q = 0; q < 8; ++q) {
+        uint32_t word;
+        std::memcpy(&word, row + 8 + 4 * q, 4);
+        word ^= 0x80808080u;  // int8 + 128, byte by byte
+        std::memcpy(codes + 64 * q + 4 * l, &word, 4);
+      }
+    } else {
+      for (int v = 0; v < 4; ++v) std::memcpy(codes + 64 * v + 4 * l, row + 8 + 4 * v, 4);
+    }
+  }
+}
+
+void unpack_g_panel_block(QuantType t, const uint8_t* in, int64_t l, uint8_t* block) {
+  std::memcpy(block, in + 4 * l, 4);
+  block[4] = in[kGZerosAt + l];
+  std::memcpy(block + 5, in + kGPadAt + 3 * l, 3);
+  const uint8_t* const codes = in + kGCodesAt;
+  if (t == QuantType::Q8_G) {
+    for (int q = 0; q < 8; ++q) {
+      for (int i = 0; i < 4; ++i)
+        block[8 + 4 * q + i] = static_cast<uint8_t>(codes[64 * q + 4 * l + i] ^ 0x80);
+    }
+    return;
+  }
+  for (int v = 0; v < 4; ++v) std::memcpy(block + 8 + 4 * v, codes + 64 * v + 4 * l, 4);
+}
+
 // Panel p of w (rows 16p .. 16p + 15, zero blocks past w.n) into `panel`.
 template <QuantType T>
 void pack_panel(const QuantMatrix& w, int64_t p, int64_t nb, int64_t block_bytes, uint8_t* panel) {
   static constexpr uint8_t kZero[64] = {};  // a row past the matrix: zero blocks
+  const auto pack_row = [&](const uint8_t* row, int64_t row_step, int64_t l) {
+    if constexpr (is_g_panel(T)) {
+      pack_g_panel_row<T>(row, row_step, l, nb, block_bytes, panel);
+    } else {
+      pack_panel_row<T>(row, row_step, l, nb, block_bytes, panel);
+    }
+  };
   for (int64_t l = 0; l < kRows; ++l) {
     const int64_t r = p * kRows + l;
     if (r < w.n) {
-      pack_panel_row<T>(w.row(r), block_bytes, l, nb, block_bytes, panel);
+      pack_row(w.row(r), block_bytes, l);
     } else {
-      pack_panel_row<T>(kZero, 0, l, nb, block_bytes, panel);
+      pack_row(kZero, 0, l);
     }
   }
 }
@@ -239,6 +292,8 @@ void panel_row_range(const QuantMatrix& w, int64_t r, int64_t b0, int64_t nb, ui
     uint8_t* const block = out + b * tr.block_bytes;
     if (k_type) {
       unpack_k_panel_block(w.type, panel + b * panel_block, r % kRows, block);
+    } else if (is_g_panel(w.type)) {
+      unpack_g_panel_block(w.type, panel + b * panel_block, r % kRows, block);
     } else {
       unpack_panel_block(w.type, panel + b * panel_block, r % kRows, block);
     }
@@ -315,6 +370,12 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
       break;
     case QuantType::Q6_K:
       pack_one = pack_k_panel<QuantType::Q6_K>;
+      break;
+    case QuantType::Q4_G:
+      pack_one = pack_panel<QuantType::Q4_G>;
+      break;
+    case QuantType::Q8_G:
+      pack_one = pack_panel<QuantType::Q8_G>;
       break;
     default:  // Q8_0, the last type with a panel layout (checked above)
       pack_one = pack_panel<QuantType::Q8_0>;

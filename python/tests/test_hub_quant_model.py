@@ -99,16 +99,19 @@ def test_quantized_model_climbs_the_fp32_ladder(hz, base, quantized, case):
     # Greedy tokens equal transformers'.
     assert ours.generate(ids, max_new_tokens=16).tolist() == _util.hf_generate(hf, ids, max_new_tokens=16).tolist()
 
-    # Cached decode equals the full forward.
-    full = ours.forward(ids)
-    inc = ours.forward_incremental(ids, 9)
+    check_cached_decode_and_batch_invariance(ours, ids, vocab)
+
+
+def check_cached_decode_and_batch_invariance(model, ids, vocab):
+    """Cached decode equals the full forward; a row's logits do not depend on what it is
+    batched with, bit for bit."""
+    full = model.forward(ids)
+    inc = model.forward_incremental(ids, 9)
     assert float(np.max(np.abs(inc - full))) <= 1e-4
     _util.assert_argmax_equal(inc, full)
-
-    # Batch invariance: a row's logits do not depend on what it is batched with.
     other = _util.random_prompt(vocab, PROMPT_LEN, seed=4)[None]
-    batched = ours.forward(np.concatenate([ids, other]))
-    np.testing.assert_array_equal(batched[0], ours.forward(ids)[0])
+    batched = model.forward(np.concatenate([ids, other]))
+    np.testing.assert_array_equal(batched[0], model.forward(ids)[0])
 
 
 @pytest.mark.parametrize("case", ["ct_int4_g32_asym", "gptq_g64_desc_act_asym", "awq_g64"])
@@ -129,3 +132,36 @@ def test_dequantize_on_load(hz, base, quantized, case):
     assert not failures, "\n".join(failures)
     np.testing.assert_allclose(logits, ref["logits"], rtol=0, atol=1e-3)
     _util.assert_argmax_equal(logits, ref["logits"])
+
+
+@pytest.mark.parametrize("case", ["ct_int4_g32_asym", "ct_int8_channel", "gptq_g64_desc_act_asym",
+                                  "awq_g64"])
+def test_int8_mode(hz, base, quantized, case):
+    """mode="int8" (int8 activations) on the Hub's formats: every quantized linear kept as
+    panels where the CPU's int8 kernels read Q4_G / Q8_G panels (AVX512-VNNI), else none;
+    cached decode equals the full forward; a prompt's logits are bit-identical alone and
+    batched; and the error against the format's own dequantization is bounded as the GGUF
+    types' is (test_gguf_models.py: logits within 5% of their scale, the same top-1 token
+    at 90% of 96 positions or more)."""
+    path, refs = quantized(case)
+    hf = reference_model(base, refs)
+    model = hz.CausalLM.from_pretrained(str(path), mode="int8")
+    qtype = "Q8_G" if case == "ct_int8_channel" else "Q4_G"
+    # q/k/v and gate/up each one matrix of parts: four matrices, seven parts.
+    assert model.info["quantized_matrices"] == 4, model.info
+    panels = hz._hubzoo.quant.reads_panels(qtype)
+    assert model.info["panel_matrices"] == (len(hq.LINEARS) if panels else 0), model.info
+    assert hz.CausalLM.from_pretrained(str(path)).info["panel_matrices"] == 0
+
+    vocab = hf.config.vocab_size
+    prompt = _util.random_prompt(vocab, 96, seed=3)
+    ours = model.forward(prompt[None])
+    ref, _ = _util.hf_forward(hf, prompt[None], capture=False)
+    _util.record_error(f"hub_quant/{case}-int8", "logits", ours, ref)
+    scale = float(np.abs(ref).max())
+    err = float(np.abs(ours - ref).max())
+    assert err <= 0.05 * scale, f"int8 logits off by {err} (scale {scale})"
+    agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
+    assert agree >= 0.9, f"top-1 agreement {agree}"
+
+    check_cached_decode_and_batch_invariance(model, prompt[None, :PROMPT_LEN], vocab)
