@@ -1,7 +1,7 @@
-"""Decode speed, peak memory and load time of the Hub's int4 / int8 checkpoints in int8 mode,
-two hubzoo binaries side by side in alternating rounds.
+"""Speed, peak memory and load time of the Hub's int4 / int8 checkpoints in int8 mode and of
+their bf16 originals in float32 numerics, two hubzoo binaries side by side in alternating rounds.
 
-    .venv/bin/python bench/hub_quant.py --baseline /tmp/old/build/hubzoo   # ~6 min
+    .venv/bin/python bench/hub_quant.py --baseline /tmp/old/build/hubzoo   # ~10 min
     .venv/bin/python bench/hub_quant.py --baseline B --rounds 3 --models smollm2
 
 The checkpoints are made once (under ~/.cache/hubzoo/hub_quant/) by the compressed-tensors
@@ -10,13 +10,15 @@ package from the real bf16 snapshots scripts/prepare_models.py prepares, with mi
 ("pack-quantized" int4, symmetric, group 64, as SmolLM2's 576 columns are no whole number of
 128-groups: Q4_G in hubzoo) and W8A16 ("int-quantized" int8,
 channel-wise: Q8_G), scales and the rest in bf16 as the Hub's files have them. Every linear of
-the decoder layers is quantized; the tied embedding and lm_head stay bf16. GPTQ and AWQ files load into the same two block types, so their speed is
-these rows'.
+the decoder layers is quantized; the tied embedding and lm_head stay bf16. GPTQ and AWQ files
+load into the same two block types, so their speed is these rows'. Scheme "bf16" is the
+snapshot saved in bf16 by transformers (the prepared snapshots are F32; the Hub's originals
+are bf16), run with `--dtype float32` (fused).
 
-Each round runs `hubzoo bench` (int8 mode, 2 threads, decode at batch 1) with the baseline and
-with build/hubzoo, in alternating order, machine_bench's read bandwidth and core-to-core round
-trip before each pair. Reported per checkpoint: medians of decode tok/s, peak RSS and load
-seconds, and the median of the per-round ratios. Writes bench/results/hub_quant.{json,md}. A
+Each round runs `hubzoo bench` (2 threads: prefill of 512 tokens, decode at batch 1) with the
+baseline and with build/hubzoo, in alternating order, machine_bench's read bandwidth and
+core-to-core round trip before each pair. Reported per checkpoint: medians of decode and
+prefill tok/s, peak RSS and load seconds, and the median of the per-round decode ratios. Writes bench/results/hub_quant.{json,md}. A
 benchmark, never a test.
 """
 
@@ -39,6 +41,7 @@ MODELS = {"smollm2": "SmolLM2-135M-Instruct-*", "gemma": "gemma-3-270m-*"}
 SCHEMES = {
     "w4a16_g64": ("pack-quantized", 4, "group", 64, True),
     "w8a16_channel": ("int-quantized", 8, "channel", None, True),
+    "bf16": None,  # not quantized: the snapshot in bf16
 }
 CACHE = Path.home() / ".cache/hubzoo/hub_quant"
 
@@ -58,7 +61,10 @@ def checkpoint(model: str, scheme: str) -> Path:
     log(f"writing {out.name} with the compressed-tensors package")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    hq.ct_checkpoint(base, tmp, *SCHEMES[scheme], dtype="bfloat16")
+    if SCHEMES[scheme] is None:
+        hq._util.tiny_models.load_hf(base, "bfloat16").save_pretrained(tmp)
+    else:
+        hq.ct_checkpoint(base, tmp, *SCHEMES[scheme], dtype="bfloat16")
     for f in base.iterdir():  # tokenizer, chat template, generation config
         if f.suffix in (".json", ".jinja") and f.name not in ("config.json", "hubzoo_source.json") \
                 and not (tmp / f.name).exists():
@@ -67,12 +73,13 @@ def checkpoint(model: str, scheme: str) -> Path:
     return out
 
 
-def bench(binary: Path, model: Path, tokens: int, threads: int) -> dict:
-    cmd = [str(binary), "bench", "-m", str(model), "--dtype", "float32", "--mode", "int8",
-           "--threads", str(threads), "--prefill", "", "--decode-batch", "1",
+def bench(binary: Path, model: Path, mode: str, tokens: int, threads: int) -> dict:
+    cmd = [str(binary), "bench", "-m", str(model), "--dtype", "float32", "--mode", mode,
+           "--threads", str(threads), "--prefill", "512", "--decode-batch", "1",
            "--decode-tokens", str(tokens), "--repeats", "1"]
     r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout)
-    return {"decode_tok_s": r["decode"][0]["tok_s"], "peak_rss_bytes": r["peak_rss_bytes"],
+    return {"decode_tok_s": r["decode"][0]["tok_s"], "prefill_tok_s": r["prefill"][0]["tok_s"],
+            "peak_rss_bytes": r["peak_rss_bytes"],
             "load_seconds": r["load_seconds"], "panel_matrices": r["panel_matrices"],
             "weight_bytes": r["weight_bytes"], "git_commit": r["git_commit"]}
 
@@ -82,17 +89,21 @@ def render(result: dict) -> str:
     first = next(iter(result["summary"].values()))
     rounds = next(iter(result["rounds"].values()))
     vnni = "avx512_vnni" in m["simd"]
-    lines = ["# The Hub's int4 / int8 checkpoints in int8 mode, two builds side by side", "",
+    lines = ["# The Hub's int4 / int8 checkpoints (int8 mode) and their bf16 originals (float32), "
+             "two builds side by side", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {'with' if vnni else 'without'} AVX512-VNNI; "
              f"baseline hubzoo {first['commits']['baseline']}, new {first['commits']['new']}; "
-             f"{result['threads']} threads, decode at batch 1 of {result['tokens']} tokens, medians of "
-             f"{len(rounds)} alternating rounds. `{result['command']}`", "",
-             "| checkpoint | decode tok/s baseline | new | new / baseline (median of rounds) "
+             f"{result['threads']} threads, prefill of 512 tokens and decode at batch 1 of {result['tokens']} "
+             f"tokens, medians of {len(rounds)} alternating rounds. `{result['command']}`", "",
+             "| checkpoint | mode | decode tok/s baseline | new | new / baseline (median of rounds) "
+             "| prefill tok/s baseline | new | new / baseline "
              "| peak RSS MB baseline | new | load s baseline | new | panel matrices baseline / new |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for case, s in result["summary"].items():
         b, n = s["median"]["baseline"], s["median"]["new"]
-        lines.append(f"| {case} | {b['decode_tok_s']:.1f} | {n['decode_tok_s']:.1f} | {s['decode_ratio']:.2f}x | "
+        lines.append(f"| {case} | {s['mode']} | {b['decode_tok_s']:.1f} | {n['decode_tok_s']:.1f} | "
+                     f"{s['decode_ratio']:.2f}x | {b['prefill_tok_s']:.0f} | {n['prefill_tok_s']:.0f} | "
+                     f"{s['prefill_ratio']:.2f}x | "
                      f"{b['peak_rss_bytes'] / 2**20:.0f} | {n['peak_rss_bytes'] / 2**20:.0f} | "
                      f"{b['load_seconds']:.2f} | {n['load_seconds']:.2f} | "
                      f"{s['panel_matrices']['baseline']} / {s['panel_matrices']['new']} |")
@@ -117,13 +128,14 @@ def main() -> int:
     a = ap.parse_args()
     build = ROOT / "build"
     binaries = {"baseline": a.baseline.resolve(), "new": (build / "hubzoo").resolve()}
-    cases = {f"{m} {s}": checkpoint(m, s) for m in a.models.split(",") for s in a.schemes.split(",")}
+    cases = {f"{m} {s}": (checkpoint(m, s), "fused" if SCHEMES[s] is None else "int8")
+             for m in a.models.split(",") for s in a.schemes.split(",")}
     rounds: dict[str, list] = {c: [] for c in cases}
     for i in range(a.rounds):
         order = list(binaries) if i % 2 == 0 else list(reversed(binaries))
-        for case, path in cases.items():
+        for case, (path, mode) in cases.items():
             gbs, pingpong = machine_now(build, a.threads)
-            got = {name: bench(binaries[name], path, a.tokens, a.threads) for name in order}
+            got = {name: bench(binaries[name], path, mode, a.tokens, a.threads) for name in order}
             got.update(read_gbs=gbs, pingpong_ns=pingpong, order=order)
             rounds[case].append(got)
             log(f"round {i + 1} {case}: " + ", ".join(
@@ -131,10 +143,14 @@ def main() -> int:
     summary = {}
     for case, rs in rounds.items():
         med = {n: {k: statistics.median(r[n][k] for r in rs)
-                   for k in ("decode_tok_s", "peak_rss_bytes", "load_seconds")} for n in binaries}
+                   for k in ("decode_tok_s", "prefill_tok_s", "peak_rss_bytes", "load_seconds")}
+               for n in binaries}
         summary[case] = {
             "median": med,
+            "mode": cases[case][1],
             "decode_ratio": statistics.median(r["new"]["decode_tok_s"] / r["baseline"]["decode_tok_s"] for r in rs),
+            "prefill_ratio": statistics.median(r["new"]["prefill_tok_s"] / r["baseline"]["prefill_tok_s"]
+                                               for r in rs),
             "rss_ratio": statistics.median(r["new"]["peak_rss_bytes"] / r["baseline"]["peak_rss_bytes"] for r in rs),
             "panel_matrices": {n: rs[0][n]["panel_matrices"] for n in binaries},
             "weight_bytes": rs[0]["new"]["weight_bytes"],

@@ -16,12 +16,12 @@ Linear Linear::load(WeightLoader& w, const std::string& prefix, int64_t in, int6
 Linear Linear::concat(const std::vector<const Linear*>& parts) {
   if (parts.empty()) throw InvalidArgument("Linear::concat: no parts");
   const int64_t k = parts[0]->in_features();
-  const bool bf16 = parts[0]->weight.is_bf16(), has_bias = parts[0]->bias.has_value();
+  const bool has_bias = parts[0]->bias.has_value();
   std::vector<const PackedMatrix*> weights;
   std::vector<float> bias;
-  for (const Linear* p : parts) {
-    if (p->in_features() != k || p->weight.is_bf16() != bf16 || p->bias.has_value() != has_bias) {
-      throw InvalidArgument("Linear::concat: parts differ in input size, dtype or bias");
+  for (const Linear* p : parts) {  // (concat_packed checks the weights' dtypes)
+    if (p->in_features() != k || p->bias.has_value() != has_bias) {
+      throw InvalidArgument("Linear::concat: parts differ in input size or bias");
     }
     weights.push_back(&p->weight);
     if (has_bias) bias.insert(bias.end(), p->bias->data(), p->bias->data() + p->out_features());

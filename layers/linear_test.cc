@@ -38,18 +38,22 @@ void expect_same_bits(const float* a, const float* b, int64_t n) {
 TEST(LinearConcat, SameBitsAsThePartsSideBySide) {
   ThreadPool pool(2);
   const int64_t in = 70;
-  for (bool bf16 : {false, true}) {
+  // float32 parts, bf16 parts, and both (a checkpoint storing both under
+  // float32 numerics: fused as float32, the bf16 parts widened exactly).
+  enum Parts { kFloat32, kBf16, kMixed };
+  for (Parts dtypes : {kFloat32, kBf16, kMixed}) {
     for (bool bias : {false, true}) {
       // Part sizes that fill whole 32-row panels (panels copied) and that do not (repacked).
       for (const std::vector<int64_t>& outs :
            {std::vector<int64_t>{64, 17, 45}, std::vector<int64_t>{64, 32, 45}}) {
         std::vector<Linear> parts;
         for (size_t i = 0; i < outs.size(); ++i) {
+          const bool bf16 = dtypes == kBf16 || (dtypes == kMixed && i == 1);
           parts.push_back(make_linear(outs[i], in, bf16, bias, 7 + static_cast<unsigned>(i)));
         }
         const Linear fused = Linear::concat({&parts[0], &parts[1], &parts[2]});
         EXPECT_EQ(fused.out_features(), outs[0] + outs[1] + outs[2]);
-        EXPECT_EQ(fused.weight.is_bf16(), bf16);
+        EXPECT_EQ(fused.weight.is_bf16(), dtypes == kBf16);
         for (int64_t m : {1, 5, 40}) {
           const auto x = random_values(m * in, 3);
           std::vector<float> y(m * fused.out_features());
@@ -119,7 +123,9 @@ TEST(PackWeightsConcat, SamePanelsAsPackingTheStackedRows) {
 
 TEST(LinearConcat, RefusesPartsThatDiffer) {
   const Linear a = make_linear(8, 16, false, false, 1), b = make_linear(8, 12, false, false, 2);
-  const Linear c = make_linear(8, 16, true, false, 3), d = make_linear(8, 16, false, true, 4);
+  const Linear d = make_linear(8, 16, false, true, 4);
+  Linear c = make_linear(8, 16, true, false, 3);
+  c.weight.bf16_activations = true;  // bf16 activations: every part must be bf16
   EXPECT_THROW(Linear::concat({}), InvalidArgument);
   EXPECT_THROW(Linear::concat({&a, &b}), InvalidArgument);
   EXPECT_THROW(Linear::concat({&a, &c}), InvalidArgument);

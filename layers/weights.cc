@@ -331,9 +331,11 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
     packed = pack(read_f32(name, info).data());
   } else if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data));
-  } else if (info.dtype == DType::BF16) {  // widened while packing: no float32 copy
+  } else if (info.dtype == DType::BF16) {
+    // Packed as the bf16 it is under any numerics: a bf16 matrix multiplies as
+    // its exact float32 widening, bit for bit (ops/matmul.h), in half the bytes.
     packed =
-        pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, bf16, tiles);
+        pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, true, tiles);
   } else {
     std::vector<float> tmp(static_cast<size_t>(n * k));
     convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
@@ -394,8 +396,11 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
       parts.push_back({converted[i].data(), ns[i]});
     }
   }
+  // Every part stored as bf16 (no part converted): packed as bf16 under any numerics.
+  const bool all_bf16 = std::all_of(parts.begin(), parts.end(),
+                                    [](const WeightRows& p) { return p.bf16_bits != nullptr; });
   PackedMatrix packed = mark_activations(
-      pack_weights_concat(parts, k, numerics_.bf16, numerics_.bf16 && tiles_wanted()));
+      pack_weights_concat(parts, k, numerics_.bf16 || all_bf16, numerics_.bf16 && tiles_wanted()));
   for (const auto& name : names) {  // the packed copy is the only one kept
     if (contains(name)) ckpt_->release(name);
   }

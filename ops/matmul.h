@@ -107,7 +107,8 @@ PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k
 PackedMatrix to_bf16_tiles(PackedMatrix p);
 // Packed matrices (same k and dtype) stacked by rows into one: the panels
 // copied where every part but the last fills whole panels, else repacked;
-// quantized matrices share their parts (same k and mode).
+// quantized matrices share their parts (same k and mode). float32 and bf16
+// parts without bf16_activations stack as float32 (the bf16 ones widened).
 PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts);
 
 // x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).

@@ -280,16 +280,23 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
     return pack_quantized(std::move(all), parts[0]->quant_mode);
   }
   const int64_t k = parts[0]->k;
-  const bool bf16 = parts[0]->is_bf16();
+  // bf16 where every part is; float32 parts beside bf16 ones (a checkpoint
+  // storing both, under float32 numerics) widen those exactly.
+  bool bf16 = true;
   bool aligned = true;  // every part but the last fills whole panels
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i]->k != k || parts[i]->is_bf16() != bf16 || parts[i]->is_quantized()) {
+    if (parts[i]->k != k || parts[i]->is_quantized()) {
       throw InvalidArgument("concat_packed: parts differ in k or dtype");
     }
     if (parts[i]->bf16_activations != parts[0]->bf16_activations ||
         parts[i]->bf16_tiles != parts[0]->bf16_tiles) {
       throw InvalidArgument("concat_packed: parts differ in bf16_activations or layout");
     }
+    if (parts[i]->is_bf16() != parts[0]->is_bf16()) {
+      if (parts[0]->bf16_activations) throw InvalidArgument("concat_packed: parts differ in dtype");
+      aligned = false;  // repacked as float32
+    }
+    bf16 = bf16 && parts[i]->is_bf16();
     if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
   }
   const bool bf16_activations = parts[0]->bf16_activations;
