@@ -46,16 +46,25 @@ PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n
                                               bool bf16) {
   if (!numerics_.dequantize) {
     std::shared_ptr<QuantMatrix> q = take_hub_matrix(name, n, k);
-    if (numerics_.int8 && panels_allowed_ && quant_reads_panels(q->type)) {
+    if (makes_panels(q->type)) {
       // The converted rows go to the quantize-on-load cache, keyed by their
       // own bytes (the conversion is quick; the cache is there so that the
       // rows are a file's pages, dropped as the panels are made, rather than
       // anonymous memory resident beside them: twice the weights).
-      const QuantCacheSource source{
-          q->data, static_cast<uint64_t>(q->bytes()), DType::F32, q->type, nullptr, 0.0f};
       std::optional<QuantCacheEntry> cached;
-      if (quant_cache_.enabled())
-        cached = rows_in_cache(*q, quant_cache_key(kQuantizerRevision, q->type, n, k, source));
+      if (quant_cache_.enabled()) {
+        const QuantCacheSource source{
+            q->data, static_cast<uint64_t>(q->bytes()), DType::F32, q->type, nullptr, 0.0f};
+        const QuantCacheKey key = quant_cache_key(kQuantizerRevision, q->type, n, k, source);
+        cached = quant_cache_.find(key, {q->type, n, k, q->row_bytes});
+        if (cached) {  // the same bytes (the key covers them)
+          ++cache_hits_;
+          q->data = cached->rows.get();
+          q->keep = cached->rows;
+        } else {
+          cached = store_rows(*q, key);
+        }
+      }
       attach_loader_panels(*q, cached);
     }
     return pack_quant({std::move(q)});
@@ -154,7 +163,7 @@ std::shared_ptr<const QuantMatrix> WeightLoader::quant_view(const std::string& n
   // once, the mapped rows' pages dropped as they are read. A tied
   // embedding's lookups read the panels too; only a path that reads rows
   // (another SIMD target in a test, the reference) faults them back in.
-  const bool panels = numerics_.int8 && panels_allowed_ && quant_reads_panels(q->type);
+  const bool panels = makes_panels(q->type);
   if (info.row_order.empty()) {
     if (panels) {
       const uint64_t base = static_cast<uint64_t>(first_row * q->row_bytes);
@@ -229,32 +238,31 @@ PackedMatrix WeightLoader::quantize(const std::string& name, int64_t n, int64_t 
     q->keep = cached->rows;
   } else {
     *q = quantize_matrix_chunked(*t, n, k, read, *ThreadPool::shared(0));
-    if (quant_cache_.enabled()) cached = rows_in_cache(*q, key);
+    if (quant_cache_.enabled()) cached = store_rows(*q, key);
   }
   attach_loader_panels(*q, cached);
   return pack_quant({std::move(q)});
 }
 
-std::optional<QuantCacheEntry> WeightLoader::rows_in_cache(QuantMatrix& q,
-                                                           const QuantCacheKey& key) const {
-  const QuantCacheShape shape{q.type, q.n, q.k, q.row_bytes};
-  std::optional<QuantCacheEntry> cached = quant_cache_.find(key, shape);
-  if (cached) {
-    ++cache_hits_;
-  } else {
-    cached = quant_cache_.store(key, shape, q.data);
-    cache_stores_ += cached ? 1 : 0;
-  }
-  if (cached) {  // the same bytes (the key covers them), now a file's pages
+std::optional<QuantCacheEntry> WeightLoader::store_rows(QuantMatrix& q,
+                                                        const QuantCacheKey& key) const {
+  std::optional<QuantCacheEntry> cached =
+      quant_cache_.store(key, {q.type, q.n, q.k, q.row_bytes}, q.data);
+  if (cached) {  // the same bytes, now a file's pages
+    ++cache_stores_;
     q.data = cached->rows.get();
     q.keep = cached->rows;
   }
   return cached;
 }
 
+bool WeightLoader::makes_panels(QuantType t) const {
+  return numerics_.int8 && panels_allowed_ && quant_reads_panels(t);
+}
+
 void WeightLoader::attach_loader_panels(QuantMatrix& q,
                                         const std::optional<QuantCacheEntry>& cached) const {
-  if (!numerics_.int8 || !panels_allowed_ || !quant_reads_panels(q.type)) return;
+  if (!makes_panels(q.type)) return;
   uint64_t done = 0;
   attach_panels(
       q,

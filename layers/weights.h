@@ -140,14 +140,16 @@ class WeightLoader {
   // quantized to the type --quantize gives it (layers/quant_mix.h).
   PackedMatrix quantize(const std::string& name, int64_t n, int64_t k,
                         const QuantCacheSource& source, const RowReader& read) const;
-  // Owned rows q (quantized on load, or converted from the Hub's format) as
-  // the quantize-on-load cache's entry `key` (io/quant_cache.h): found there,
-  // else stored, then read from the file's pages. nullopt without a cache or
-  // where the store fails: q keeps its rows then. Counts the hit or store.
-  std::optional<QuantCacheEntry> rows_in_cache(QuantMatrix& q, const QuantCacheKey& key) const;
-  // q's panels, where the int8 kernels read them (quant_reads_panels), in the
-  // loader's arena; the pages of `cached` (q's rows in the cache) dropped as
-  // they are read.
+  // Owned rows q (quantized on load, or converted from the Hub's format)
+  // stored as the quantize-on-load cache's entry `key` (io/quant_cache.h)
+  // and read from the file's pages from then on. nullopt where the store
+  // fails: q keeps its rows then. Counts the store.
+  std::optional<QuantCacheEntry> store_rows(QuantMatrix& q, const QuantCacheKey& key) const;
+  // Whether matrices of type t get panels here: int8 numerics, a CPU whose
+  // int8 kernels read them (quant_reads_panels), not a lookup table.
+  bool makes_panels(QuantType t) const;
+  // q's panels where makes_panels, in the loader's arena; the pages of
+  // `cached` (q's rows in the cache) dropped as they are read.
   void attach_loader_panels(QuantMatrix& q, const std::optional<QuantCacheEntry>& cached) const;
   std::shared_ptr<const Checkpoint> ckpt_;
   Numerics numerics_;
