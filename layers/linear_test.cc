@@ -83,12 +83,13 @@ TEST(PackWeightsConcat, Bf16SourceRowsPackAsTheirWidening) {
     w[i] = bf16_to_float(bits[i]);
   }
   for (bool bf16 : {false, true}) {
-    const PackedMatrix a = pack_weights_concat(
-        {{nullptr, 13, bits.data()}, {nullptr, n - 13, bits.data() + 13 * k}}, k, bf16);
+    const PackedMatrix a =
+        pack_weights_concat({{nullptr, 13, bits.data()}, {nullptr, n - 13, bits.data() + 13 * k}},
+                            k, bf16 ? PanelType::kBF16 : PanelType::kF32);
     const PackedMatrix b = bf16 ? pack_weights_bf16(w.data(), n, k) : pack_weights(w.data(), n, k);
     ASSERT_EQ(a.bytes(), b.bytes());
-    const void* pa = bf16 ? static_cast<const void*>(a.bf16.get()) : a.data.get();
-    const void* pb = bf16 ? static_cast<const void*>(b.bf16.get()) : b.data.get();
+    const void* pa = bf16 ? static_cast<const void*>(a.half.get()) : a.data.get();
+    const void* pb = bf16 ? static_cast<const void*>(b.half.get()) : b.data.get();
     EXPECT_EQ(std::memcmp(pa, pb, a.bytes()), 0);
   }
 }
@@ -109,13 +110,13 @@ TEST(PackWeightsConcat, SamePanelsAsPackingTheStackedRows) {
         n += rows[i];
       }
       for (size_t i = 0; i < rows.size(); ++i) src.push_back({parts[i].data(), rows[i]});
-      const PackedMatrix a = pack_weights_concat(src, k, bf16);
+      const PackedMatrix a = pack_weights_concat(src, k, bf16 ? PanelType::kBF16 : PanelType::kF32);
       const PackedMatrix b =
           bf16 ? pack_weights_bf16(stacked.data(), n, k) : pack_weights(stacked.data(), n, k);
       ASSERT_EQ(a.n, n);
       ASSERT_EQ(a.bytes(), b.bytes());
-      const void* pa = bf16 ? static_cast<const void*>(a.bf16.get()) : a.data.get();
-      const void* pb = bf16 ? static_cast<const void*>(b.bf16.get()) : b.data.get();
+      const void* pa = bf16 ? static_cast<const void*>(a.half.get()) : a.data.get();
+      const void* pb = bf16 ? static_cast<const void*>(b.half.get()) : b.data.get();
       EXPECT_EQ(std::memcmp(pa, pb, a.bytes()), 0);
     }
   }

@@ -1,10 +1,42 @@
 #include "layers/weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.h"
 
 namespace hubzoo {
+namespace {
+
+// Panels of floats rounded to bf16 (bf16 numerics) or kept float32.
+PanelType panels_of(bool bf16) { return bf16 ? PanelType::kBF16 : PanelType::kF32; }
+
+// A matrix stored as bf16 or fp16 whose values are stored ones (no offset
+// added; GGUF's q/k rows may be permuted): packed from its bits.
+bool stored_half(const TensorInfo& info) {
+  return !info.quant && info.add == 0.0f && (info.dtype == DType::BF16 || info.dtype == DType::F16);
+}
+
+// Its rows in the model's order: the mapped bits, or a copy in `reordered`.
+const uint16_t* half_rows(const TensorInfo& info, const TensorView& v, int64_t k,
+                          std::vector<uint16_t>& reordered) {
+  const auto* stored = static_cast<const uint16_t*>(v.data);
+  if (info.row_order.empty()) return stored;
+  reordered.resize(info.row_order.size() * static_cast<size_t>(k));
+  for (size_t r = 0; r < info.row_order.size(); ++r) {
+    std::memcpy(reordered.data() + r * k, stored + info.row_order[r] * k,
+                static_cast<size_t>(k) * sizeof(uint16_t));
+  }
+  return reordered.data();
+}
+
+// Rows of bf16 or fp16 bits as a part of a packed matrix.
+WeightRows half_part(DType dtype, const uint16_t* bits, int64_t rows) {
+  return dtype == DType::BF16 ? WeightRows{.rows = rows, .bf16_bits = bits}
+                              : WeightRows{.rows = rows, .f16_bits = bits};
+}
+
+}  // namespace
 
 WeightLoader::WeightLoader(std::shared_ptr<const Checkpoint> checkpoint, Numerics numerics)
     : ckpt_(std::move(checkpoint)), numerics_(numerics) {
@@ -71,7 +103,7 @@ PackedMatrix WeightLoader::take_hub_quantized(const std::string& name, int64_t n
   }
   std::vector<float> w(static_cast<size_t>(n * k));
   take_hub_matrix(name, n, k)->dequantize(w.data());
-  return pack_weights_concat({{w.data(), n}}, k, bf16, bf16 && tiles_wanted());
+  return pack_weights_concat({{w.data(), n}}, k, panels_of(bf16), bf16 && tiles_wanted());
 }
 
 const TensorInfo& WeightLoader::claim(const std::string& name, const Shape& shape) {
@@ -333,17 +365,24 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
   }
   TensorView v = ckpt_->view(name);
   const bool tiles = bf16 && tiles_wanted();  // packed in the tile layout straight away
-  const auto pack = [&](const float* w) { return pack_weights_concat({{w, n}}, k, bf16, tiles); };
+  const auto pack = [&](const float* w) {
+    return pack_weights_concat({{w, n}}, k, panels_of(bf16), tiles);
+  };
   PackedMatrix packed;
-  if (transformed(info) || info.quant) {  // quantized: --quantize dequantize
+  if (stored_half(info)) {
+    // A bf16 matrix is packed as the bf16 it is under any numerics: it
+    // multiplies as its exact float32 widening, bit for bit (ops/matmul.h),
+    // in half the bytes. So is an fp16 matrix under float32 numerics (GPTQ /
+    // AWQ checkpoints' lm_head and embeddings, GGUF F16 files); bf16 numerics
+    // round it to bf16.
+    std::vector<uint16_t> reordered;
+    const PanelType type = info.dtype == DType::BF16 || bf16 ? PanelType::kBF16 : PanelType::kF16;
+    packed = pack_weights_concat({half_part(info.dtype, half_rows(info, v, k, reordered), n)}, k,
+                                 type, tiles);
+  } else if (transformed(info) || info.quant) {  // quantized: --quantize dequantize
     packed = pack(read_f32(name, info).data());
   } else if (info.dtype == DType::F32) {
     packed = pack(static_cast<const float*>(v.data));
-  } else if (info.dtype == DType::BF16) {
-    // Packed as the bf16 it is under any numerics: a bf16 matrix multiplies as
-    // its exact float32 widening, bit for bit (ops/matmul.h), in half the bytes.
-    packed =
-        pack_weights_concat({{nullptr, n, static_cast<const uint16_t*>(v.data)}}, k, true, tiles);
   } else {
     std::vector<float> tmp(static_cast<size_t>(n * k));
     convert_to_f32(info.dtype, v.data, tmp.data(), tmp.size());
@@ -379,6 +418,7 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
     return fused;
   }
   std::vector<std::vector<float>> converted(names.size());
+  std::vector<std::vector<uint16_t>> reordered(names.size());
   std::vector<WeightRows> parts;
   for (size_t i = 0; i < names.size(); ++i) {
     if (hub_quantized(names[i])) {  // --quantize dequantize
@@ -389,26 +429,31 @@ PackedMatrix WeightLoader::take_packed_concat(const std::vector<std::string>& na
     }
     const TensorInfo& info = claim(names[i], {ns[i], k});
     TensorView v = ckpt_->view(names[i]);
-    if (info.quant || transformed(info)) {
+    if (stored_half(info)) {
+      parts.push_back(half_part(info.dtype, half_rows(info, v, k, reordered[i]), ns[i]));
+    } else if (info.quant || transformed(info)) {
       // A file mixing float and block-quantized parts of one fused projection:
       // the quantized part is dequantized into the float matrix (exact values).
       converted[i] = read_f32(names[i], info);
       parts.push_back({converted[i].data(), ns[i]});
     } else if (info.dtype == DType::F32) {
       parts.push_back({static_cast<const float*>(v.data), ns[i]});
-    } else if (info.dtype == DType::BF16) {
-      parts.push_back({nullptr, ns[i], static_cast<const uint16_t*>(v.data)});
     } else {
       converted[i].resize(static_cast<size_t>(ns[i] * k));
       convert_to_f32(info.dtype, v.data, converted[i].data(), converted[i].size());
       parts.push_back({converted[i].data(), ns[i]});
     }
   }
-  // Every part stored as bf16 (no part converted): packed as bf16 under any numerics.
-  const bool all_bf16 = std::all_of(parts.begin(), parts.end(),
-                                    [](const WeightRows& p) { return p.bf16_bits != nullptr; });
-  PackedMatrix packed = mark_activations(
-      pack_weights_concat(parts, k, numerics_.bf16 || all_bf16, numerics_.bf16 && tiles_wanted()));
+  // Every part stored as bf16 (no part converted): packed as bf16 under any
+  // numerics; every part fp16: as fp16 under float32 numerics.
+  const auto all = [&](auto stored) { return std::all_of(parts.begin(), parts.end(), stored); };
+  const bool all_bf16 = all([](const WeightRows& p) { return p.bf16_bits != nullptr; });
+  const bool all_f16 = all([](const WeightRows& p) { return p.f16_bits != nullptr; });
+  const PanelType type = numerics_.bf16 || all_bf16 ? PanelType::kBF16
+                         : all_f16                  ? PanelType::kF16
+                                                    : PanelType::kF32;
+  PackedMatrix packed =
+      mark_activations(pack_weights_concat(parts, k, type, numerics_.bf16 && tiles_wanted()));
   for (const auto& name : names) {  // the packed copy is the only one kept
     if (contains(name)) ckpt_->release(name);
   }
@@ -462,7 +507,8 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
       } else {
         convert_to_f32(info.dtype, src, tmp.data(), block);
       }
-      out.push_back(mark_activations(pack_weights_concat({{w, rows}}, k, numerics_.bf16, tiles)));
+      out.push_back(
+          mark_activations(pack_weights_concat({{w, rows}}, k, panels_of(numerics_.bf16), tiles)));
     }
     bytes_ += out.back().bytes();
   }

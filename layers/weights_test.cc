@@ -129,58 +129,75 @@ TEST(WeightLoaderQuantCache, OtherWeightsAndDamagedEntriesQuantizeAgain) {
   EXPECT_EQ(got.panels, want.panels);
 }
 
-// bf16-stored matrices stay bf16 under float32 numerics, alone and fused,
-// and multiply exactly as their float32 widening (ops/matmul.h); fused with a
-// float32 part they become float32.
-TEST(WeightLoader, Bf16MatricesStayBf16UnderFloat32Numerics) {
-  TempDir dir;
-  const int64_t k = 96;
-  const std::vector<int64_t> rows = {40, 24, 24};
-  std::vector<std::vector<uint16_t>> bits;
-  std::vector<std::vector<float>> wide;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto v = test::spread_values(rows[i] * k, 40 + static_cast<int>(i), -6, 3);
-    bits.emplace_back();
-    wide.emplace_back();
-    for (float x : v) {
-      bits.back().push_back(static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16));
-      wide.back().push_back(std::bit_cast<float>(static_cast<uint32_t>(bits.back().back()) << 16));
+// bf16- and fp16-stored matrices stay so under float32 numerics, alone and
+// fused, and multiply exactly as their float32 widening (ops/matmul.h); fused
+// with a float32 part they become float32. bf16 numerics round fp16 to bf16.
+TEST(WeightLoader, HalfMatricesStayHalfUnderFloat32Numerics) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const bool f16 = dtype == DType::F16;
+    TempDir dir;
+    const int64_t k = 96;
+    const std::vector<int64_t> rows = {40, 24, 24};
+    std::vector<std::vector<uint16_t>> bits;
+    std::vector<std::vector<float>> wide;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto v = test::spread_values(rows[i] * k, 40 + static_cast<int>(i), -6, 3);
+      bits.emplace_back();
+      wide.emplace_back();
+      for (float x : v) {
+        bits.back().push_back(f16 ? f32_to_f16(x) : f32_to_bf16(x));
+        wide.back().push_back(f16 ? f16_to_f32(bits.back().back())
+                                  : bf16_to_f32(bits.back().back()));
+      }
+    }
+    write_safetensors(dir / "model.safetensors",
+                      {{"a.weight", {dtype, {rows[0], k}, bits[0].data()}},
+                       {"b.weight", {dtype, {rows[1], k}, bits[1].data()}},
+                       {"c.weight", {DType::F32, {rows[2], k}, wide[2].data()}}});
+    ThreadPool pool(2);
+    const auto x = test::spread_values(3 * k, 9, -4, 4);
+    // y = x W^T for W the rows of `parts` stacked, packed float32: what each product must equal.
+    const auto expect_product = [&](const PackedMatrix& p, const std::vector<size_t>& parts) {
+      std::vector<float> w;
+      for (size_t i : parts) w.insert(w.end(), wide[i].begin(), wide[i].end());
+      const PackedMatrix ref = pack_weights(w.data(), p.n, k);
+      std::vector<float> got(3 * p.n), want(3 * p.n);
+      matmul({x.data(), 3, k, &p, nullptr, got.data(), p.n}, pool);
+      matmul({x.data(), 3, k, &ref, nullptr, want.data(), p.n}, pool);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    };
+    const auto open = [&] { return std::make_shared<Checkpoint>(Checkpoint::open(dir.path())); };
+    for (bool int8 : {false, true}) {
+      Numerics numerics;
+      numerics.int8 = int8;
+      WeightLoader loader(open(), numerics);
+      const PackedMatrix a = loader.take_packed("a.weight", rows[0], k);
+      EXPECT_EQ(a.is_f16(), f16);
+      EXPECT_EQ(a.is_bf16(), !f16);
+      EXPECT_FALSE(a.bf16_activations);
+      EXPECT_EQ(a.bytes(), 2 * 64 * k);  // two panels of 32 rows, 2 bytes a weight
+      expect_product(a, {0});
+      const PackedMatrix ab =
+          loader.take_packed_concat({"b.weight", "c.weight"}, {rows[1], rows[2]}, k);
+      EXPECT_FALSE(ab.is_half());
+      expect_product(ab, {1, 2});
+    }
+    WeightLoader again(open());
+    const PackedMatrix ba =
+        again.take_packed_concat({"b.weight", "a.weight"}, {rows[1], rows[0]}, k);
+    EXPECT_EQ(ba.is_f16(), f16);
+    EXPECT_EQ(ba.is_bf16(), !f16);
+    expect_product(ba, {1, 0});
+    WeightLoader bf16(open(), Numerics{true, false});
+    const PackedMatrix rounded = bf16.take_packed("a.weight", rows[0], k);
+    EXPECT_TRUE(rounded.is_bf16());
+    for (int64_t r = 0; r < rows[0]; ++r) {
+      for (int64_t c = 0; c < k; ++c)
+        ASSERT_EQ(std::bit_cast<uint32_t>(rounded.at(r, c)),
+                  std::bit_cast<uint32_t>(round_bf16(wide[0][r * k + c])));
     }
   }
-  write_safetensors(dir / "model.safetensors",
-                    {{"a.weight", {DType::BF16, {rows[0], k}, bits[0].data()}},
-                     {"b.weight", {DType::BF16, {rows[1], k}, bits[1].data()}},
-                     {"c.weight", {DType::F32, {rows[2], k}, wide[2].data()}}});
-  ThreadPool pool(2);
-  const auto x = test::spread_values(3 * k, 9, -4, 4);
-  // y = x W^T for W the rows of `parts` stacked, packed float32: what each product must equal.
-  const auto expect_product = [&](const PackedMatrix& p, const std::vector<size_t>& parts) {
-    std::vector<float> w;
-    for (size_t i : parts) w.insert(w.end(), wide[i].begin(), wide[i].end());
-    const PackedMatrix ref = pack_weights(w.data(), p.n, k);
-    std::vector<float> got(3 * p.n), want(3 * p.n);
-    matmul({x.data(), 3, k, &p, nullptr, got.data(), p.n}, pool);
-    matmul({x.data(), 3, k, &ref, nullptr, want.data(), p.n}, pool);
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  };
-  for (bool int8 : {false, true}) {
-    Numerics numerics;
-    numerics.int8 = int8;
-    WeightLoader loader(std::make_shared<Checkpoint>(Checkpoint::open(dir.path())), numerics);
-    const PackedMatrix a = loader.take_packed("a.weight", rows[0], k);
-    EXPECT_TRUE(a.is_bf16());
-    EXPECT_FALSE(a.bf16_activations);
-    EXPECT_EQ(a.bytes(), 2 * 64 * k);  // two panels of 32 rows, 2 bytes a weight
-    expect_product(a, {0});
-    const PackedMatrix ab =
-        loader.take_packed_concat({"b.weight", "c.weight"}, {rows[1], rows[2]}, k);
-    EXPECT_FALSE(ab.is_bf16());
-    expect_product(ab, {1, 2});
-  }
-  WeightLoader again(std::make_shared<Checkpoint>(Checkpoint::open(dir.path())));
-  const PackedMatrix ba = again.take_packed_concat({"b.weight", "a.weight"}, {rows[1], rows[0]}, k);
-  EXPECT_TRUE(ba.is_bf16());
-  expect_product(ba, {1, 0});
 }
 
 // A GPTQ checkpoint (4-bit, group 64, desc_act: a column order) of one

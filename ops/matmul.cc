@@ -22,10 +22,12 @@
 
 #include "base/error.h"
 #include "hwy/aligned_allocator.h"
+#include "hwy/base.h"
 #include "ops/bf16.h"
 #include "ops/cpu_amx.h"
 #include "ops/flush_denormals.h"
 #include "ops/scratch.h"
+#include "tensor/dtype.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>  // MXCSR, _mm512_permutex2var_ps
 #endif
@@ -33,6 +35,17 @@
 #ifndef HUBZOO_OPS_BLOCKED_DOT
 #define HUBZOO_OPS_BLOCKED_DOT
 namespace hubzoo {
+
+// fp16 panels as Highway's binary16 type (the same bits), and one element
+// widened (exactly).
+inline const hwy::float16_t* F16Panels(const PackedMatrix& w) {
+  return reinterpret_cast<const hwy::float16_t*>(w.half.get());
+}
+inline float widen(hwy::float16_t w) {
+  uint16_t bits;
+  std::memcpy(&bits, &w, sizeof bits);
+  return f16_to_f32(bits);
+}
 
 // The reduction order of one output element (matmul.h), written out in scalar
 // code: x[0..K) against a packed weight column (stride kPanel).
@@ -97,7 +110,7 @@ inline void tile_chain_rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t
     }
     for (int64_t n = p0 * kPanel; n < n_end; ++n) {
       const float acc = tile_chain_dot(
-          x.data(), w.tile_k(), w.bf16.get() + (n / kPanel) * w.panel_elements(), n % kPanel);
+          x.data(), w.tile_k(), w.half.get() + (n / kPanel) * w.panel_elements(), n % kPanel);
       a.y[r * a.ldy + n] = add_bias_flushed(acc, a.bias, n);
     }
   }
@@ -148,12 +161,16 @@ constexpr int kMR = std::max(1, kAccBudget / kVecsPerPanel);
 // flight to hide FMA latency and to keep several weight streams open.
 constexpr int PanelsPerTile(int mr) { return std::clamp(kAccBudget / (mr * kVecsPerPanel), 1, 4); }
 
-// kLanes weights as float32 vector: loaded, or widened exactly from bf16.
+// kLanes weights as float32 vector: loaded, or widened exactly from bf16 or
+// from fp16 (vcvtph2ps on x86).
 HWY_INLINE V LoadWeights(DF d, const float* HWY_RESTRICT p) { return hn::Load(d, p); }
 HWY_INLINE V LoadWeights(DF d, const uint16_t* HWY_RESTRICT p) {
   const hn::Rebind<uint16_t, DF> d16;
   const hn::RebindToUnsigned<DF> d32;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+}
+HWY_INLINE V LoadWeights(DF d, const hwy::float16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
 }
 
 // Tile of y[0..MR, 0..NP*kPanel) over k in [k0, k1) (k0 a multiple of
@@ -248,7 +265,7 @@ HWY_INLINE void ForEachPanelTile(int64_t p0, int64_t p1, TileAt tile) {
   for (; p < p1; ++p) tile(p, std::integral_constant<int, 1>());
 }
 
-// MR rows of y over panels [p0, p1) of weights `panels` (float or bf16), k in [k0, k1).
+// MR rows of y over panels [p0, p1) of weights `panels` (float, bf16 or fp16), k in [k0, k1).
 // x: row 0 of the block at k = 0.
 template <int MR, typename WT>
 HWY_NOINLINE void RowBlock(const float* x, int64_t ldx, const WT* panels, const PackedMatrix& w,
@@ -265,8 +282,10 @@ HWY_NOINLINE void RowBlock(const float* x, int64_t ldx, const WT* panels, const 
 template <int MR>
 void RowBlockAny(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0, int64_t p1,
                  int64_t k0, int64_t k1, const float* bias, float* y, int64_t ldy) {
-  if (w.is_bf16()) {
-    RowBlock<MR>(x, ldx, w.bf16.get(), w, p0, p1, k0, k1, bias, y, ldy);
+  if (w.is_f16()) {
+    RowBlock<MR>(x, ldx, F16Panels(w), w, p0, p1, k0, k1, bias, y, ldy);
+  } else if (w.is_bf16()) {
+    RowBlock<MR>(x, ldx, w.half.get(), w, p0, p1, k0, k1, bias, y, ldy);
   } else {
     RowBlock<MR>(x, ldx, w.data.get(), w, p0, p1, k0, k1, bias, y, ldy);
   }
@@ -294,20 +313,26 @@ constexpr std::array<RowBlockWideFn, sizeof...(I)> MakeRowBlockWideTable(
 }
 constexpr auto kRowBlocksWide = MakeRowBlockWideTable(std::make_index_sequence<kMR>());
 
-// bf16 panels [pg, pe) over k in [k0, k1) widened (exactly) into `wide`,
+// 16-bit panels [pg, pe) over k in [k0, k1) widened (exactly) into `wide`,
 // (k1 - k0) * kPanel floats per panel: each panel's k range is contiguous.
-void WidenPanels(const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
-                 float* HWY_RESTRICT wide) {
+template <typename WT>
+void WidenPanelsOf(const WT* panels, const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0,
+                   int64_t k1, float* HWY_RESTRICT wide) {
   const DF d;
   const int64_t len = (k1 - k0) * kPanel;  // a multiple of kLanes
   for (int64_t p = pg; p < pe; ++p) {
-    const uint16_t* src = w.bf16.get() + p * w.k * kPanel + k0 * kPanel;
+    const WT* src = panels + p * w.k * kPanel + k0 * kPanel;
     float* dst = wide + (p - pg) * len;
     for (int64_t i = 0; i < len; i += kLanes) hn::Store(LoadWeights(d, src + i), d, dst + i);
   }
 }
+void WidenPanels(const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
+                 float* HWY_RESTRICT wide) {
+  if (w.is_f16()) return WidenPanelsOf(F16Panels(w), w, pg, pe, k0, k1, wide);
+  WidenPanelsOf(w.half.get(), w, pg, pe, k0, k1, wide);
+}
 
-// Whether a tile of `rows` rows reads bf16 panels widened once per panel
+// Whether a tile of `rows` rows reads 16-bit panels widened once per panel
 // group and k range (WidenPanels) rather than widening every weight for
 // every row block. Without AVX-512 a row block is 3 rows, and widening 4
 // vectors per k took a third of the FMA kernel's issue slots: SmolLM2 bf16
@@ -315,10 +340,11 @@ void WidenPanels(const PackedMatrix& w, int64_t pg, int64_t pe, int64_t k0, int6
 // bench_avx2.md). From 4 row blocks on, the copy is read at least 4 times.
 // The tiles' arithmetic is the same either way (widening is exact), so the
 // choice changes no bit. AVX-512's 14-row blocks widen 2 vectors per 28 FMAs;
-// they keep reading bf16 (unmeasured there).
+// they keep reading bf16 (unmeasured there). fp16 panels (vcvtph2ps) take
+// the same path.
 bool WidensPanels(const PackedMatrix& w, int64_t rows) {
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-  return w.is_bf16() && rows >= 4 * kMR;
+  return w.is_half() && rows >= 4 * kMR;
 #else
   (void)w;
   (void)rows;
@@ -534,11 +560,12 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
       const int64_t at = (n / kPanel) * K * kPanel + n % kPanel;
       if (a.w->bf16_activations) {
         a.y[r * a.ldy + n] =
-            add_bias_flushed(blocked_dot_flushed(x, a.w->bf16.get() + at, K), a.bias, n);
+            add_bias_flushed(blocked_dot_flushed(x, a.w->half.get() + at, K), a.bias, n);
         continue;
       }
-      const float acc = a.w->is_bf16() ? blocked_dot(x, a.w->bf16.get() + at, K)
-                                       : blocked_dot(x, a.w->data.get() + at, K);
+      const float acc = a.w->is_f16()    ? blocked_dot(x, F16Panels(*a.w) + at, K)
+                        : a.w->is_bf16() ? blocked_dot(x, a.w->half.get() + at, K)
+                                         : blocked_dot(x, a.w->data.get() + at, K);
       a.y[r * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }
@@ -552,8 +579,8 @@ constexpr int64_t kMinDecodeBytesPerThread = 160 * 1024;
 // and those after it.
 ThreadPool::Region PanelStart(const void* ctx, int64_t p) {
   const PackedMatrix& w = *static_cast<const PackedMatrix*>(ctx);
-  const int64_t panel_bytes = w.panel_elements() * (w.is_bf16() ? 2 : 4);
-  const char* base = w.is_bf16() ? reinterpret_cast<const char*>(w.bf16.get())
+  const int64_t panel_bytes = w.panel_elements() * (w.is_half() ? 2 : 4);
+  const char* base = w.is_half() ? reinterpret_cast<const char*>(w.half.get())
                                  : reinterpret_cast<const char*>(w.data.get());
   if (!base || p >= w.num_panels()) return {};
   return {base + p * panel_bytes, (w.num_panels() - p) * panel_bytes};
@@ -630,7 +657,7 @@ HWY_EXPORT(UsesBf16Dot);
 namespace {
 
 void check_args(const MatmulArgs& a) {
-  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->bf16 && a.w->quant.empty()))
+  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->half && a.w->quant.empty()))
     throw InvalidArgument("matmul: weights are not packed");
   if (a.w && a.w->bf16_activations && (a.w->k > 0 && a.w->n > 0) && !a.w->is_bf16())
     throw InvalidArgument("matmul: bf16_activations on weights that are not bf16");
@@ -686,11 +713,12 @@ void matmul_reference(const MatmulArgs& a) {
       const float* x = a.x + m * a.ldx;
       if (w.bf16_activations) {
         a.y[m * a.ldy + n] =
-            add_bias_flushed(blocked_dot_flushed(x, w.bf16.get() + at, w.k), a.bias, n);
+            add_bias_flushed(blocked_dot_flushed(x, w.half.get() + at, w.k), a.bias, n);
         continue;
       }
-      const float acc = w.is_bf16() ? blocked_dot(x, w.bf16.get() + at, w.k)
-                                    : blocked_dot(x, w.data.get() + at, w.k);
+      const float acc = w.is_f16()    ? blocked_dot(x, F16Panels(w) + at, w.k)
+                        : w.is_bf16() ? blocked_dot(x, w.half.get() + at, w.k)
+                                      : blocked_dot(x, w.data.get() + at, w.k);
       a.y[m * a.ldy + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }

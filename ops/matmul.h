@@ -35,9 +35,10 @@ constexpr int64_t kPanel = 32;   // columns per packed panel (2 AVX-512 vectors)
 constexpr int64_t kKBlock = 64;  // k per FMA chain; fixed, whatever the shape
 constexpr int64_t kTileK = 32;   // k per block of the tile chain (one AMX tile's k)
 
-// Weights packed as float32 or as bf16 (bit patterns, converted exactly to
-// float32 in registers): the same layout, the same reduction order, so a bf16
-// matrix gives exactly the result of its float32 widening.
+// Weights packed as float32, or as bf16 or IEEE fp16 (bit patterns, converted
+// exactly to float32 in registers): the same layout, the same reduction
+// order, so a bf16 or fp16 matrix gives exactly the result of its float32
+// widening in half the bytes.
 //
 // Or block-quantized (ops/quant.h): `quant` holds one or more QuantMatrix
 // parts stacked by rows (a fused projection whose parts have different block
@@ -46,9 +47,11 @@ constexpr int64_t kTileK = 32;   // k per block of the tile chain (one AMX tile'
 struct PackedMatrix {
   int64_t n = 0;  // output features (rows of W)
   int64_t k = 0;  // input features
-  // Exactly one of these holds the weights: panels (64-byte aligned) or quantized parts.
+  // Exactly one of these holds the weights: panels (64-byte aligned) of
+  // float32 or of 16-bit values (bf16, or fp16 where `f16`), or quantized parts.
   std::unique_ptr<float[], void (*)(float*)> data{nullptr, nullptr};
-  std::unique_ptr<uint16_t[], void (*)(uint16_t*)> bf16{nullptr, nullptr};
+  std::unique_ptr<uint16_t[], void (*)(uint16_t*)> half{nullptr, nullptr};
+  bool f16 = false;  // `half` holds IEEE binary16 bit patterns (an F16 checkpoint)
   std::vector<std::shared_ptr<const QuantMatrix>> quant;
   QuantMode quant_mode = QuantMode::kExact;
   // bf16 weights that multiply bf16 activations (eager bf16, whose matmul
@@ -65,14 +68,16 @@ struct PackedMatrix {
   // bf16_activations weights laid out as tdpbf16ps's second operand and
   // multiplied in the tile chain (above): in panel p, K rounded up to kTileK
   // (tile_k()), the pair (k, k + 1) of column n at
-  // bf16[p * tile_k() * kPanel + (k / 2) * 2 * kPanel + (n % kPanel) * 2 + k % 2],
+  // half[p * tile_k() * kPanel + (k / 2) * 2 * kPanel + (n % kPanel) * 2 + k % 2],
   // zero past K and N. Made by to_bf16_tiles where matmul_bf16_tiles() says
   // so; on a CPU without AMX-BF16 the chain runs in scalar code (tests).
   bool bf16_tiles = false;
   int64_t tile_k() const { return (k + kTileK - 1) / kTileK * kTileK; }
-  // bf16 or float elements from one panel to the next.
+  // 16-bit or float elements from one panel to the next.
   int64_t panel_elements() const { return (bf16_tiles ? tile_k() : k) * kPanel; }
-  bool is_bf16() const { return bf16 != nullptr; }
+  bool is_half() const { return half != nullptr; }
+  bool is_bf16() const { return half != nullptr && !f16; }
+  bool is_f16() const { return half != nullptr && f16; }
   bool is_quantized() const { return !quant.empty(); }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
   int64_t bytes() const;
@@ -89,26 +94,33 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k);
 PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> parts,
                             QuantMode mode = QuantMode::kExact);
 
+// What a packed matrix's panels hold.
+enum class PanelType : uint8_t { kF32, kBF16, kF16 };
+
 // Row-major [rows, k] float32 blocks stacked into one matrix, packed once
-// (float32, or bf16 rounded to nearest even): the packing of the
-// concatenated rows, without building them. For fused projections (q/k/v, gate/up).
+// (as float32, as bf16 rounded to nearest even, or as fp16): the packing of
+// the concatenated rows, without building them. For fused projections (q/k/v, gate/up).
 struct WeightRows {
   const float* w = nullptr;
   int64_t rows = 0;
   // Instead of w: rows stored as bf16 bit patterns (a bf16 checkpoint), widened
   // exactly while packing, without a float32 copy of the tensor.
   const uint16_t* bf16_bits = nullptr;
+  // Or as fp16 bit patterns (an F16 checkpoint), the same way.
+  const uint16_t* f16_bits = nullptr;
 };
 // `tiles`: bf16 in the tile layout (bf16_tiles, which implies bf16_activations).
-PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16,
+// kF16 panels take only parts stored as fp16 (f16_bits): they are copied, never
+// rounded (a float32 part would have to be).
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, PanelType type,
                                  bool tiles = false);
 // A bf16_activations matrix laid out for the tile chain (bf16_tiles); the
 // values are the same. Throws InvalidArgument on other matrices.
 PackedMatrix to_bf16_tiles(PackedMatrix p);
 // Packed matrices (same k and dtype) stacked by rows into one: the panels
 // copied where every part but the last fills whole panels, else repacked;
-// quantized matrices share their parts (same k and mode). float32 and bf16
-// parts without bf16_activations stack as float32 (the bf16 ones widened).
+// quantized matrices share their parts (same k and mode). Parts of different
+// panel types without bf16_activations stack as float32 (exact widenings).
 PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts);
 
 // x: [m, k] row-major with row stride ldx (>= k); y: [m, n] with row stride ldy (>= n).

@@ -119,7 +119,7 @@ void AmxPanels(const MatmulArgs& a, const uint16_t* xb, int64_t ld, int64_t rc, 
   const int64_t lda_bytes = ld * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t padded = CeilDiv(rows, kAmxTileRows) * kAmxTileRows;
   for (int64_t p = p0; p < p1; ++p) {
-    const uint16_t* wp = w.bf16.get() + p * w.panel_elements();
+    const uint16_t* wp = w.half.get() + p * w.panel_elements();
     const int64_t col = p * kPanel, cols = std::min(kPanel, w.n - col);
     const float* bias = a.bias ? a.bias + col : nullptr;
     for (int64_t rt = 0; rt < padded; rt += 2 * kAmxTileRows) {

@@ -132,7 +132,7 @@ HWY_NOINLINE void RowBlockDot(const uint32_t* xp, int64_t ldxp, const PackedMatr
                               int64_t ldy) {
   const int64_t K = w.k;
   ForEachPanelTile<PanelsPerTile(MR)>(p0, p1, [&](int64_t p, auto np) {
-    TileDot<MR, decltype(np)::value>(xp + k0 / 2, ldxp, w.bf16.get() + p * K * kPanel + k0 * kPanel,
+    TileDot<MR, decltype(np)::value>(xp + k0 / 2, ldxp, w.half.get() + p * K * kPanel + k0 * kPanel,
                                      k1 - k0, K * kPanel, k0 == 0, k1 == K,
                                      bias ? bias + p * kPanel : nullptr, y + p * kPanel, ldy,
                                      w.n - p * kPanel);

@@ -1,5 +1,5 @@
-// Packing weights into matmul.h's column panels (float32, bf16 or quantized
-// parts), reading them back, and stacking packed matrices.
+// Packing weights into matmul.h's column panels (float32, bf16, fp16 or
+// quantized parts), reading them back, and stacking packed matrices.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "ops/bf16.h"
 #include "ops/matmul.h"
+#include "tensor/dtype.h"
 
 namespace hubzoo {
 namespace {
@@ -50,9 +51,9 @@ T* alloc_panels(int64_t panels, int64_t k) {
 }
 
 // Row-major W [n, k] into rows [row0, row0 + n) of the panels (`stride`
-// elements apart; kTiles: the tile layout of PackedMatrix::bf16_tiles), a
-// 32-row x 64-k block at a time (both sides in L1) instead of one row at a
-// time with 128-byte strided writes.
+// elements apart; kTiles: the tile layout of PackedMatrix::bf16_tiles), each
+// element through `convert`, a 32-row x 64-k block at a time (both sides in L1) instead of one row
+// at a time with 128-byte strided writes.
 template <bool kTiles, typename S, typename T, typename Convert>
 void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t stride, int64_t row0,
                Convert convert) {
@@ -67,7 +68,7 @@ void pack_rows(const S* w, int64_t n, int64_t k, T* data, int64_t stride, int64_
         const S* src = w + (r0 + r) * k;
         T* dst = panel + r * (kTiles ? 2 : 1);
         for (int64_t c = c0; c < c1; ++c) {
-          dst[kTiles ? c / 2 * 2 * kPanel + c % 2 : c * kPanel] = convert(widen(src[c]));
+          dst[kTiles ? c / 2 * 2 * kPanel + c % 2 : c * kPanel] = convert(src[c]);
         }
       }
     }
@@ -118,6 +119,11 @@ std::pair<const QuantMatrix*, int64_t> quant_part(const PackedMatrix& p, int64_t
   throw InvalidArgument("PackedMatrix: row " + std::to_string(row) + " out of range");
 }
 
+// A 16-bit panel element of `p` as the float it stands for (exact).
+float half_value(const PackedMatrix& p, uint16_t v) {
+  return p.f16 ? f16_to_f32(v) : bf16_to_float(v);
+}
+
 }  // namespace
 
 int64_t PackedMatrix::bytes() const {
@@ -126,7 +132,7 @@ int64_t PackedMatrix::bytes() const {
     for (const auto& part : quant) total += part->bytes();
     return total;
   }
-  return num_panels() * panel_elements() * (is_bf16() ? 2 : 4);
+  return num_panels() * panel_elements() * (is_half() ? 2 : 4);
 }
 
 float PackedMatrix::at(int64_t row, int64_t col) const {
@@ -136,11 +142,11 @@ float PackedMatrix::at(int64_t row, int64_t col) const {
     return values[col];
   }
   if (bf16_tiles) {
-    return bf16_to_float(bf16[(row / kPanel) * panel_elements() + (col / 2) * 2 * kPanel +
+    return bf16_to_float(half[(row / kPanel) * panel_elements() + (col / 2) * 2 * kPanel +
                               (row % kPanel) * 2 + col % 2]);
   }
   const int64_t i = ((row / kPanel) * k + col) * kPanel + row % kPanel;
-  return is_bf16() ? bf16_to_float(bf16[i]) : data[i];
+  return is_half() ? half_value(*this, half[i]) : data[i];
 }
 
 void PackedMatrix::copy_row(int64_t row, float* out) const {
@@ -150,13 +156,13 @@ void PackedMatrix::copy_row(int64_t row, float* out) const {
     return;
   }
   if (bf16_tiles) {
-    const uint16_t* column = bf16.get() + (row / kPanel) * panel_elements() + (row % kPanel) * 2;
+    const uint16_t* column = half.get() + (row / kPanel) * panel_elements() + (row % kPanel) * 2;
     for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(column[(c / 2) * 2 * kPanel + c % 2]);
     return;
   }
   const int64_t first = (row / kPanel) * k * kPanel + row % kPanel;
-  if (is_bf16()) {
-    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bf16[first + c * kPanel]);
+  if (is_half()) {
+    for (int64_t c = 0; c < k; ++c) out[c] = half_value(*this, half[first + c * kPanel]);
   } else {
     for (int64_t c = 0; c < k; ++c) out[c] = data[first + c * kPanel];
   }
@@ -177,8 +183,8 @@ PackedMatrix pack_weights_bf16(const float* w, int64_t n, int64_t k) {
   PackedMatrix p;
   p.n = n;
   p.k = k;
-  p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
-  pack_into(w, n, k, p.bf16.get(), p.panel_elements(), 0, [](float v) { return bf16_bits(v); });
+  p.half = {alloc_panels<uint16_t>(p.num_panels(), k), &free_aligned16};
+  pack_into(w, n, k, p.half.get(), p.panel_elements(), 0, [](float v) { return bf16_bits(v); });
   return p;
 }
 
@@ -197,43 +203,78 @@ PackedMatrix pack_quantized(std::vector<std::shared_ptr<const QuantMatrix>> part
   return p;
 }
 
-PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, bool bf16,
+PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k, PanelType type,
                                  bool tiles) {
   if (k < 0) throw InvalidArgument("pack_weights_concat: negative shape");
-  if (tiles && !bf16) throw InvalidArgument("pack_weights_concat: the tile layout is bf16");
+  if (tiles && type != PanelType::kBF16)
+    throw InvalidArgument("pack_weights_concat: the tile layout is bf16");
   PackedMatrix p;
   p.k = k;
   p.bf16_activations = p.bf16_tiles = tiles;
+  p.f16 = type == PanelType::kF16;
   for (const WeightRows& part : parts) {
     if (part.rows < 0) throw InvalidArgument("pack_weights_concat: negative shape");
+    if (part.bf16_bits && part.f16_bits)
+      throw InvalidArgument("pack_weights_concat: a part stored as both bf16 and fp16");
     p.n += part.rows;
   }
   const int64_t stride = p.panel_elements();
-  if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), stride / kPanel), &free_aligned16};
+  if (type == PanelType::kF32) {
+    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
+  } else {
+    p.half = {alloc_panels<uint16_t>(p.num_panels(), stride / kPanel), &free_aligned16};
     // Tiles past K: alloc_panels zeroes only the last panel.
     if (tiles && p.tile_k() != k) {
-      std::memset(p.bf16.get(), 0, static_cast<size_t>(p.num_panels() * stride) * 2);
+      std::memset(p.half.get(), 0, static_cast<size_t>(p.num_panels() * stride) * 2);
     }
-  } else {
-    p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   }
-  int64_t row0 = 0;
-  const auto to_bf16 = [](float v) { return bf16_bits(v); };
+  // Each stored element to the panels' type: copied where it is stored so,
+  // widened exactly to float32, or rounded to nearest even to bf16 / fp16.
+  const auto same = [](uint16_t v) { return v; };
+  const auto from_bf16 = [](uint16_t v) { return bf16_to_float(v); };
+  const auto from_f16 = [](uint16_t v) { return f16_to_f32(v); };
+  const auto f16_to_bf16 = [](uint16_t v) { return bf16_bits(f16_to_f32(v)); };
+  const auto bf16_to_f16 = [](uint16_t v) { return f32_to_f16(bf16_to_float(v)); };
   const auto to_f32 = [](float v) { return v; };
+  const auto to_bf16 = [](float v) { return bf16_bits(v); };
+  const auto to_f16 = [](float v) { return f32_to_f16(v); };
+  int64_t row0 = 0;
   for (const WeightRows& part : parts) {
-    if (tiles && part.bf16_bits) {
-      pack_into<true>(part.bf16_bits, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
-    } else if (tiles) {
-      pack_into<true>(part.w, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
-    } else if (part.bf16_bits && bf16) {
-      pack_into(part.bf16_bits, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
-    } else if (part.bf16_bits) {
-      pack_into(part.bf16_bits, part.rows, k, p.data.get(), stride, row0, to_f32);
-    } else if (bf16) {
-      pack_into(part.w, part.rows, k, p.bf16.get(), stride, row0, to_bf16);
-    } else {
-      pack_into(part.w, part.rows, k, p.data.get(), stride, row0, to_f32);
+    const auto into = [&](const auto* src, auto* dst, auto convert) {
+      if (tiles) {
+        pack_into<true>(src, part.rows, k, dst, stride, row0, convert);
+      } else {
+        pack_into(src, part.rows, k, dst, stride, row0, convert);
+      }
+    };
+    switch (type) {
+      case PanelType::kF32:
+        if (part.bf16_bits) {
+          into(part.bf16_bits, p.data.get(), from_bf16);
+        } else if (part.f16_bits) {
+          into(part.f16_bits, p.data.get(), from_f16);
+        } else {
+          into(part.w, p.data.get(), to_f32);
+        }
+        break;
+      case PanelType::kBF16:
+        if (part.bf16_bits) {
+          into(part.bf16_bits, p.half.get(), same);
+        } else if (part.f16_bits) {
+          into(part.f16_bits, p.half.get(), f16_to_bf16);
+        } else {
+          into(part.w, p.half.get(), to_bf16);
+        }
+        break;
+      case PanelType::kF16:
+        if (part.f16_bits) {
+          into(part.f16_bits, p.half.get(), same);
+        } else if (part.bf16_bits) {
+          into(part.bf16_bits, p.half.get(), bf16_to_f16);
+        } else {
+          into(part.w, p.half.get(), to_f16);
+        }
+        break;
     }
     row0 += part.rows;
   }
@@ -251,11 +292,11 @@ PackedMatrix to_bf16_tiles(PackedMatrix p) {
   t.bf16_activations = true;
   t.bf16_tiles = true;
   const int64_t panels = p.num_panels(), k = p.k, pairs = t.tile_k() / 2;
-  t.bf16 = {alloc_panels<uint16_t>(panels, t.tile_k()), &free_aligned16};
+  t.half = {alloc_panels<uint16_t>(panels, t.tile_k()), &free_aligned16};
   // Each panel's rows k and k + 1 interleaved, as 32-bit words (low half k).
   for (int64_t panel = 0; panel < panels; ++panel) {
-    const uint16_t* src = p.bf16.get() + panel * k * kPanel;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(t.bf16.get() + panel * t.panel_elements());
+    const uint16_t* src = p.half.get() + panel * k * kPanel;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(t.half.get() + panel * t.panel_elements());
     for (int64_t q = 0; q < pairs; ++q) {
       const int64_t k0 = 2 * q;
       for (int64_t c = 0; c < kPanel; ++c) {
@@ -280,9 +321,13 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
     return pack_quantized(std::move(all), parts[0]->quant_mode);
   }
   const int64_t k = parts[0]->k;
-  // bf16 where every part is; float32 parts beside bf16 ones (a checkpoint
-  // storing both, under float32 numerics) widen those exactly.
-  bool bf16 = true;
+  // The parts' panel type where every part has it; parts of different types
+  // (a checkpoint storing float32 beside bf16 or fp16 matrices, under float32
+  // numerics) stack as float32, the 16-bit ones widened exactly.
+  const auto type_of = [](const PackedMatrix& m) {
+    return m.is_f16() ? PanelType::kF16 : m.is_bf16() ? PanelType::kBF16 : PanelType::kF32;
+  };
+  PanelType type = type_of(*parts[0]);
   bool aligned = true;  // every part but the last fills whole panels
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i]->k != k || parts[i]->is_quantized()) {
@@ -292,15 +337,16 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
         parts[i]->bf16_tiles != parts[0]->bf16_tiles) {
       throw InvalidArgument("concat_packed: parts differ in bf16_activations or layout");
     }
-    if (parts[i]->is_bf16() != parts[0]->is_bf16()) {
+    if (type_of(*parts[i]) != type_of(*parts[0])) {
       if (parts[0]->bf16_activations) throw InvalidArgument("concat_packed: parts differ in dtype");
+      type = PanelType::kF32;
       aligned = false;  // repacked as float32
     }
-    bf16 = bf16 && parts[i]->is_bf16();
     if (i + 1 < parts.size() && parts[i]->n % kPanel != 0) aligned = false;
   }
   const bool bf16_activations = parts[0]->bf16_activations;
-  if (!aligned) {  // unpack and pack again (exact: bf16 widens and rounds back to itself)
+  if (!aligned) {  // unpack and pack again (exact: 16-bit values widen and round back to
+                   // themselves)
     std::vector<std::vector<float>> rows(parts.size());
     std::vector<WeightRows> src;
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -308,7 +354,7 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
       for (int64_t r = 0; r < parts[i]->n; ++r) parts[i]->copy_row(r, &rows[i][r * k]);
       src.push_back({rows[i].data(), parts[i]->n});
     }
-    PackedMatrix packed = pack_weights_concat(src, k, bf16, parts[0]->bf16_tiles);
+    PackedMatrix packed = pack_weights_concat(src, k, type, parts[0]->bf16_tiles);
     packed.bf16_activations = bf16_activations;
     return packed;
   }
@@ -318,15 +364,17 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
   p.k = k;
   p.bf16_activations = bf16_activations;
   p.bf16_tiles = parts[0]->bf16_tiles;
+  p.f16 = type == PanelType::kF16;
   for (const PackedMatrix* part : parts) p.n += part->n;
-  if (bf16) {
-    p.bf16 = {alloc_panels<uint16_t>(p.num_panels(), p.panel_elements() / kPanel), &free_aligned16};
+  const bool half = type != PanelType::kF32;
+  if (half) {
+    p.half = {alloc_panels<uint16_t>(p.num_panels(), p.panel_elements() / kPanel), &free_aligned16};
   } else {
     p.data = {alloc_panels<float>(p.num_panels(), k), &free_aligned};
   }
-  char* dst = bf16 ? reinterpret_cast<char*>(p.bf16.get()) : reinterpret_cast<char*>(p.data.get());
+  char* dst = half ? reinterpret_cast<char*>(p.half.get()) : reinterpret_cast<char*>(p.data.get());
   for (const PackedMatrix* part : parts) {
-    const char* src = bf16 ? reinterpret_cast<const char*>(part->bf16.get())
+    const char* src = half ? reinterpret_cast<const char*>(part->half.get())
                            : reinterpret_cast<const char*>(part->data.get());
     std::memcpy(dst, src, part->bytes());
     dst += part->bytes();

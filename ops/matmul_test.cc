@@ -17,6 +17,7 @@
 #include "ops/bf16.h"
 #include "ops/cpu_amx.h"
 #include "ops/test_values.h"
+#include "tensor/dtype.h"
 
 namespace hubzoo {
 namespace {
@@ -296,6 +297,86 @@ TEST(Matmul, Bf16WeightsBitIdenticalAndExactlyWidened) {
   }
 }
 
+// fp16 weights (an F16 checkpoint): bit-identical to the contract on the
+// weights widened exactly, on every target and thread count, the subnormals
+// and the largest finite values included; at() and copy_row() read them back.
+TEST(Matmul, F16WeightsBitIdenticalAndExactlyWidened) {
+  std::vector<Problem> problems;
+  for (int64_t m : {1, 2, 13, 17}) {
+    for (int64_t n : {1, 33, 100}) {
+      for (int64_t k : {7, 64, 577}) problems.push_back({m, n, k, m % 2 == 1, m == 13});
+    }
+  }
+  for (int64_t m : {12, 40, 300}) problems.push_back({m, 300, 2000, m == 40, false});
+  // Smallest and largest subnormal, a negative one, the smallest normal, the
+  // largest finite values, -0.
+  const uint16_t special[] = {0x0001, 0x03FF, 0x8200, 0x0400, 0x7BFF, 0xFBFF, 0x8000};
+  ThreadPool one(1), two(2);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    Data d = make_data(p, static_cast<uint32_t>(3000 + i));
+    std::vector<uint16_t> stored(d.w.size());
+    std::vector<float> widened(d.w.size());
+    for (size_t j = 0; j < d.w.size(); ++j) {
+      stored[j] = j % 5 == 3 ? special[j / 5 % std::size(special)] : f32_to_f16(d.w[j]);
+      widened[j] = f16_to_f32(stored[j]);
+    }
+    const PackedMatrix half =
+        pack_weights_concat({{.rows = p.n, .f16_bits = stored.data()}}, p.k, PanelType::kF16);
+    ASSERT_TRUE(half.is_f16() && !half.is_bf16());
+    EXPECT_EQ(half.bytes(), half.num_panels() * p.k * kPanel * 2);
+    std::vector<float> row(p.k);
+    for (int64_t r = 0; r < p.n; ++r) {
+      half.copy_row(r, row.data());
+      for (int64_t c = 0; c < p.k; ++c) {
+        ASSERT_EQ(bits(row[c]), bits(widened[r * p.k + c]));
+        if (c % 5 == 0) {
+          ASSERT_EQ(bits(half.at(r, c)), bits(widened[r * p.k + c]));
+        }
+      }
+    }
+    const auto want = contract_matmul(p, d.x.data(), widened, d.bias.data());
+    expect_same_bits(p, want, run(p, d.x.data(), half, d.bias.data(), nullptr));
+    EveryTarget::run([&] {
+      for (ThreadPool* pool : {&one, &two}) {
+        expect_same_bits(p, want, run(p, d.x.data(), half, d.bias.data(), pool));
+      }
+    });
+  }
+}
+
+// Stacked fp16 matrices stay fp16 (panels copied, or repacked where a part
+// ends inside a panel); fp16 beside bf16 or float32 stacks as float32.
+TEST(Matmul, F16PartsStackAsF16) {
+  const int64_t k = 19;
+  const auto w = random_values(70 * k, 9);
+  std::vector<uint16_t> stored(w.size());
+  for (size_t j = 0; j < w.size(); ++j) stored[j] = f32_to_f16(w[j]);
+  for (int64_t first : {32, 13}) {
+    const PackedMatrix a =
+        pack_weights_concat({{.rows = first, .f16_bits = stored.data()}}, k, PanelType::kF16);
+    const PackedMatrix b = pack_weights_concat(
+        {{.rows = 70 - first, .f16_bits = stored.data() + first * k}}, k, PanelType::kF16);
+    const PackedMatrix all =
+        pack_weights_concat({{.rows = 70, .f16_bits = stored.data()}}, k, PanelType::kF16);
+    const PackedMatrix stacked = concat_packed({&a, &b});
+    ASSERT_TRUE(stacked.is_f16());
+    ASSERT_EQ(stacked.bytes(), all.bytes());
+    EXPECT_EQ(std::memcmp(stacked.half.get(), all.half.get(), all.bytes()), 0);
+    const PackedMatrix bf = pack_weights_bf16(w.data(), 70 - first, k);
+    const PackedMatrix f32 = pack_weights(w.data(), 70 - first, k);
+    for (const PackedMatrix* other : {&bf, &f32}) {
+      const PackedMatrix mixed = concat_packed({&a, other});
+      ASSERT_FALSE(mixed.is_half());
+      for (int64_t r = 0; r < mixed.n; ++r) {
+        const PackedMatrix& from = r < first ? a : *other;
+        const int64_t fr = r < first ? r : r - first;
+        for (int64_t c = 0; c < k; ++c) ASSERT_EQ(bits(mixed.at(r, c)), bits(from.at(fr, c)));
+      }
+    }
+  }
+}
+
 // Values around 2^-126 where `tiny`: products and sums fall on both sides of
 // the smallest normal, so every flush of the contract is exercised.
 Data make_bf16_activations_data(const Problem& p, uint32_t seed, bool tiny) {
@@ -458,12 +539,15 @@ TEST(Matmul, TileLayoutRoundTrips) {
   for (size_t i = 0; i < d.w.size(); ++i) stored[i] = bf16_bits(d.w[i]);
   for (const WeightRows& rows :
        {WeightRows{d.w.data(), p.n}, WeightRows{nullptr, p.n, stored.data()}}) {
-    const PackedMatrix direct = pack_weights_concat({rows}, p.k, true, true);
+    const PackedMatrix direct = pack_weights_concat({rows}, p.k, PanelType::kBF16, true);
     ASSERT_TRUE(direct.bf16_tiles && direct.bf16_activations);
     ASSERT_EQ(direct.bytes(), tiles.bytes());
-    EXPECT_EQ(std::memcmp(direct.bf16.get(), tiles.bf16.get(), tiles.bytes()), 0);
+    EXPECT_EQ(std::memcmp(direct.half.get(), tiles.half.get(), tiles.bytes()), 0);
   }
-  EXPECT_THROW(pack_weights_concat({{d.w.data(), p.n}}, p.k, false, true), InvalidArgument);
+  EXPECT_THROW(pack_weights_concat({{d.w.data(), p.n}}, p.k, PanelType::kF32, true),
+               InvalidArgument);
+  EXPECT_THROW(pack_weights_concat({{d.w.data(), p.n}}, p.k, PanelType::kF16, true),
+               InvalidArgument);
   std::vector<float> row(p.k);
   for (int64_t r = 0; r < p.n; ++r) {
     tiles.copy_row(r, row.data());

@@ -62,6 +62,27 @@ def test_tiny_llama_every_block_type(hz, tiny_gguf, qtype):
     assert_argmax_equal(logits, ref_logits)
 
 
+@pytest.mark.parametrize("qtype", ["F16", "BF16"])
+def test_tiny_llama_f16_and_bf16_files(hz, tiny_gguf, qtype):
+    """F16 / BF16 files: the matrices stay the 16-bit values they are (half the bytes of the
+    F32 file's, the permuted q/k rows included) and multiply as their exact widening:
+    per-layer parity at 1e-4 against transformers (which widens them at load), equal
+    argmax, cached decode."""
+    path, ref = tiny_gguf("llama", qtype)
+    model = hz.CausalLM.from_pretrained(path)
+    wide = hz.CausalLM.from_pretrained(tiny_gguf("llama", "F32")[0])
+    assert model.info["quantized_matrices"] == 0
+    assert model.info["weight_bytes"] < 0.55 * wide.info["weight_bytes"]
+    names = capture_names(gm.LAYERS)
+    logits, got = model.forward(PROMPT[None], capture=names)
+    ref_logits, ref_captured = hf_forward(ref, PROMPT[None])
+    _check_layers({n: got[n][0] for n in names}, ref_captured, 1e-4, 1e-4, f"gguf/llama-{qtype}")
+    assert_argmax_equal(logits, ref_logits)
+    inc = model.forward_incremental(PROMPT[None], 5)
+    assert float(np.max(np.abs(inc - logits))) <= 1e-4
+    assert_argmax_equal(inc, logits)
+
+
 @pytest.mark.parametrize("arch,qtype,tied", [("llama", "Q4_K", False), ("qwen2", "Q8_0", True),
                                              ("qwen2", "Q5_K", False)])
 def test_tiny_untied_and_qwen2(hz, tiny_gguf, arch, qtype, tied):
