@@ -3,6 +3,7 @@ their bf16 originals in float32 numerics, two hubzoo binaries side by side in al
 
     .venv/bin/python bench/hub_quant.py --baseline /tmp/old/build/hubzoo   # ~10 min
     .venv/bin/python bench/hub_quant.py --baseline B --rounds 3 --models smollm2
+    .venv/bin/python bench/hub_quant.py --baseline B --schemes w4a16_g64_fp16,fp16
 
 The checkpoints are made once (under ~/.cache/hubzoo/hub_quant/) by the compressed-tensors
 package from the real bf16 snapshots scripts/prepare_models.py prepares, with min-max
@@ -13,7 +14,9 @@ channel-wise: Q8_G), scales and the rest in bf16 as the Hub's files have them. E
 the decoder layers is quantized; the tied embedding and lm_head stay bf16. GPTQ and AWQ files
 load into the same two block types, so their speed is these rows'. Scheme "bf16" is the
 snapshot saved in bf16 by transformers (the prepared snapshots are F32; the Hub's originals
-are bf16), run with `--dtype float32` (fused).
+are bf16), run with `--dtype float32` (fused). With --schemes, also "w4a16_g64_fp16" and
+"fp16": the same saved in fp16, as GPTQ and AWQ checkpoints are (their scales, embedding and
+lm_head fp16).
 
 Each round runs `hubzoo bench` (2 threads: prefill of 512 tokens, decode at batch 1) with the
 baseline and with build/hubzoo, in alternating order, machine_bench's read bandwidth and
@@ -37,12 +40,17 @@ from run import ROOT, log, machine_description, machine_now  # noqa: E402
 
 PREPARED = Path.home() / ".cache/hubzoo/models"  # scripts/prepare_models.py's snapshots
 MODELS = {"smollm2": "SmolLM2-135M-Instruct-*", "gemma": "gemma-3-270m-*"}
-# scheme: (format, bits, strategy, group size, symmetric)
+# scheme: (dtype of what is not quantized, (format, bits, strategy, group size, symmetric) or
+# None: not quantized, the snapshot in that dtype)
 SCHEMES = {
-    "w4a16_g64": ("pack-quantized", 4, "group", 64, True),
-    "w8a16_channel": ("int-quantized", 8, "channel", None, True),
-    "bf16": None,  # not quantized: the snapshot in bf16
+    "w4a16_g64": ("bfloat16", ("pack-quantized", 4, "group", 64, True)),
+    "w8a16_channel": ("bfloat16", ("int-quantized", 8, "channel", None, True)),
+    "bf16": ("bfloat16", None),
+    # GPTQ / AWQ checkpoints are saved in fp16: their scales, embedding and lm_head.
+    "w4a16_g64_fp16": ("float16", ("pack-quantized", 4, "group", 64, True)),
+    "fp16": ("float16", None),
 }
+DEFAULT_SCHEMES = "w4a16_g64,w8a16_channel,bf16"
 CACHE = Path.home() / ".cache/hubzoo/hub_quant"
 
 
@@ -61,10 +69,11 @@ def checkpoint(model: str, scheme: str) -> Path:
     log(f"writing {out.name} with the compressed-tensors package")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    if SCHEMES[scheme] is None:
-        hq._util.tiny_models.load_hf(base, "bfloat16").save_pretrained(tmp)
+    dtype, quant = SCHEMES[scheme]
+    if quant is None:
+        hq._util.tiny_models.load_hf(base, dtype).save_pretrained(tmp)
     else:
-        hq.ct_checkpoint(base, tmp, *SCHEMES[scheme], dtype="bfloat16")
+        hq.ct_checkpoint(base, tmp, *quant, dtype=dtype)
     for f in base.iterdir():  # tokenizer, chat template, generation config
         if f.suffix in (".json", ".jinja") and f.name not in ("config.json", "hubzoo_source.json") \
                 and not (tmp / f.name).exists():
@@ -89,7 +98,7 @@ def render(result: dict) -> str:
     first = next(iter(result["summary"].values()))
     rounds = next(iter(result["rounds"].values()))
     vnni = "avx512_vnni" in m["simd"]
-    lines = ["# The Hub's int4 / int8 checkpoints (int8 mode) and their bf16 originals (float32), "
+    lines = ["# The Hub's int4 / int8 checkpoints (int8 mode) and their unquantized originals (float32), "
              "two builds side by side", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {'with' if vnni else 'without'} AVX512-VNNI; "
              f"baseline hubzoo {first['commits']['baseline']}, new {first['commits']['new']}; "
@@ -123,12 +132,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--schemes", default=DEFAULT_SCHEMES, help=f"of {', '.join(SCHEMES)}")
     ap.add_argument("--out", default=str(ROOT / "bench/results/hub_quant"))
     a = ap.parse_args()
     build = ROOT / "build"
     binaries = {"baseline": a.baseline.resolve(), "new": (build / "hubzoo").resolve()}
-    cases = {f"{m} {s}": (checkpoint(m, s), "fused" if SCHEMES[s] is None else "int8")
+    cases = {f"{m} {s}": (checkpoint(m, s), "fused" if SCHEMES[s][1] is None else "int8")
              for m in a.models.split(",") for s in a.schemes.split(",")}
     rounds: dict[str, list] = {c: [] for c in cases}
     for i in range(a.rounds):

@@ -56,7 +56,8 @@ def real_ggufs() -> dict[str, Path]:
 
 
 def quantized_from_f32(llama_dir: Path, f32: Path, types: list[str]) -> dict[str, Path]:
-    """Q8_0/Q4_0/Q4_K files made by llama-quantize from an F32 GGUF (cached beside it)."""
+    """Q8_0/Q4_0/Q4_K (or F16, BF16, ...) files made by llama-quantize from an F32 GGUF (cached
+    beside it)."""
     out = {}
     for t in types:
         dst = f32.with_name(f32.name.replace("-f32.gguf", f"-{t.lower()}.gguf"))
@@ -166,6 +167,9 @@ def main():
     # file's five rounds); the same count goes to llama-bench and llama-batched-bench.
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--files", default="", help="comma list of file stems (default: all)")
+    ap.add_argument("--from-f32", default="Q8_0,Q4_0,Q4_K",
+                    help="comma list of llama-quantize types made from SmolLM2's F32 GGUF "
+                         "(F16 and BF16 too)")
     ap.add_argument("--k-quants", default="",
                     help="comma list of llama-quantize types (e.g. Q3_K_M,Q2_K) made from the "
                          "model each real Q4_K_M file holds")
@@ -185,7 +189,7 @@ def main():
     sha = llama_dir.name.rsplit("-", 1)[1]
     f32 = llama_dir.parent / "gguf" / f"SmolLM2-135M-Instruct-{sha}-f32.gguf"
     files = real_ggufs()
-    files.update(quantized_from_f32(llama_dir, f32, ["Q8_0", "Q4_0", "Q4_K"]))
+    files.update(quantized_from_f32(llama_dir, f32, [t for t in a.from_f32.split(",") if t]))
     k_quants = [t for t in a.k_quants.split(",") if t]
     if k_quants:
         for stem, path in list(files.items()):
