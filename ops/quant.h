@@ -167,8 +167,7 @@ void attach_panels(QuantMatrix& w, const std::function<void(int64_t rows)>& read
 void panel_row_blocks(const QuantMatrix& w, int64_t r, uint8_t* out);
 // Whether this CPU's int8 kernels read panels of type t (a type with a
 // panel layout, on AVX2 or any AVX-512 target: the VNNI kernels, else the
-// 256-bit ones; Q4_G and Q8_G with AVX512-VNNI only): a loader makes panels
-// only then.
+// 256-bit ones): a loader makes panels only then.
 bool quant_reads_panels(QuantType t);
 
 // An owned QuantMatrix quantized from row-major fp32 W [n, k].

@@ -45,6 +45,8 @@ HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
 // products of u <= 31 (at most 31496).
 // Q8_0's u = code + 128 would overflow a pair; it multiplies |code| by x
 // with code's sign (vpsignb) instead, at most 2 * 128 * 127 = 32512 a pair.
+// So does Q8_G; Q4_G's codes are Q4_0's. Their zeros, one per row and block,
+// start each row's sum at -z * S_h (S_h: x's sum over the half block).
 // The integers are those of quant::int8_block_dot, and the floats the same
 // fma chain per output: bit for bit the reference on any target.
 
@@ -52,11 +54,15 @@ HWY_INLINE __m256i ShiftBits256(__m256i v, int s) {
 // and those rows' scales a (and mins c).
 template <QuantType t>
 HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a, __m256& c) {
-  a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+  if constexpr (kPanelG<t>) {
+    a = _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 8 * h);
+  } else {
+    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+  }
   if constexpr (kPanelMin<t>)
     c = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
   const uint8_t* codes = blk + kPanelCodesAt<t> + 32 * h;
-  if constexpr (t == QuantType::Q8_0) {
+  if constexpr (t == QuantType::Q8_0 || t == QuantType::Q8_G) {
     const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q)
@@ -84,19 +90,29 @@ HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a,
   }
 }
 
+// Half h's eight rows' zeros (Q4_G, Q8_G: the stored int8, without the
+// panel codes' +128), as int32 lanes.
+template <QuantType t>
+HWY_INLINE __m256i PanelZeros256(const uint8_t* blk, int h) {
+  int64_t z;
+  std::memcpy(&z, blk + 64 + 8 * h, sizeof(z));
+  return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(z));
+}
+
 // The integer sum of a half block's eight rows against x's 16 codes of
 // column quads q0 .. q0 + 3 (a half block of columns), from `start`
-// (BlockSums; Q8_0, whose codes are signed here, from 0). The four quads'
-// pair sums are one exact int16 sum (at most 16 * 31 * 127 for Q5).
+// (BlockSums, per row for Q4_G / Q8_G; Q8_0, whose codes are signed here,
+// from 0). The four quads' pair sums are one exact int16 sum (at most
+// 16 * 31 * 127 for Q5).
 template <QuantType t>
-HWY_INLINE __m256i QuadsDot(const __m256i (&u)[8], const int8_t* x, int q0, int32_t start) {
+HWY_INLINE __m256i QuadsDot(const __m256i (&u)[8], const int8_t* x, int q0, __m256i start) {
   const __m256i ones = _mm256_set1_epi16(1);
   const auto xq = [&](int q) {
     int32_t v;
     std::memcpy(&v, x + 4 * q, sizeof(v));
     return _mm256_set1_epi32(v);
   };
-  if constexpr (t == QuantType::Q8_0) {
+  if constexpr (t == QuantType::Q8_0 || t == QuantType::Q8_G) {
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int q = q0; q < q0 + 4; q += 2) {
@@ -106,26 +122,42 @@ HWY_INLINE __m256i QuadsDot(const __m256i (&u)[8], const int8_t* x, int q0, int3
       s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
       s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
     }
-    (void)start;
-    return _mm256_add_epi32(s0, s1);
+    if constexpr (t == QuantType::Q8_0) {
+      (void)start;
+      return _mm256_add_epi32(s0, s1);
+    } else {
+      return _mm256_add_epi32(start, _mm256_add_epi32(s0, s1));
+    }
   } else {
     __m256i s = _mm256_maddubs_epi16(u[q0], xq(q0));
 #pragma GCC unroll 4
     for (int q = q0 + 1; q < q0 + 4; ++q)
       s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u[q], xq(q)));
-    return _mm256_add_epi32(_mm256_set1_epi32(start), _mm256_madd_epi16(s, ones));
+    return _mm256_add_epi32(start, _mm256_madd_epi16(s, ones));
   }
 }
 
 // acc + block b of a row of x (XRows' codes, scales and sums) against half
-// h's eight rows (PanelHalf: quads u, scales a, mins c), in the order of quant.h.
+// h's eight rows (PanelHalf: quads u, scales a, mins c; PanelZeros256: zeros
+// z), in the order of quant.h.
 template <QuantType t>
-HWY_INLINE __m256 HalfBlockDot(const __m256i (&u)[8], __m256 a, __m256 c, const int8_t* qx,
-                               const float* dx, const int32_t* start, const float* jsum, int64_t b,
-                               __m256 acc) {
+HWY_INLINE __m256 HalfBlockDot(const __m256i (&u)[8], __m256 a, __m256 c, __m256i z,
+                               const int8_t* qx, const float* dx, const int32_t* start,
+                               const float* jsum, int64_t b, __m256 acc) {
   const int8_t* x = qx + b * 32;
-  const __m256i i0 = QuadsDot<t>(u, x, 0, start[2 * b]);
-  const __m256i i1 = QuadsDot<t>(u, x, 4, start[2 * b + 1]);
+  // BlockSums' start: -S_h for zeros per row (times each row's zero), else
+  // the common offset's -z * S_h.
+  const auto start_of = [&](int half) {
+    const __m256i s = _mm256_set1_epi32(start[2 * b + half]);
+    if constexpr (kPanelG<t>) {
+      return _mm256_mullo_epi32(z, s);
+    } else {
+      (void)z;
+      return s;
+    }
+  };
+  const __m256i i0 = QuadsDot<t>(u, x, 0, start_of(0));
+  const __m256i i1 = QuadsDot<t>(u, x, 4, start_of(1));
   const __m256 tv =
       _mm256_fmadd_ps(_mm256_set1_ps(dx[2 * b + 1]), _mm256_cvtepi32_ps(i1),
                       _mm256_mul_ps(_mm256_set1_ps(dx[2 * b]), _mm256_cvtepi32_ps(i0)));
@@ -153,10 +185,11 @@ HWY_NOINLINE void Panel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, cons
       __m256i u[8];
       __m256 av, cv = _mm256_setzero_ps();
       PanelHalf<t>(blk, h, u, av, cv);
+      const __m256i zv = kPanelG<t> ? PanelZeros256<t>(blk, h) : _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        acc[i][h] =
-            HalfBlockDot<t>(u, av, cv, xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b, acc[i][h]);
+        acc[i][h] = HalfBlockDot<t>(u, av, cv, zv, xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b,
+                                    acc[i][h]);
       }
     }
   }
@@ -200,8 +233,9 @@ HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& act
           __m256i u[8];
           __m256 av, cv = _mm256_setzero_ps();
           PanelHalf<t>(blk[p], h, u, av, cv);
-          acc[p][h] =
-              HalfBlockDot<t>(u, av, cv, xs.qx[0], xs.dx[0], xs.start[0], xs.jsum[0], b, acc[p][h]);
+          const __m256i zv = kPanelG<t> ? PanelZeros256<t>(blk[p], h) : _mm256_setzero_si256();
+          acc[p][h] = HalfBlockDot<t>(u, av, cv, zv, xs.qx[0], xs.dx[0], xs.start[0], xs.jsum[0], b,
+                                      acc[p][h]);
         }
         blk[p] += kPanelBlock<t>;
       }
@@ -299,6 +333,10 @@ inline void Int8Rows32Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int
         return Int8Panels256Range<QuantType::Q5_1>(a, acts, r0, r1, n0, n1);
       case QuantType::Q8_0:
         return Int8Panels256Range<QuantType::Q8_0>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q4_G:
+        return Int8Panels256Range<QuantType::Q4_G>(a, acts, r0, r1, n0, n1);
+      case QuantType::Q8_G:
+        return Int8Panels256Range<QuantType::Q8_G>(a, acts, r0, r1, n0, n1);
       default:
         break;
     }

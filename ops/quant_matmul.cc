@@ -468,15 +468,13 @@ void Int8Range(const QuantMatmulArgs& a, quant::Int8Acts& acts, int64_t r0, int6
 
 // The int8 kernels read QuantMatrix::panels of every type with a panel
 // layout on AVX512-VNNI (vpdpbusd) and, without it, on AVX2 and up (the
-// 256-bit vpmaddubsw kernels, which have none for Q4_G and Q8_G: they read
-// those types' rows); below AVX2 none does.
+// 256-bit vpmaddubsw kernels); below AVX2 none does.
 bool ReadsPanels(QuantType t) {
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
   if (!quant_has_panel_layout(t)) return false;
   if (UseVnni()) return true;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  // Without VNNI, the 256-bit kernels (Int8Panels256Range, KPanel256).
-  return t != QuantType::Q4_G && t != QuantType::Q8_G;
+  return true;  // the 256-bit kernels (Int8Panels256Range, KPanel256)
 #endif
 #endif
   (void)t;

@@ -122,9 +122,9 @@ TEST(QuantMatmul, AmxTilesWhereTheCpuHasThem) {
 // quant::int8_long_piece_bytes()).
 TEST(QuantMatmul, DecodeStreamsEqualReference) {
   ThreadPool one(1), two(2);
-  for (QuantType t :
-       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
-        QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                      QuantType::Q8_0, QuantType::Q4_G, QuantType::Q8_G, QuantType::Q2_K,
+                      QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     SCOPED_TRACE(std::string(quant_name(t)));
     const int64_t k = 3 * quant_traits(t).block_elems;
     for (int64_t n : {int64_t{32}, int64_t{48}, int64_t{69}, int64_t{80}, int64_t{147},
@@ -218,16 +218,17 @@ TEST(QuantMatmul, NonFiniteScalesEqualReference) {
 
 // The int8 kernels' integer sums at their bounds: every code at its largest
 // magnitude (4-bit 15, 5-bit 31, 6-bit 63, Q8_0 -128 and 127, Q3_K -4 and 3
-// with scales -32 and 31) and the K types' scales and mins at theirs, against
+// with scales -32 and 31; Q4_G 15 with zeros -128 and 127, Q8_G -128 and
+// 127 with zeros 127 and -128) and the K types' scales and mins at theirs, against
 // x at +-127 with one sign per 256
 // columns, so each int16 partial sum of the vpmaddubsw kernels (AVX2, AVX-512
 // without VNNI) is as large as it gets. A sum that saturated or wrapped
 // would differ from the reference by thousands of scale units.
 TEST(QuantMatmul, Int8ExtremeCodesEqualReference) {
   ThreadPool pool(2);
-  for (QuantType t :
-       {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
-        QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+  for (QuantType t : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                      QuantType::Q8_0, QuantType::Q4_G, QuantType::Q8_G, QuantType::Q2_K,
+                      QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     SCOPED_TRACE(std::string(quant_name(t)));
     const QuantTraits& tr = quant_traits(t);
     const int64_t n = 35, k = 512, nb = k / tr.block_elems;
@@ -246,6 +247,12 @@ TEST(QuantMatmul, Int8ExtremeCodesEqualReference) {
         }
         if (t == QuantType::Q3_K) {  // hmask, qs, scales all ones (3, 31) or zeros (-4, -32)
           std::memset(blk, row % 2 ? 0xFF : 0x00, 108);
+          continue;
+        }
+        if (t == QuantType::Q4_G || t == QuantType::Q8_G) {  // past the f32 scale: zero, codes
+          const bool q8 = t == QuantType::Q8_G;
+          blk[4] = row % 2 ? 0x80 : 0x7F;  // int8 -128 or 127
+          std::memset(blk + 8, q8 ? (row % 2 ? 0x7F : 0x80) : 0xFF, tr.block_bytes - 8);
           continue;
         }
         // Past the fp16 fields: codes (Q5's high bits, the K types' 6-bit
