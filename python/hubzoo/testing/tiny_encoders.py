@@ -269,17 +269,46 @@ def randomise_(module, seed: int = SEED) -> None:
                 param.copy_(0.05 * noise)
 
 
+def _wordpiece_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) -> dict[str, int]:
+    """A WordPiece vocabulary of CORPUS, the same in every process: the specials, every
+    character (word-initial, and "##" continuing), then whole words and continuing pieces of
+    2-4 characters, most frequent first (ties in string order), up to `size`.
+    tokenizers' WordPieceTrainer breaks ties between equally frequent merges in hash order,
+    which differs between processes: each run of the suite tokenized the tests' texts
+    differently, and the bf16 error ratios measured on them moved with it (bert eager
+    0.68-1.28 against a bound of 1.15)."""
+    from collections import Counter
+
+    words = Counter(w for line in CORPUS
+                    for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    chars = sorted({w[0] for w in words}) + sorted({"##" + c for w in words for c in w[1:]})
+    pieces = Counter()
+    for w, n in words.items():
+        pieces[w] += n
+        for i in range(1, len(w)):
+            if len(w) - i <= 4 and len(w) - i >= 2:
+                pieces["##" + w[i:]] += n
+    vocab = list(specials) + [c for c in chars if c not in specials]
+    for piece, _ in sorted(pieces.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) >= size:
+            break
+        if piece not in vocab:
+            vocab.append(piece)
+    return {t: i for i, t in enumerate(vocab)}
+
+
 def _train_tokenizer(kind: str, specials: list[str]):
     """A tokenizers.Tokenizer trained on CORPUS; specials get ids 0.. in order."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     corpus = CORPUS * 4
     if kind == "wordpiece":  # BERT: [CLS] text [SEP]
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.train_from_iterator(corpus, trainers.WordPieceTrainer(
-            vocab_size=260, special_tokens=specials, show_progress=False))
+        normalizer = normalizers.BertNormalizer(lowercase=True)
+        pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok = Tokenizer(models.WordPiece(_wordpiece_vocab(normalizer, pre_tokenizer, specials, 260),
+                                         unk_token="[UNK]"))
+        tok.normalizer = normalizer
+        tok.pre_tokenizer = pre_tokenizer
         cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
