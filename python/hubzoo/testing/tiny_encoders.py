@@ -297,6 +297,33 @@ def _wordpiece_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) 
     return {t: i for i, t in enumerate(vocab)}
 
 
+def _unigram_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) -> list[tuple[str, float]]:
+    """A Unigram vocabulary of CORPUS, the same in every process (UnigramTrainer's is not,
+    as WordPieceTrainer's): the specials, every character, then the substrings of 2-6
+    characters of the pre-tokenized words (whole words included), most frequent first (ties
+    in string order), up to `size`; each scored by the log of its frequency."""
+    import math
+    from collections import Counter
+
+    words = Counter(w for line in CORPUS
+                    for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    chars, pieces = Counter(), Counter()
+    for w, n in words.items():
+        for i in range(len(w)):
+            chars[w[i]] += n
+            for j in range(i + 2, min(len(w), i + 6) + 1):
+                pieces[w[i:j]] += n
+    ranked = sorted(chars.items(), key=lambda kv: kv[0]) + sorted(
+        pieces.items(), key=lambda kv: (-kv[1], kv[0]))
+    total = sum(chars.values())
+    vocab = [(s, 0.0) for s in specials]
+    for piece, n in ranked:
+        if len(vocab) >= size:
+            break
+        vocab.append((piece, math.log(n / total)))
+    return vocab
+
+
 def _train_tokenizer(kind: str, specials: list[str]):
     """A tokenizers.Tokenizer trained on CORPUS; specials get ids 0.. in order."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -325,11 +352,11 @@ def _train_tokenizer(kind: str, specials: list[str]):
             trim_offsets=True, add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
     elif kind == "unigram":  # XLM-R: <s> text </s>, sentencepiece-style metaspace
-        tok = Tokenizer(models.Unigram())
-        tok.normalizer = normalizers.NFKC()
-        tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        tok.train_from_iterator(corpus, trainers.UnigramTrainer(
-            vocab_size=220, special_tokens=specials, unk_token="<unk>", show_progress=False))
+        normalizer, pre_tokenizer = normalizers.NFKC(), pre_tokenizers.Metaspace()
+        tok = Tokenizer(models.Unigram(_unigram_vocab(normalizer, pre_tokenizer, specials, 220),
+                                       unk_id=specials.index("<unk>")))
+        tok.normalizer = normalizer
+        tok.pre_tokenizer = pre_tokenizer
         bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
         tok.post_processor = processors.TemplateProcessing(
             single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
