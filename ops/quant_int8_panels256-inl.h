@@ -91,12 +91,18 @@ HWY_INLINE void PanelHalf(const uint8_t* blk, int h, __m256i (&u)[8], __m256& a,
 }
 
 // Half h's eight rows' zeros (Q4_G, Q8_G: the stored int8, without the
-// panel codes' +128), as int32 lanes.
+// panel codes' +128), as int32 lanes; 0 for the other types.
 template <QuantType t>
 HWY_INLINE __m256i PanelZeros256(const uint8_t* blk, int h) {
-  int64_t z;
-  std::memcpy(&z, blk + 64 + 8 * h, sizeof(z));
-  return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(z));
+  if constexpr (!kPanelG<t>) {
+    (void)blk;
+    (void)h;
+    return _mm256_setzero_si256();
+  } else {
+    int64_t z;
+    std::memcpy(&z, blk + 64 + 8 * h, sizeof(z));
+    return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(z));
+  }
 }
 
 // The integer sum of a half block's eight rows against x's 16 codes of
@@ -185,7 +191,7 @@ HWY_NOINLINE void Panel256(const QuantMatmulArgs& a, quant::Int8Acts& acts, cons
       __m256i u[8];
       __m256 av, cv = _mm256_setzero_ps();
       PanelHalf<t>(blk, h, u, av, cv);
-      const __m256i zv = kPanelG<t> ? PanelZeros256<t>(blk, h) : _mm256_setzero_si256();
+      const __m256i zv = PanelZeros256<t>(blk, h);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         acc[i][h] = HalfBlockDot<t>(u, av, cv, zv, xs.qx[i], xs.dx[i], xs.start[i], xs.jsum[i], b,
@@ -233,7 +239,7 @@ HWY_NOINLINE void Panel256Streams(const QuantMatmulArgs& a, quant::Int8Acts& act
           __m256i u[8];
           __m256 av, cv = _mm256_setzero_ps();
           PanelHalf<t>(blk[p], h, u, av, cv);
-          const __m256i zv = kPanelG<t> ? PanelZeros256<t>(blk[p], h) : _mm256_setzero_si256();
+          const __m256i zv = PanelZeros256<t>(blk[p], h);
           acc[p][h] = HalfBlockDot<t>(u, av, cv, zv, xs.qx[0], xs.dx[0], xs.start[0], xs.jsum[0], b,
                                       acc[p][h]);
         }

@@ -269,6 +269,14 @@ def randomise_(module, seed: int = SEED) -> None:
                 param.copy_(0.05 * noise)
 
 
+def _corpus_words(normalizer, pre_tokenizer):
+    """CORPUS's pre-tokenized words and their counts, in order of first appearance."""
+    from collections import Counter
+
+    return Counter(w for line in CORPUS
+                   for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+
+
 def _wordpiece_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) -> dict[str, int]:
     """A WordPiece vocabulary of CORPUS, the same in every process: the specials, every
     character (word-initial, and "##" continuing), then whole words and continuing pieces of
@@ -279,14 +287,13 @@ def _wordpiece_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) 
     0.68-1.28 against a bound of 1.15)."""
     from collections import Counter
 
-    words = Counter(w for line in CORPUS
-                    for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    words = _corpus_words(normalizer, pre_tokenizer)
     chars = sorted({w[0] for w in words}) + sorted({"##" + c for w in words for c in w[1:]})
     pieces = Counter()
     for w, n in words.items():
         pieces[w] += n
         for i in range(1, len(w)):
-            if len(w) - i <= 4 and len(w) - i >= 2:
+            if 2 <= len(w) - i <= 4:
                 pieces["##" + w[i:]] += n
     vocab = list(specials) + [c for c in chars if c not in specials]
     for piece, _ in sorted(pieces.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -305,8 +312,7 @@ def _unigram_vocab(normalizer, pre_tokenizer, specials: list[str], size: int) ->
     import math
     from collections import Counter
 
-    words = Counter(w for line in CORPUS
-                    for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    words = _corpus_words(normalizer, pre_tokenizer)
     chars, pieces = Counter(), Counter()
     for w, n in words.items():
         for i in range(len(w)):
