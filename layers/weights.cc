@@ -484,7 +484,7 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
   const size_t block = static_cast<size_t>(rows * k);
   // Floats of one matrix: --quantize reads rows in chunks; a quantized tensor
   // (--quantize dequantize) is read a whole stacked matrix (`parts` of them) at a time.
-  std::vector<float> tmp(numerics_.quantize ? 0 : info.quant ? n * k : block);
+  std::vector<float> tmp(numerics_.quantize || stored_half(info) ? 0 : info.quant ? n * k : block);
   std::vector<PackedMatrix> out;
   out.reserve(count * parts);
   for (int64_t b = 0; b < count * parts; ++b) {
@@ -499,6 +499,11 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
             convert_to_f32(info.dtype, src + r0 * k * dtype_size(info.dtype), to,
                            static_cast<size_t>((r1 - r0) * k));
           })));
+    } else if (stored_half(info)) {  // packed from its bits, as take_packed does
+      const PanelType type =
+          info.dtype == DType::BF16 || numerics_.bf16 ? PanelType::kBF16 : PanelType::kF16;
+      out.push_back(mark_activations(pack_weights_concat(
+          {half_part(info.dtype, reinterpret_cast<const uint16_t*>(src), rows)}, k, type, tiles)));
     } else {
       const float* w = tmp.data();
       if (info.quant) {

@@ -200,6 +200,52 @@ TEST(WeightLoader, HalfMatricesStayHalfUnderFloat32Numerics) {
   }
 }
 
+// Stacked experts ([count, n, k], MoE) stored as bf16 or fp16: each matrix
+// packed from its bits as take_packed packs one, multiplying as its widening.
+TEST(WeightLoader, StackedHalfMatricesStayHalf) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const bool f16 = dtype == DType::F16;
+    const int64_t count = 2, n = 48, k = 64, rows = n / 2;
+    std::vector<uint16_t> bits;
+    std::vector<float> wide;
+    for (float x : test::spread_values(count * n * k, 31, -6, 3)) {
+      bits.push_back(f16 ? f32_to_f16(x) : f32_to_bf16(x));
+      wide.push_back(f16 ? f16_to_f32(bits.back()) : bf16_to_f32(bits.back()));
+    }
+    TempDir dir;
+    write_safetensors(dir / "model.safetensors",
+                      {{"experts.weight", {dtype, {count, n, k}, bits.data()}}});
+    ThreadPool pool(2);
+    const auto x = test::spread_values(3 * k, 9, -4, 4);
+    for (bool bf16_numerics : {false, true}) {
+      WeightLoader loader(std::make_shared<Checkpoint>(Checkpoint::open(dir.path())),
+                          Numerics{bf16_numerics, false});
+      const std::vector<PackedMatrix> stack =
+          loader.take_packed_stack("experts.weight", count, n, k, /*parts=*/2);
+      ASSERT_EQ(stack.size(), 4u);
+      for (size_t b = 0; b < stack.size(); ++b) {
+        const PackedMatrix& p = stack[b];
+        EXPECT_EQ(p.is_f16(), f16 && !bf16_numerics);
+        EXPECT_EQ(p.is_bf16(), !f16 || bf16_numerics);
+        EXPECT_EQ(p.bytes(), 2 * 32 * k);  // one panel of 32 rows, 2 bytes a weight
+        const std::vector<float> w(wide.begin() + b * rows * k, wide.begin() + (b + 1) * rows * k);
+        if (bf16_numerics) {  // rounded to bf16 (in the tile layout where AMX is)
+          for (int64_t i = 0; i < rows * k; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(p.at(i / k, i % k)),
+                      std::bit_cast<uint32_t>(round_bf16(w[i])));
+          continue;
+        }
+        const PackedMatrix ref = pack_weights(w.data(), rows, k);
+        std::vector<float> got(3 * rows), want(3 * rows);
+        matmul({x.data(), 3, k, &p, nullptr, got.data(), rows}, pool);
+        matmul({x.data(), 3, k, &ref, nullptr, want.data(), rows}, pool);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 // A GPTQ checkpoint (4-bit, group 64, desc_act: a column order) of one
 // [40, 256] linear "lin" (40 rows: a partial last panel).
 struct GptqLinear {
