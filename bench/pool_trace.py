@@ -5,7 +5,7 @@
 
 Builds hubzoo from HEAD with bench/patches/pool_trace.patch (source and build under
 ~/.cache/hubzoo/pool_trace), which times every parallel job of the run, and runs `hubzoo bench`
-(batch 1 decode, no prefill figures) with it. Per job size n and kind, averaged over the run's
+(batch 1 decode, no prefill figures) with it. Per job size n and kind, the median over the run's
 jobs: the serial work before the job (from the caller's return from the previous job),
 the job's time in the caller, the caller's wait for the others once its own part is done,
 and the time inside the job's function on the caller and on the workers (summed). The

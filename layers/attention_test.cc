@@ -267,8 +267,11 @@ TEST(RingKvCache, WindowMaskMatchesExplicitAttention) {
 // in one call. Every head must still be exactly attention over its own KV
 // head, wherever the shares cut a KV head's group: 9 heads of 3 KV heads
 // (SmolLM2's grouping) on 2 and 4 threads, one and two sequences a step.
+// Decode steps of one or two sequences (few (row, KV head) pairs for the
+// threads): the heads split over the threads, and past 256 positions each
+// call split over positions and dims, give each head's own call's bits.
 TEST(FewKvHeads, DecodeHeadsMatchExplicitAttention) {
-  constexpr int64_t nh = 9, nkv = 3, d = 8, len = 37;
+  constexpr int64_t nh = 9, nkv = 3, d = 40, len = 300;
   constexpr int64_t q_size = nh * d, kv_size = nkv * d;
   std::mt19937 gen(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -31,6 +31,9 @@ struct LayerWorkspace {
   // tile attention, each slot's keys and values packed into the tile
   // layouts (ops/attend_tiles.h, TileKv), 64-byte aligned within it.
   ScratchBuffer key_blocks;
+  // A decode step's attention split over the threads: each call's scores
+  // (ops/attend_online.h, attend_online_scores).
+  ScratchBuffer scores;
   // SparseMoe: the gathered rows of an expert, its output, and the weighted
   // (token, rank) cells (layers/moe.h).
   ScratchBuffer expert_rows, expert_out, moe_cells;
@@ -38,8 +41,8 @@ struct LayerWorkspace {
   ScratchBuffer shared_out, shared_gate;
 
   void release() {
-    for (ScratchBuffer* b :
-         {&step, &key_blocks, &expert_rows, &expert_out, &moe_cells, &shared_out, &shared_gate}) {
+    for (ScratchBuffer* b : {&step, &key_blocks, &scores, &expert_rows, &expert_out, &moe_cells,
+                             &shared_out, &shared_gate}) {
       b->release();
     }
   }

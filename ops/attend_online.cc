@@ -211,23 +211,13 @@ struct RowState {
   float* acc;          // d (rounded up to whole vectors) running outputs
 };
 
-// Query rows q, q + q_stride, ... (R of them) through block b.
-template <int R, class KT, class VT>
-HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
-                          const KT* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
-                          int64_t hi, const VT* HWY_RESTRICT values, int64_t first,
-                          int64_t v_stride, RowState* state) {
+// sv = sv * scale, lanes outside [lo, hi) -inf.
+template <int R>
+HWY_INLINE void ScaleAndMask(DF df, float scale, int64_t lo, int64_t hi, V (*HWY_RESTRICT sv)[kS]) {
   const hn::RebindToSigned<DF> di;
   const V neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-  V sv[R][kS];
-  BlockScores<R>(df, q, q_stride, block, d, sv);
-  HWY_ALIGN float p[R][kKeyBlock];
-  float alpha[R];
-  float* acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    RowState& st = state[r];
-    V vmax = neg_inf;
 #pragma GCC unroll 4
     for (int s = 0; s < kS; ++s) {
       sv[r][s] = hn::Mul(sv[r][s], hn::Set(df, scale));
@@ -238,8 +228,23 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
                                           hn::Lt(lane, hn::Set(di, static_cast<int32_t>(hi)))));
         sv[r][s] = hn::IfThenElse(visible, sv[r][s], neg_inf);
       }
-      vmax = hn::Max(vmax, sv[r][s]);
     }
+  }
+}
+
+// The online softmax through one block of (scaled, masked) scores sv: each
+// row's running max and sums move on; alpha[r] = exp(m - m'), p[r] the
+// block's exp(s_i - m').
+template <int R>
+HWY_INLINE void SoftmaxStep(DF df, const V (*HWY_RESTRICT sv)[kS], RowState* state, float* alpha,
+                            float (*HWY_RESTRICT p)[kKeyBlock]) {
+  const V neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    RowState& st = state[r];
+    V vmax = neg_inf;
+#pragma GCC unroll 4
+    for (int s = 0; s < kS; ++s) vmax = hn::Max(vmax, sv[r][s]);
     const float m_new = std::max(st.m, hn::GetLane(hn::MaxOfLanes(df, vmax)));
     alpha[r] = hn::GetLane(ExpF32(df, hn::Set(df, st.m - m_new)));
     st.m = m_new;
@@ -250,16 +255,25 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
       hn::StoreU(hn::MulAdd(hn::LoadU(df, st.l + s * kN), va, ps), df, st.l + s * kN);
       hn::Store(ps, df, p[r] + s * kN);
     }
-    acc[r] = st.acc;
   }
-  const int64_t dv = (d + kN - 1) / kN;
-  for (int64_t c0 = 0; c0 < dv; c0 += kAccChunk) {
-    const int64_t nc = std::min<int64_t>(kAccChunk, dv - c0);
+}
+
+// The block's values into output vectors [v_begin, v_end) of each row's acc
+// (acc * alpha, then the visible lanes' p_i v_i in order), kAccChunk vectors
+// at a time. Every output float is its own chain: any vector range gives the
+// bits the whole row would.
+template <int R, class VT>
+HWY_INLINE void ValuesStep(DF df, const RowState* state, const float* alpha,
+                           const float (*HWY_RESTRICT p)[kKeyBlock], int64_t lo, int64_t hi,
+                           const VT* HWY_RESTRICT values, int64_t first, int64_t v_stride,
+                           int64_t d, int64_t v_begin, int64_t v_end) {
+  for (int64_t c0 = v_begin; c0 < v_end; c0 += kAccChunk) {
+    const int64_t nc = std::min<int64_t>(kAccChunk, v_end - c0);
     // Floats of the chunk's last vector: a whole vector unless it is the row's last.
     const int64_t tail = std::min<int64_t>(kN, d - (c0 + nc - 1) * kN);
     float* chunk_acc[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) chunk_acc[r] = acc[r] + c0 * kN;
+    for (int r = 0; r < R; ++r) chunk_acc[r] = state[r].acc + c0 * kN;
     const VT* v0 = values + c0 * kN;
     switch (nc) {
       case 1:
@@ -277,66 +291,109 @@ HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
   }
 }
 
+// Query rows q, q + q_stride, ... (R of them) through block b.
+template <int R, class KT, class VT>
+HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
+                          const KT* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
+                          int64_t hi, const VT* HWY_RESTRICT values, int64_t first,
+                          int64_t v_stride, RowState* state) {
+  V sv[R][kS];
+  BlockScores<R>(df, q, q_stride, block, d, sv);
+  ScaleAndMask<R>(df, scale, lo, hi, sv);
+  HWY_ALIGN float p[R][kKeyBlock];
+  float alpha[R];
+  SoftmaxStep<R>(df, sv, state, alpha, p);
+  ValuesStep<R, VT>(df, state, alpha, p, lo, hi, values, first, v_stride, d, 0, (d + kN - 1) / kN);
+}
+
+// The visible lanes [lo, hi) of block b of a call, and where its keys and
+// values are (lane i's value at values + (first + i) * v_stride).
+struct BlockAt {
+  int64_t first, lo, hi, vfirst;
+  BlockAt(const OnlineAttention& a, int64_t b)
+      : first(b * kKeyBlock - a.lane0),
+        lo(std::max<int64_t>(0, -first)),
+        hi(std::min(kKeyBlock, a.len - first)),
+        vfirst(a.v_pages ? 0 : first) {}
+};
+
+// Calls f.template operator()<R>(g) for the row groups of nq rows, R <= kMaxRows rows each.
+template <class F>
+HWY_INLINE void ForRowGroups(int64_t nq, const F& f) {
+  for (int64_t g = 0; g < nq; g += kMaxRows) {
+    switch (std::min<int64_t>(kMaxRows, nq - g)) {
+      case 1:
+        f.template operator()<1>(g);
+        break;
+      case 2:
+        f.template operator()<2>(g);
+        break;
+      case 3:
+        f.template operator()<3>(g);
+        break;
+      default:
+        f.template operator()<kMaxRows>(g);
+    }
+  }
+}
+
+// The rows' states and accumulators (nq rows of dv vectors): on the stack
+// for the group sizes models have (query heads per KV head times head_dim up
+// to 4096 floats, 16 KiB), on the heap for larger ones; no allocation per
+// call in practice, and nothing kept between calls. Output vectors
+// [v_begin, v_end) of each row start at 0.
+class RowStates {
+ public:
+  RowStates(int64_t nq, int64_t dv, int64_t v_begin, int64_t v_end) {
+    float* const acc = nq * dv * kN <= kStackFloats
+                           ? acc_stack_
+                           : (acc_heap_.resize(nq * dv * kN), acc_heap_.data());
+    rows_ = nq <= kStackRows ? rows_stack_ : (rows_heap_.resize(nq), rows_heap_.data());
+    for (int64_t g = 0; g < nq; ++g) {
+      rows_[g].m = -std::numeric_limits<float>::infinity();
+      std::fill_n(rows_[g].l, kKeyBlock, 0.0f);
+      rows_[g].acc = acc + g * dv * kN;
+      std::fill(rows_[g].acc + v_begin * kN, rows_[g].acc + v_end * kN, 0.0f);
+    }
+  }
+  RowState* get() { return rows_; }
+
+ private:
+  static constexpr int64_t kStackFloats = 4096, kStackRows = 64;
+  alignas(64) float acc_stack_[kStackFloats];
+  RowState rows_stack_[kStackRows];
+  std::vector<float> acc_heap_;
+  std::vector<RowState> rows_heap_;
+  RowState* rows_;
+};
+
+// out = acc / L for the dims [dim0, dim1) of each row.
+HWY_INLINE void Normalize(const OnlineAttention& a, RowState* state, int64_t dim0, int64_t dim1) {
+  for (int64_t g = 0; g < a.nq; ++g) {
+    const float total = sum_lanes16(state[g].l);
+    float* o = a.out + g * a.out_stride;
+    for (int64_t k = dim0; k < dim1; ++k) o[k] = state[g].acc[k] / total;
+  }
+}
+
 template <class KT, class VT>
 void AttendOnlineT(const OnlineAttention& a) {
   const float* HWY_RESTRICT q = a.q;
-  float* HWY_RESTRICT out = a.out;
-  const int64_t q_stride = a.q_stride, nq = a.nq, v_stride = a.v_stride;
-  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
-  const float scale = a.scale;
+  const int64_t q_stride = a.q_stride, v_stride = a.v_stride, d = a.d;
   const DF df;
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
-  const int64_t blocks = key_blocks(lane0, len);
-  // The rows' accumulators (nq * d floats) and states: on the stack for the
-  // group sizes models have (query heads per KV head times head_dim up to
-  // 4096 floats, 16 KiB), on the heap for larger ones; no allocation per call
-  // in practice, and nothing kept between calls.
-  constexpr int64_t kStackFloats = 4096, kStackRows = 64;
-  alignas(64) float acc_stack[kStackFloats];
-  RowState state_stack[kStackRows];
-  std::vector<float> acc_heap;
-  std::vector<RowState> state_heap;
-  float* const acc_buf =
-      nq * dv * kN <= kStackFloats ? acc_stack : (acc_heap.resize(nq * dv * kN), acc_heap.data());
-  RowState* const state =
-      nq <= kStackRows ? state_stack : (state_heap.resize(nq), state_heap.data());
-  std::fill_n(acc_buf, nq * dv * kN, 0.0f);
-  for (int64_t g = 0; g < nq; ++g) {
-    state[g].m = -std::numeric_limits<float>::infinity();
-    std::fill_n(state[g].l, kKeyBlock, 0.0f);
-    state[g].acc = acc_buf + g * dv * kN;
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
+  RowStates rows(a.nq, dv, 0, dv);
+  RowState* const state = rows.get();
+  for (int64_t b = 0; b < key_blocks(a.lane0, a.len); ++b) {
     const KT* block = BlockKeys<KT>(a, b);
-    const int64_t first = b * kKeyBlock - lane0;  // key index of lane 0
-    const int64_t lo = std::max<int64_t>(0, -first), hi = std::min(kKeyBlock, len - first);
-    // Lane i's value at vb + (vfirst + i) * v_stride.
+    const BlockAt at(a, b);
     const VT* vb = BlockValues<VT>(a, b);
-    const int64_t vfirst = a.v_pages ? 0 : first;
-    for (int64_t g = 0; g < nq; g += kMaxRows) {
-      const float* qg = q + g * q_stride;
-      RowState* st = state + g;
-      switch (std::min<int64_t>(kMaxRows, nq - g)) {
-        case 1:
-          BlockRows<1, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
-          break;
-        case 2:
-          BlockRows<2, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
-          break;
-        case 3:
-          BlockRows<3, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst, v_stride, st);
-          break;
-        default:
-          BlockRows<kMaxRows, KT, VT>(df, qg, q_stride, block, d, scale, lo, hi, vb, vfirst,
-                                      v_stride, st);
-      }
-    }
+    ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
+      BlockRows<R, KT, VT>(df, q + g * q_stride, q_stride, block, d, a.scale, at.lo, at.hi, vb,
+                           at.vfirst, v_stride, state + g);
+    });
   }
-  for (int64_t g = 0; g < nq; ++g) {
-    const float total = sum_lanes16(state[g].l);
-    float* o = out + g * out_stride;
-    for (int64_t k = 0; k < d; ++k) o[k] = state[g].acc[k] / total;
-  }
+  Normalize(a, state, 0, d);
 }
 
 void AttendOnline(const OnlineAttention& a) {
@@ -344,6 +401,69 @@ void AttendOnline(const OnlineAttention& a) {
   if (a.kt_bf16) return AttendOnlineT<uint16_t, float>(a);
   if (a.v_bf16) return AttendOnlineT<float, uint16_t>(a);
   AttendOnlineT<float, float>(a);
+}
+
+// attend_online_scores: BlockRows' scores, stored.
+template <class KT>
+void OnlineScoresT(const OnlineAttention& a, int64_t b0, int64_t b1, float* HWY_RESTRICT scores) {
+  const DF df;
+  const int64_t blocks = key_blocks(a.lane0, a.len);
+  for (int64_t b = b0; b < b1; ++b) {
+    const KT* block = BlockKeys<KT>(a, b);
+    const BlockAt at(a, b);
+    ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
+      V sv[R][kS];
+      BlockScores<R>(df, a.q + g * a.q_stride, a.q_stride, block, a.d, sv);
+      ScaleAndMask<R>(df, a.scale, at.lo, at.hi, sv);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int s = 0; s < kS; ++s)
+          hn::StoreU(sv[r][s], df, scores + ((g + r) * blocks + b) * kKeyBlock + s * kN);
+      }
+    });
+  }
+}
+
+void OnlineScores(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores) {
+  if (a.kt_bf16) return OnlineScoresT<uint16_t>(a, b0, b1, scores);
+  OnlineScoresT<float>(a, b0, b1, scores);
+}
+
+// attend_online_values: BlockRows' softmax and values steps from the stored
+// scores, for the output vectors of dims [dim0, dim1) only.
+template <class VT>
+void OnlineValuesT(const OnlineAttention& a, const float* HWY_RESTRICT scores, int64_t dim0,
+                   int64_t dim1) {
+  const DF df;
+  const int64_t blocks = key_blocks(a.lane0, a.len), d = a.d;
+  const int64_t v_begin = dim0 / kN, v_end = (dim1 + kN - 1) / kN;
+  RowStates rows(a.nq, (d + kN - 1) / kN, v_begin, v_end);
+  RowState* const state = rows.get();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockAt at(a, b);
+    const VT* vb = BlockValues<VT>(a, b);
+    ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
+      V sv[R][kS];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int s = 0; s < kS; ++s)
+          sv[r][s] = hn::LoadU(df, scores + ((g + r) * blocks + b) * kKeyBlock + s * kN);
+      }
+      HWY_ALIGN float p[R][kKeyBlock];
+      float alpha[R];
+      SoftmaxStep<R>(df, sv, state + g, alpha, p);
+      ValuesStep<R, VT>(df, state + g, alpha, p, at.lo, at.hi, vb, at.vfirst, a.v_stride, d,
+                        v_begin, v_end);
+    });
+  }
+  Normalize(a, state, dim0, dim1);
+}
+
+void OnlineValues(const OnlineAttention& a, const float* scores, int64_t dim0, int64_t dim1) {
+  if (a.v_bf16) return OnlineValuesT<uint16_t>(a, scores, dim0, dim1);
+  OnlineValuesT<float>(a, scores, dim0, dim1);
 }
 
 #else  // no native FMA: the scalar reference
@@ -354,6 +474,14 @@ void TransposeKeyBlocks(const float* keys, int64_t stride, int64_t lane0, int64_
 }
 
 void AttendOnline(const OnlineAttention& a) { attend_online_f32_reference(a); }
+
+void OnlineScores(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores) {
+  attend_online_scores_reference(a, b0, b1, scores);
+}
+
+void OnlineValues(const OnlineAttention& a, const float* scores, int64_t dim0, int64_t dim1) {
+  attend_online_values_reference(a, scores, dim0, dim1);
+}
 
 #endif
 
@@ -400,40 +528,45 @@ void transpose_key_blocks_reference(const float* keys, int64_t stride, int64_t l
 }
 
 namespace {
-template <class KT, class VT>
-void attend_reference(const OnlineAttention& a) {
-  const float* q = a.q;
-  float* out = a.out;
-  const int64_t q_stride = a.q_stride, nq = a.nq, v_stride = a.v_stride;
-  const int64_t lane0 = a.lane0, len = a.len, d = a.d, out_stride = a.out_stride;
-  const float scale = a.scale;
-  if (len <= 0) {
-    for (int64_t g = 0; g < nq; ++g) std::fill_n(out + g * out_stride, d, 0.0f);
-    return;
-  }
+
+template <class KT>
+void scores_reference(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores) {
   const float inf = std::numeric_limits<float>::infinity();
-  const int64_t blocks = key_blocks(lane0, len);
-  std::vector<float> acc(d);
-  for (int64_t g = 0; g < nq; ++g) {
-    const float* qg = q + g * q_stride;
-    float m = -inf, l[kKeyBlock] = {};
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t blocks = key_blocks(a.lane0, a.len), d = a.d;
+  for (int64_t g = 0; g < a.nq; ++g) {
+    const float* qg = a.q + g * a.q_stride;
+    for (int64_t b = b0; b < b1; ++b) {
       const KT* block = BlockKeys<KT>(a, b);
-      const int64_t first = b * kKeyBlock - lane0;
-      // Lane i's value at vb + (vfirst + i) * v_stride.
-      const VT* vb = BlockValues<VT>(a, b);
-      const int64_t vfirst = a.v_pages ? 0 : first;
-      float s[kKeyBlock], p[kKeyBlock];
-      float block_max = -inf;
+      const int64_t first = b * kKeyBlock - a.lane0;
+      float* s = scores + (g * blocks + b) * kKeyBlock;
       for (int64_t i = 0; i < kKeyBlock; ++i) {
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t k = 0; k < d; ++k)
           c[k % 4] = std::fma(qg[k], kv_float(block[k * kKeyBlock + i]), c[k % 4]);
         const float sum = (c[0] + c[1]) + (c[2] + c[3]);
-        s[i] = first + i >= 0 && first + i < len ? sum * scale : -inf;
-        block_max = std::max(block_max, s[i]);
+        s[i] = first + i >= 0 && first + i < a.len ? sum * a.scale : -inf;
       }
+    }
+  }
+}
+
+template <class VT>
+void values_reference(const OnlineAttention& a, const float* scores, int64_t dim0, int64_t dim1) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t blocks = key_blocks(a.lane0, a.len);
+  std::vector<float> acc(a.d);
+  for (int64_t g = 0; g < a.nq; ++g) {
+    float m = -inf, l[kKeyBlock] = {};
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * kKeyBlock - a.lane0;
+      // Lane i's value at vb + (vfirst + i) * v_stride.
+      const VT* vb = BlockValues<VT>(a, b);
+      const int64_t vfirst = a.v_pages ? 0 : first;
+      const float* s = scores + (g * blocks + b) * kKeyBlock;
+      float p[kKeyBlock];
+      float block_max = -inf;
+      for (int64_t i = 0; i < kKeyBlock; ++i) block_max = std::max(block_max, s[i]);
       const float m_new = std::max(m, block_max);
       const float alpha = exp_f32(m - m_new);
       m = m_new;
@@ -441,33 +574,53 @@ void attend_reference(const OnlineAttention& a) {
         p[i] = exp_f32(s[i] - m_new);
         l[i] = std::fma(l[i], alpha, p[i]);
       }
-      for (int64_t k = 0; k < d; ++k) {
-        float a = acc[k] * alpha;
+      for (int64_t k = dim0; k < dim1; ++k) {
+        float x = acc[k] * alpha;
         for (int64_t i = 0; i < kKeyBlock; ++i) {
-          if (first + i >= 0 && first + i < len) {
-            a = std::fma(p[i], kv_float(vb[(vfirst + i) * v_stride + k]), a);
+          if (first + i >= 0 && first + i < a.len) {
+            x = std::fma(p[i], kv_float(vb[(vfirst + i) * a.v_stride + k]), x);
           }
         }
-        acc[k] = a;
+        acc[k] = x;
       }
     }
     const float total = sum_lanes16(l);
-    for (int64_t k = 0; k < d; ++k) out[g * out_stride + k] = acc[k] / total;
+    for (int64_t k = dim0; k < dim1; ++k) a.out[g * a.out_stride + k] = acc[k] / total;
   }
+}
+
+void zero_out(const OnlineAttention& a, int64_t dim0, int64_t dim1) {
+  for (int64_t g = 0; g < a.nq; ++g)
+    std::fill(a.out + g * a.out_stride + dim0, a.out + g * a.out_stride + dim1, 0.0f);
 }
 
 }  // namespace
 
+void attend_online_scores_reference(const OnlineAttention& a, int64_t b0, int64_t b1,
+                                    float* scores) {
+  if (a.kt_bf16) return scores_reference<uint16_t>(a, b0, b1, scores);
+  scores_reference<float>(a, b0, b1, scores);
+}
+
+void attend_online_values_reference(const OnlineAttention& a, const float* scores, int64_t dim0,
+                                    int64_t dim1) {
+  if (a.len <= 0) return zero_out(a, dim0, dim1);
+  if (a.v_bf16) return values_reference<uint16_t>(a, scores, dim0, dim1);
+  values_reference<float>(a, scores, dim0, dim1);
+}
+
 void attend_online_f32_reference(const OnlineAttention& a) {
-  if (a.kt_bf16 && a.v_bf16) return attend_reference<uint16_t, uint16_t>(a);
-  if (a.kt_bf16) return attend_reference<uint16_t, float>(a);
-  if (a.v_bf16) return attend_reference<float, uint16_t>(a);
-  attend_reference<float, float>(a);
+  if (a.len <= 0) return zero_out(a, 0, a.d);
+  std::vector<float> scores(a.nq * key_blocks(a.lane0, a.len) * kKeyBlock);
+  attend_online_scores_reference(a, 0, key_blocks(a.lane0, a.len), scores.data());
+  attend_online_values_reference(a, scores.data(), 0, a.d);
 }
 
 HWY_EXPORT(AttendOnlineTarget);
 HWY_EXPORT(TransposeKeyBlocks);
 HWY_EXPORT(AttendOnline);
+HWY_EXPORT(OnlineScores);
+HWY_EXPORT(OnlineValues);
 
 void transpose_key_blocks(const float* keys, int64_t stride, int64_t lane0, int64_t len, int64_t d,
                           float* kt) {
@@ -480,6 +633,16 @@ void attend_online_f32(const OnlineAttention& a) {
     return;
   }
   HWY_DYNAMIC_DISPATCH(AttendOnline)(a);
+}
+
+void attend_online_scores(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores) {
+  if (a.len > 0 && b0 < b1) HWY_DYNAMIC_DISPATCH(OnlineScores)(a, b0, b1, scores);
+}
+
+void attend_online_values(const OnlineAttention& a, const float* scores, int64_t dim0,
+                          int64_t dim1) {
+  if (a.len <= 0) return zero_out(a, dim0, dim1);
+  if (dim0 < dim1) HWY_DYNAMIC_DISPATCH(OnlineValues)(a, scores, dim0, dim1);
 }
 
 const char* attend_online_target_name() {

@@ -86,6 +86,24 @@ void attend_online_f32(const OnlineAttention& a);
 // The same arithmetic in scalar code (std::fma), one row and one lane at a time.
 void attend_online_f32_reference(const OnlineAttention& a);
 
+// attend_online_f32's work in two parts that threads can share, every bit of
+// the result the same: the scores first, blocks [b0, b1) of them for every
+// row (any split of the blocks), then the output dims [dim0, dim1) of every
+// row from all the scores (dim0 a multiple of kKeyBlock, so that any SIMD
+// vector of dims lies in one part; any split of the dims). A decode step's
+// few rows are then split over the positions for the keys and over the dims
+// for the values, each thread reading its part of them rather than all of
+// them for its heads. scores: nq * key_blocks(lane0, len) * kKeyBlock
+// floats, row g's block b at (g * blocks + b) * kKeyBlock (lanes outside
+// the range -inf).
+void attend_online_scores(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores);
+void attend_online_values(const OnlineAttention& a, const float* scores, int64_t dim0,
+                          int64_t dim1);
+void attend_online_scores_reference(const OnlineAttention& a, int64_t b0, int64_t b1,
+                                    float* scores);
+void attend_online_values_reference(const OnlineAttention& a, const float* scores, int64_t dim0,
+                                    int64_t dim1);
+
 // exp(x) for x <= 0 as the kernel computes it (Cephes' expf polynomial with
 // round-to-nearest range reduction; relative error < 2^-22): 0 below -87,
 // exactly 1 at 0.

@@ -1,5 +1,6 @@
 #include "ops/attend_online.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -37,6 +38,32 @@ std::vector<double> attention_double(const float* q, const float* keys, const fl
     for (int64_t k = 0; k < d; ++k) out[k] += s[j] / total * values[j * stride + k];
   }
   return out;
+}
+
+// attend_online_f32's result from attend_online_scores over `block_parts`
+// ranges of blocks and attend_online_values over dims cut at multiples of
+// kKeyBlock (`dim_cut` of them a part), in `out` (reference: the scalar parts).
+void attend_split(OnlineAttention a, int block_parts, int64_t dim_cut, float* out,
+                  bool reference = false) {
+  const int64_t blocks = key_blocks(a.lane0, a.len);
+  std::vector<float> scores(a.nq * blocks * kKeyBlock, 5.0f);
+  for (int part = 0; part < block_parts; ++part) {
+    const int64_t b0 = blocks * part / block_parts, b1 = blocks * (part + 1) / block_parts;
+    if (reference) {
+      attend_online_scores_reference(a, b0, b1, scores.data());
+    } else {
+      attend_online_scores(a, b0, b1, scores.data());
+    }
+  }
+  a.out = out;
+  for (int64_t dim0 = 0; dim0 < a.d; dim0 += dim_cut * kKeyBlock) {
+    const int64_t dim1 = std::min(a.d, dim0 + dim_cut * kKeyBlock);
+    if (reference) {
+      attend_online_values_reference(a, scores.data(), dim0, dim1);
+    } else {
+      attend_online_values(a, scores.data(), dim0, dim1);
+    }
+  }
 }
 
 TEST(AttendOnline, ExpMatchesStdExp) {
@@ -99,6 +126,59 @@ TEST(AttendOnline, BitIdenticalToScalarReferenceOnEveryTarget) {
               for (int64_t i = 0; i < d; ++i) {
                 ASSERT_NEAR(o1[g * (d + 1) + i], want[i], 2e-6 * (1.0 + std::fabs(want[i])))
                     << "d " << d << " len " << len << " row " << g << " col " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+// Split over blocks of positions (scores) and over dims (values), in any
+// parts, the result is attend_online_f32's to the bit, on every target, as
+// it is the scalar reference's split the same way.
+TEST(AttendOnline, SplitOverPositionsAndDimsBitIdentical) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t d : {256, 100, 64, 48, 7}) {
+      for (int64_t len : {1, 17, 144, 300}) {
+        for (int64_t lane0 : {0, 5}) {
+          for (int64_t nq : {1, 4, 9}) {
+            const int64_t stride = 2 * d + 3;
+            const uint32_t seed = static_cast<uint32_t>(d * 977 + len * 7 + lane0 + nq);
+            const auto q = random_values(nq * d, 1 + seed, 4);  // large scores: the max moves
+            const auto k = random_values(len * stride, 2 + seed);
+            const auto v = random_values(len * stride, 3 + seed);
+            std::vector<float> kt(key_blocks(lane0, len) * d * kKeyBlock);
+            transpose_key_blocks(k.data(), stride, lane0, len, d, kt.data());
+            std::vector<float> whole(nq * d), split(nq * d, 7.0f), ref(nq * d, -7.0f);
+            OnlineAttention a{.q = q.data(),
+                              .q_stride = d,
+                              .nq = nq,
+                              .kt = kt.data(),
+                              .kt_stride = d * kKeyBlock,
+                              .values = v.data(),
+                              .v_stride = stride,
+                              .lane0 = lane0,
+                              .len = len,
+                              .d = d,
+                              .scale = 0.125f,
+                              .out = whole.data(),
+                              .out_stride = d};
+            attend_online_f32(a);
+            for (int block_parts : {1, 2, 3}) {
+              for (int64_t dim_cut : {1, 3}) {
+                attend_split(a, block_parts, dim_cut, split.data());
+                attend_split(a, block_parts, dim_cut, ref.data(), /*reference=*/true);
+                for (int64_t i = 0; i < nq * d; ++i) {
+                  ASSERT_EQ(bits(split[i]), bits(whole[i]))
+                      << "d " << d << " len " << len << " lane0 " << lane0 << " nq " << nq
+                      << " parts " << block_parts << " cut " << dim_cut << " at " << i;
+                  ASSERT_EQ(bits(ref[i]), bits(whole[i])) << "reference, at " << i;
+                }
               }
             }
           }
@@ -232,6 +312,8 @@ void check_paged_blocks(int64_t d) {
           attend_online_f32(paged16);
           paged16.out = ref_got16.data();
           attend_online_f32_reference(paged16);
+          std::vector<float> split16(3 * d);
+          attend_split(paged16, 2, 1, split16.data());
           OnlineAttention mixed = paged16;  // float key blocks, bf16 value pages
           mixed.kt = flat.kt;
           mixed.kt_pages = nullptr;
@@ -241,6 +323,7 @@ void check_paged_blocks(int64_t d) {
           for (int64_t i = 0; i < 3 * d; ++i) {
             ASSERT_EQ(bits(want[i]), bits(got16[i])) << "bf16 head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(ref_got16[i])) << "bf16 head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(split16[i])) << "bf16 split, head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(got_mixed[i])) << "mixed head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(got[i])) << "head " << h << " lo " << lo << " p " << p;
             ASSERT_EQ(bits(ref_want[i]), bits(ref_got[i])) << "head " << h << " lo " << lo;
