@@ -159,26 +159,30 @@ void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_
         c.chunks);
     return;
   }
-  // Few (row, KV head) pairs for the threads (a decode step). Over short
-  // ranges of positions the query heads are the items, each thread taking a
-  // contiguous share of them, and a share's heads of one KV head go in one
-  // call: a thread reads a KV head's keys and values (the cache, cold after
-  // a layer's weights went through) once for its heads of it. Over long
-  // ranges each pair's call is split instead, its scores over the threads
-  // by blocks of positions, then its values by dims (ops/attend_online.h:
-  // the same bits as the whole call): a thread then reads its part of a KV
-  // head's keys and values rather than all of them for its heads (Gemma 3's
-  // one KV head on 2 threads), at the price of a second job.
+  // Few (row, KV head) pairs for the threads (a decode step). With a pair
+  // per thread or more and short ranges of positions, the query heads are
+  // the items, each thread taking a contiguous share of them, and a share's
+  // heads of one KV head go in one call: a thread reads a KV head's keys and
+  // values (the cache, cold after a layer's weights went through) once for
+  // its heads of it. Otherwise each pair's call is split, its scores over
+  // the threads by blocks of positions, then its values by dims
+  // (ops/attend_online.h: the same bits as the whole call): a thread reads
+  // its part of a KV head's keys and values rather than all of them for its
+  // heads, at the price of a second job.
   // attention_decode_bench, cold, 2 threads, Zen 4: Gemma 3 (4 heads, 1 KV
   // head, d 256) 25 -> 24 us at 144 positions, 50 -> 44 at 272, 109 -> 75
-  // at 528; SmolLM2 (9 / 3, d 64) 15.6 -> 16.1, 30 -> 28, 68 -> 56.
+  // at 528; SmolLM2 (9 / 3, d 64) 15.6 -> 16.1, 30 -> 28, 68 -> 56. Decode
+  // of 128 tokens with the split at every length: Gemma 3 Q4_K_M (one pair
+  // on two threads) 1.00x at this host's ~35 GB/s level and 164-168 ->
+  // 181-195 tok/s at its ~60 GB/s level, where each vCPU sits on its own
+  // CCD and reads the other's cache slowly; SmolLM2 bf16 (three pairs) 0.91x.
   constexpr int64_t kSplitBlocks = 16;  // 256 positions
   int64_t longest = 0;
   for (int64_t t = 0; t < c.m; ++t) {
     const int64_t lo = c.first_visible(c.batch.pos[t]);
     longest = std::max(longest, key_blocks(lo % kKeyBlock, c.visible_end(t) - lo));
   }
-  if (longest < kSplitBlocks) {
+  if (longest < kSplitBlocks && c.m * c.nkv >= c.pool.num_threads()) {
     c.pool.parallel_for_balanced(c.m * c.nh, 1, [&](int64_t begin, int64_t stop) {
       for (int64_t i = begin; i < stop;) {
         const int64_t pair = i / c.group;  // row index * nkv + KV head
