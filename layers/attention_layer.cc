@@ -154,15 +154,15 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     take(opt_.k_eq_v ? q_size : q_size + kv_size, kv_size, v);
     if (k_norm_) norm_heads(*k_norm_, k, kv_size);
     if (v_norm_) v_norm_->forward(v, m * nkv, v);
-    // Keys and values are stored: bf16 in both bf16 modes.
+    // Keys and values are stored: bf16 in the bf16 modes and int8 (Numerics::kv_bf16).
     pool.parallel_rows(m, min_parallel_rows(q_size + 2 * kv_size), [&](int64_t t0, int64_t t1) {
-      num.round_stored(&v[t0 * kv_size], (t1 - t0) * kv_size);
+      num.round_kv(&v[t0 * kv_size], (t1 - t0) * kv_size);
       for (int64_t t = t0; t < t1; ++t) {
         if (rope_) {
           rope_->apply(batch.pos[t], &q[t * q_size], nh, &k[t * kv_size], nkv, rope_bf16,
                        long_row(t));
         }
-        num.round_stored(&k[t * kv_size], kv_size);
+        num.round_kv(&k[t * kv_size], kv_size);
       }
     });
     if (rope_ && opt_.rope_fp32) num.round_eager(q, m * q_size);

@@ -131,11 +131,20 @@ struct Numerics {
     if (eager_bf16()) round_bf16(x, n);
   }
   // A tensor kept past the forward pass (weights, KV cache): bf16 in both bf16 modes.
+  // (The KV cache: round_kv.)
   float round_stored(float x) const { return bf16 ? round_bf16(x) : x; }
   void round_stored(float* x, int64_t n) const {
     if (bf16) round_bf16(x, n);
   }
   bool eager_bf16() const { return bf16 && eager; }
+  // Keys and values as the KV cache keeps them: bf16 in both bf16 modes and
+  // in int8 (half the bytes a decode step's attention reads, as llama.cpp's
+  // f16 cache; docs/architecture.md, "The int8 mode's KV cache"). Rounded
+  // before attention uses them, so a fresh chunk and the cache agree.
+  bool kv_bf16() const { return bf16 || int8; }
+  void round_kv(float* x, int64_t n) const {
+    if (kv_bf16()) round_bf16(x, n);
+  }
 };
 
 }  // namespace hubzoo

@@ -64,6 +64,20 @@ def test_long_input_past_the_window(variant, hf_tiny, our_tiny):
         np.testing.assert_array_equal(inc, full, err_msg=f"prefill {prefill}: cached != full")
 
 
+@pytest.mark.parametrize("variant", ["mistral_window", "smollm3_norope"])
+def test_int8_mode_past_the_window(variant, hf_tiny, hz, tiny_paths):
+    """The int8 mode's bf16 KV cache on the ring buffer: a chunk past the window attends to
+    its fresh keys and values and to cached ones, so both must be the same bf16 values
+    (Numerics::round_kv) for cached decoding to stay bit-identical to the full forward."""
+    w = window(hf_tiny(variant))
+    ours = hz.CausalLM.from_pretrained(str(tiny_paths[variant]), quantize="q8_0", mode="int8")
+    ids = random_prompt(ours.info["vocab_size"], 6 * w + 3, seed=9)[None]
+    full = ours.forward(ids)
+    for prefill in (w - 1, 3 * w + 2):
+        inc = ours.forward_incremental(ids, prefill)
+        np.testing.assert_array_equal(inc, full, err_msg=f"prefill {prefill}: cached != full")
+
+
 @pytest.mark.parametrize("variant", WINDOWED)
 def test_sliding_cache_stops_at_the_window(variant, hf_tiny, our_tiny):
     hf, ours = hf_tiny(variant), our_tiny(variant)

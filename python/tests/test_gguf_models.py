@@ -323,3 +323,14 @@ def test_dequantize_on_load_stacked_experts(hz, tmp_path):
     want, got = blocks.forward(ids), dense.forward(ids)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert_argmax_equal(got, want)
+
+
+def test_int8_mode_keeps_a_bf16_kv_cache(hz, tiny_gguf):
+    """The int8 mode keeps keys and values as bf16, half the bytes of the fused mode's float32
+    cache (docs/architecture.md, "The int8 mode's KV cache"); cached decode and batch
+    invariance, which need the fresh keys rounded as the cached ones are, are
+    test_cached_decode_and_batch_invariance's."""
+    path, _ = tiny_gguf("llama", "Q8_0")
+    fused = hz.CausalLM.from_pretrained(path).kv_slot_bytes_at(64)
+    int8 = hz.CausalLM.from_pretrained(path, mode="int8").kv_slot_bytes_at(64)
+    assert fused > 0 and int8 * 2 == fused, (fused, int8)
