@@ -17,6 +17,13 @@ bool stored_half(const TensorInfo& info) {
   return !info.quant && info.add == 0.0f && (info.dtype == DType::BF16 || info.dtype == DType::F16);
 }
 
+// The panels a stored_half matrix packs into: bf16 stays bf16 under any
+// numerics (it multiplies as its exact float32 widening), fp16 stays fp16
+// under float32 numerics; bf16 numerics round fp16 to bf16.
+PanelType half_panels(const TensorInfo& info, bool bf16) {
+  return info.dtype == DType::BF16 || bf16 ? PanelType::kBF16 : PanelType::kF16;
+}
+
 // Its rows in the model's order: the mapped bits, or a copy in `reordered`.
 const uint16_t* half_rows(const TensorInfo& info, const TensorView& v, int64_t k,
                           std::vector<uint16_t>& reordered) {
@@ -376,9 +383,8 @@ PackedMatrix WeightLoader::take_packed_as(const std::string& name, int64_t n, in
     // AWQ checkpoints' lm_head and embeddings, GGUF F16 files); bf16 numerics
     // round it to bf16.
     std::vector<uint16_t> reordered;
-    const PanelType type = info.dtype == DType::BF16 || bf16 ? PanelType::kBF16 : PanelType::kF16;
     packed = pack_weights_concat({half_part(info.dtype, half_rows(info, v, k, reordered), n)}, k,
-                                 type, tiles);
+                                 half_panels(info, bf16), tiles);
   } else if (transformed(info) || info.quant) {  // quantized: --quantize dequantize
     packed = pack(read_f32(name, info).data());
   } else if (info.dtype == DType::F32) {
@@ -500,10 +506,9 @@ std::vector<PackedMatrix> WeightLoader::take_packed_stack(const std::string& nam
                            static_cast<size_t>((r1 - r0) * k));
           })));
     } else if (stored_half(info)) {  // packed from its bits, as take_packed does
-      const PanelType type =
-          info.dtype == DType::BF16 || numerics_.bf16 ? PanelType::kBF16 : PanelType::kF16;
-      out.push_back(mark_activations(pack_weights_concat(
-          {half_part(info.dtype, reinterpret_cast<const uint16_t*>(src), rows)}, k, type, tiles)));
+      out.push_back(mark_activations(
+          pack_weights_concat({half_part(info.dtype, reinterpret_cast<const uint16_t*>(src), rows)},
+                              k, half_panels(info, numerics_.bf16), tiles)));
     } else {
       const float* w = tmp.data();
       if (info.quant) {

@@ -384,7 +384,8 @@ void AttendOnlineT(const OnlineAttention& a) {
   const int64_t dv = (d + kN - 1) / kN;  // output vectors of a row
   RowStates rows(a.nq, dv, 0, dv);
   RowState* const state = rows.get();
-  for (int64_t b = 0; b < key_blocks(a.lane0, a.len); ++b) {
+  const int64_t blocks = key_blocks(a.lane0, a.len);
+  for (int64_t b = 0; b < blocks; ++b) {
     const KT* block = BlockKeys<KT>(a, b);
     const BlockAt at(a, b);
     const VT* vb = BlockValues<VT>(a, b);
