@@ -327,9 +327,9 @@ def test_dequantize_on_load_stacked_experts(hz, tmp_path):
 
 def test_int8_mode_keeps_a_bf16_kv_cache(hz, tiny_gguf):
     """The int8 mode keeps keys and values as bf16, half the bytes of the fused mode's float32
-    cache (docs/architecture.md, "The int8 mode's KV cache"); cached decode and batch
-    invariance, which need the fresh keys rounded as the cached ones are, are
-    test_cached_decode_and_batch_invariance's."""
+    cache (docs/architecture.md, "The int8 mode's KV cache"). That fresh keys and values are
+    rounded as the cached ones are is test_families.py's test_int8_mode_past_the_window (the
+    ring buffer reads both; here every layer writes its chunk first and reads the cache)."""
     path, _ = tiny_gguf("llama", "Q8_0")
     fused = hz.CausalLM.from_pretrained(path).kv_slot_bytes_at(64)
     int8 = hz.CausalLM.from_pretrained(path, mode="int8").kv_slot_bytes_at(64)
