@@ -9,11 +9,12 @@
 //   cold:   per layer, after its stand-in weights were read
 //   hot:    the same call repeated at once (the layer's KV cache in cache)
 //   GB/s:   the layer's keys and values (ctx positions) over the cold time
-//   --bf16: the cache keeps bf16 keys and values (the bf16 modes' and int8's)
+//   --bf16: the cache keeps bf16 keys and values (the bf16 modes')
+//   --f16:  the cache keeps half keys and values (the int8 mode's)
 //
 //   attention_decode_bench [--ctx 64,256,1024] [--threads 2] [--layers 30]
 //                          [--evict-mb 3] [--steps 16] [--heads 9 --kv-heads 3 --d 64]
-//                          [--bf16]
+//                          [--bf16 | --f16]
 //   (Gemma 3 270M: --heads 4 --kv-heads 1 --d 256 --layers 18)
 #include <algorithm>
 #include <chrono>
@@ -66,11 +67,13 @@ int main(int argc, char** argv) {
   int threads = 2, layers = 30, steps = 16;
   int64_t heads = 9, kv_heads = 3, d = 64;
   double evict_mb = 3.0;
-  bool bf16 = false;
+  hubzoo::KvElement element = hubzoo::KvElement::kF32;
   for (int i = 1; i < argc; ++i) {
     const auto arg = [&](const char* name) { return !std::strcmp(argv[i], name) && i + 1 < argc; };
     if (!std::strcmp(argv[i], "--bf16")) {
-      bf16 = true;
+      element = hubzoo::KvElement::kBF16;
+    } else if (!std::strcmp(argv[i], "--f16")) {
+      element = hubzoo::KvElement::kF16;
     } else if (arg("--ctx")) {
       ctxs = argv[++i];
     } else if (arg("--threads")) {
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--ctx 64,256,1024] [--threads 2] [--layers 30] [--evict-mb 3] "
-                   "[--steps 16] [--heads 9 --kv-heads 3 --d 64] [--bf16]\n",
+                   "[--steps 16] [--heads 9 --kv-heads 3 --d 64] [--bf16 | --f16]\n",
                    argv[0]);
       return 2;
     }
@@ -121,12 +124,12 @@ int main(int argc, char** argv) {
       "attention per decode step and layer: %ld heads, %ld KV heads, d %ld, %d layers, "
       "%d threads, %s cache, %.1f MB read between layers; medians of %d steps\n",
       static_cast<long>(heads), static_cast<long>(kv_heads), static_cast<long>(d), layers, threads,
-      bf16 ? "bf16" : "fp32", evict_mb, steps);
+      hubzoo::kv_element_name(element), evict_mb, steps);
   std::printf("%6s | %9s %9s | %8s | %s\n", "ctx", "cold us", "hot us", "cold/hot", "cold GB/s");
   for (const int64_t ctx : parse_list(ctxs)) {
     KvLayerSpec spec{row, 0};
     spec.blocked_keys = true;
-    spec.bf16 = bf16;
+    spec.element = element;
     KvCache cache(std::vector<KvLayerSpec>(layers, spec), 1);
     cache.reserve(0, ctx + steps);
     std::mt19937 rng(7);
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
       cache.set_length(0, ctx + s + 1);
     }
     const double c = median(cold), h = median(hot);
-    const double bytes = 2.0 * static_cast<double>(ctx) * row * (bf16 ? 2 : 4);
+    const double bytes =
+        2.0 * static_cast<double>(ctx) * row * (element == hubzoo::KvElement::kF32 ? 4 : 2);
     std::printf("%6ld | %9.2f %9.2f | %7.2fx | %.1f\n", static_cast<long>(ctx), c * 1e6, h * 1e6,
                 c / h, bytes / c * 1e-9);
   }

@@ -143,7 +143,7 @@ void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_
                       .out_stride = c.d,
                       .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
                       .v_offset = kvh * c.d,
-                      .v_bf16 = stored.bf16(c.layer)};
+                      .v_type = stored.element_type(c.layer)};
     keys_of(slot, kvh, lo / kKeyBlock, a);
     return a;
   };
@@ -238,7 +238,7 @@ void attend_blocked_cache(const Chunk& c, LayerWorkspace& ws) {
   attend_online_cache(c, ws, [&](int64_t slot, int64_t kvh, int64_t block0, OnlineAttention& a) {
     a.kt_pages = stored.key_pages(c.layer, slot) + block0;
     a.kt_offset = kvh * c.d * kKeyBlock;
-    a.kt_bf16 = stored.bf16(c.layer);
+    a.kt_type = stored.element_type(c.layer);
   });
 }
 
@@ -638,7 +638,7 @@ void attend_chunk(const TokenBatch& batch, const float* q, const float* k, const
           8 * pool.num_threads(),
           {}};
   if (opt.bidirectional) c.seq_end = bidirectional_ends(batch, cache);
-  if (c.tiles() && !cache.bf16(layer)) {
+  if (c.tiles() && cache.element_type(layer) != KvElement::kBF16) {
     throw InvalidArgument("attention: tile attention on cache layer " + std::to_string(layer) +
                           ", which does not keep bf16 keys and values");
   }

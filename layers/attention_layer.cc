@@ -154,7 +154,7 @@ void Attention::forward(const TokenBatch& batch, const float* x, float* out, KvC
     take(opt_.k_eq_v ? q_size : q_size + kv_size, kv_size, v);
     if (k_norm_) norm_heads(*k_norm_, k, kv_size);
     if (v_norm_) v_norm_->forward(v, m * nkv, v);
-    // Keys and values are stored: bf16 in the bf16 modes and int8 (Numerics::kv_bf16).
+    // Keys and values are stored: bf16 in the bf16 modes, half in int8 (Numerics::round_kv).
     pool.parallel_rows(m, min_parallel_rows(q_size + 2 * kv_size), [&](int64_t t0, int64_t t1) {
       num.round_kv(&v[t0 * kv_size], (t1 - t0) * kv_size);
       for (int64_t t = t0; t < t1; ++t) {

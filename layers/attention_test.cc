@@ -13,6 +13,7 @@
 #include "layers/attention.h"
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
+#include "ops/f16.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -178,9 +179,10 @@ TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
   ChunkOptions opt = options(false, 0.0f);
   opt.window = kWindow;
   for (int64_t ring : {kWindow, int64_t{20}}) {
-    for (bool bf16 : {false, true}) {
-      SCOPED_TRACE("ring " + std::to_string(ring) + " bf16 " + std::to_string(bf16));
-      KvLayerSpec spec{kKv, ring, true, bf16};
+    for (KvElement type : {KvElement::kF32, KvElement::kBF16, KvElement::kF16}) {
+      SCOPED_TRACE("ring " + std::to_string(ring) + " element " +
+                   std::to_string(static_cast<int>(type)));
+      KvLayerSpec spec{kKv, ring, true, type};
       KvCache blocked({spec}, 2);
       spec.blocked_keys = false;
       KvCache rows({spec}, 2);
@@ -193,37 +195,45 @@ TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
   }
 }
 
-// 16-bit storage: keys and values that are bf16 values (as bf16 modes store
-// them) give the same bits from a bf16 cache as from a float32 one, on every
-// read path: blocked keys, key rows (eager, softcap), a windowed layer's pages.
-TEST(Bf16KvCache, SameBitsAsFloat32Cache) {
+// 16-bit storage: keys and values that are values of the cache's type (bf16
+// as the bf16 modes store them, half as int8 does) give the same bits from a
+// 16-bit cache as from a float32 one, on every read path: blocked keys, key
+// rows (eager, softcap), a windowed layer's pages.
+TEST(SixteenBitKvCache, SameBitsAsFloat32Cache) {
   ThreadPool pool(2);
-  std::vector<Rows> seqs = {random_rows(45, 31), random_rows(45, 32)};
-  for (auto& r : seqs) {
-    for (auto* x : {&r.k, &r.v}) round_bf16(x->data(), static_cast<int64_t>(x->size()));
-  }
-  const std::vector<std::vector<int64_t>> chunks = {{1, 17, 3, 1, 1, 20, 1, 1},
-                                                    {9, 1, 16, 1, 5, 1, 1, 11}};
-  struct Case {
-    bool eager;
-    float softcap;
-    int64_t window, ring;
-    bool blocked;
-  };
-  for (const Case& k : {Case{false, 0.0f, 0, 0, true}, Case{false, 0.0f, 0, 0, false},
-                        Case{false, 0.0f, kWindow, 0, true}, Case{true, 0.0f, 0, 0, false},
-                        Case{false, 5.0f, kWindow, 0, false}, Case{false, 0.0f, kWindow, 20, false},
-                        Case{true, 0.0f, kWindow, kWindow, false}}) {
-    SCOPED_TRACE("eager " + std::to_string(k.eager) + " window " + std::to_string(k.window) +
-                 " ring " + std::to_string(k.ring) + " blocked " + std::to_string(k.blocked));
-    ChunkOptions opt = options(k.eager, k.softcap);
-    opt.window = k.window;
-    KvLayerSpec spec{kKv, k.ring, k.blocked};
-    KvCache wide({spec}, 2);
-    spec.bf16 = true;
-    KvCache narrow({spec}, 2);
-    expect_same_runs(wide, narrow, seqs, chunks, opt, pool);
-    EXPECT_EQ(narrow.bytes() * 2, wide.bytes());
+  for (KvElement type : {KvElement::kBF16, KvElement::kF16}) {
+    SCOPED_TRACE(type == KvElement::kF16 ? "f16" : "bf16");
+    std::vector<Rows> seqs = {random_rows(45, 31), random_rows(45, 32)};
+    for (auto& r : seqs) {
+      for (auto* x : {&r.k, &r.v}) {
+        const auto n = static_cast<int64_t>(x->size());
+        type == KvElement::kF16 ? round_f16_saturated(x->data(), n) : round_bf16(x->data(), n);
+      }
+    }
+    const std::vector<std::vector<int64_t>> chunks = {{1, 17, 3, 1, 1, 20, 1, 1},
+                                                      {9, 1, 16, 1, 5, 1, 1, 11}};
+    struct Case {
+      bool eager;
+      float softcap;
+      int64_t window, ring;
+      bool blocked;
+    };
+    for (const Case& k :
+         {Case{false, 0.0f, 0, 0, true}, Case{false, 0.0f, 0, 0, false},
+          Case{false, 0.0f, kWindow, 0, true}, Case{true, 0.0f, 0, 0, false},
+          Case{false, 5.0f, kWindow, 0, false}, Case{false, 0.0f, kWindow, 20, false},
+          Case{true, 0.0f, kWindow, kWindow, false}}) {
+      SCOPED_TRACE("eager " + std::to_string(k.eager) + " window " + std::to_string(k.window) +
+                   " ring " + std::to_string(k.ring) + " blocked " + std::to_string(k.blocked));
+      ChunkOptions opt = options(k.eager, k.softcap);
+      opt.window = k.window;
+      KvLayerSpec spec{kKv, k.ring, k.blocked};
+      KvCache wide({spec}, 2);
+      spec.element = type;
+      KvCache narrow({spec}, 2);
+      expect_same_runs(wide, narrow, seqs, chunks, opt, pool);
+      EXPECT_EQ(narrow.bytes() * 2, wide.bytes());
+    }
   }
 }
 

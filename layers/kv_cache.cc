@@ -6,6 +6,7 @@
 #include "base/heap.h"
 #include "ops/attend_online.h"
 #include "ops/bf16.h"
+#include "ops/f16.h"
 
 namespace hubzoo {
 
@@ -233,9 +234,21 @@ void KvCache::store_row(int64_t layer, std::vector<const void*>& pages, int64_t 
                         const float* row, int64_t lane_stride, int64_t at) {
   void* page = page_of(pages, pos);
   const int64_t n = layers_[layer].row_size;
-  if (layers_[layer].bf16) {
+  const KvElement type = layers_[layer].element;
+  if (type == KvElement::kF16 && lane_stride == 1) {
+    to_f16_saturated(row, n, static_cast<uint16_t*>(page) + at);
+  } else if (type != KvElement::kF32) {
     uint16_t* out = static_cast<uint16_t*>(page) + at;
-    for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = bf16_bits(row[c]);
+    if (type == KvElement::kBF16) {
+      for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = bf16_bits(row[c]);
+    } else {
+      uint16_t bits[256];
+      for (int64_t c0 = 0; c0 < n; c0 += std::ssize(bits)) {
+        const int64_t cn = std::min<int64_t>(std::ssize(bits), n - c0);
+        to_f16_saturated(row + c0, cn, bits);
+        for (int64_t c = 0; c < cn; ++c) out[(c0 + c) * lane_stride] = bits[c];
+      }
+    }
   } else {
     float* out = static_cast<float*>(page) + at;
     for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = row[c];
@@ -259,9 +272,16 @@ void KvCache::store_value(int64_t layer, int64_t slot, int64_t pos, const float*
 const float* KvCache::read_row(int64_t layer, const std::vector<const void*>& pages, int64_t pos,
                                int64_t at, int64_t n, float* scratch) const {
   const char* p = element(layer, pages, pos, at);
-  if (!layers_[layer].bf16) return reinterpret_cast<const float*>(p);
-  from_bf16(reinterpret_cast<const uint16_t*>(p), n, scratch);
-  return scratch;
+  switch (layers_[layer].element) {
+    case KvElement::kBF16:
+      from_bf16(reinterpret_cast<const uint16_t*>(p), n, scratch);
+      return scratch;
+    case KvElement::kF16:
+      from_f16(reinterpret_cast<const uint16_t*>(p), n, scratch);
+      return scratch;
+    default:
+      return reinterpret_cast<const float*>(p);
+  }
 }
 
 const float* KvCache::read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
@@ -272,9 +292,13 @@ const float* KvCache::read_key(int64_t layer, int64_t slot, int64_t pos, int64_t
   }
   // [row_size][16]: element e of the row is lane pos % 16 of the page's row e.
   const char* lane = element(layer, pages, pos, offset * kKvPage + pos % kKvPage);
-  if (layers_[layer].bf16) {
+  const KvElement type = layers_[layer].element;
+  if (type != KvElement::kF32) {
     const uint16_t* in = reinterpret_cast<const uint16_t*>(lane);
-    for (int64_t e = 0; e < n; ++e) from_bf16(in + e * kKvPage, 1, scratch + e);
+    for (int64_t e = 0; e < n; ++e) {
+      scratch[e] =
+          type == KvElement::kBF16 ? bf16_to_float(in[e * kKvPage]) : f16_to_f32(in[e * kKvPage]);
+    }
   } else {
     const float* in = reinterpret_cast<const float*>(lane);
     for (int64_t e = 0; e < n; ++e) scratch[e] = in[e * kKvPage];

@@ -4,10 +4,11 @@
 // (ops/attend_online.h): page b holds positions 16b .. 16b + 15 as keys
 // [16][row_size] (or, blocked, [row_size][16]) then values [16][row_size],
 // where a layer's row is num_kv_heads * head_dim of that layer (layers may
-// differ). Elements are float32, or bf16 (2 bytes) in a layer kept as bf16:
-// the bf16 modes, whose keys and values are bf16 values already
-// (Numerics::round_stored), so storing them so loses nothing and reading
-// them back gives the same floats. Each (layer, slot) has a page table: page b's id and pointers.
+// differ). Elements are float32, or 2 bytes in a layer kept as bf16 (the
+// bf16 modes) or IEEE half (the int8 mode): keys and values are values of
+// that type already (Numerics::round_kv), so storing them so loses nothing
+// and reading them back gives the same floats. Each (layer, slot) has a page
+// table: page b's id and pointers.
 // A slot holds only the pages its positions use, allocated as it grows and
 // released when it is cleared, so memory follows what requests use rather
 // than max_context per slot.
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "ops/attend_online.h"
 #include "ops/thread_pool.h"
 
 namespace hubzoo {
@@ -52,7 +54,7 @@ struct KvLayerSpec {
   // transposes them (read_key() gathers a row from the lanes; read_key_rows()
   // is then not available).
   bool blocked_keys = false;
-  bool bf16 = false;  // keys and values stored as bf16 bits (uint16_t), else float32
+  KvElement element = KvElement::kF32;  // how keys and values are stored
 };
 
 class KvCache {
@@ -68,7 +70,7 @@ class KvCache {
   int64_t num_slots() const { return num_slots_; }
   int64_t row_size(int64_t layer) const { return layers_[layer].row_size; }
   int64_t window(int64_t layer) const { return layers_[layer].window; }
-  bool bf16(int64_t layer) const { return layers_[layer].bf16; }
+  KvElement element_type(int64_t layer) const { return layers_[layer].element; }
   // Number of positions a slot has seen (all layers hold the same count once a
   // forward pass completes; a windowed layer keeps only its window's pages).
   int64_t length(int64_t slot) const { return lengths_[slot]; }
@@ -122,14 +124,15 @@ class KvCache {
   const std::vector<int32_t>& token_ids(int64_t slot) const { return token_ids_.at(slot); }
 
   bool blocked_keys(int64_t layer) const { return layers_[layer].blocked_keys; }
-  // Write the key or value row of `pos` (row_size floats; a bf16 layer
-  // rounds them to bf16, exact for the bf16 values it is given) in the
-  // layer's layout. The position's page must be reserved.
+  // Write the key or value row of `pos` (row_size floats; a 16-bit layer
+  // rounds them to its type as Numerics::round_kv does, exact for the values
+  // of that type it is given) in the layer's layout. The position's page
+  // must be reserved.
   void store_key(int64_t layer, int64_t slot, int64_t pos, const float* key_row);
   void store_value(int64_t layer, int64_t slot, int64_t pos, const float* value_row);
   // Page b's keys (blocked: [row_size][16]) and values ([16][row_size]) at
-  // key_pages()[b] and value_pages()[b], float or (bf16 layers) uint16_t
-  // elements; null for a page a windowed layer released. Valid until the
+  // key_pages()[b] and value_pages()[b], elements of element_type(layer)
+  // (uint16_t bits for the 16-bit ones); null for a page a windowed layer released. Valid until the
   // slot's page table changes (reserve, set_length, clear).
   const void* const* key_pages(int64_t layer, int64_t slot) const {
     return tables_[index(layer, slot)].keys.data();
@@ -149,7 +152,7 @@ class KvCache {
 
   // Floats [offset, offset + n) of the key (value) row of `pos`, which the
   // slot must hold: a pointer into the page (float32 rows) or into
-  // `scratch` (n floats), converted (bf16 layers) or gathered from the
+  // `scratch` (n floats), converted (16-bit layers) or gathered from the
   // lanes of blocked keys.
   const float* read_key(int64_t layer, int64_t slot, int64_t pos, int64_t offset, int64_t n,
                         float* scratch) const;
@@ -180,7 +183,9 @@ class KvCache {
                       int64_t at) const {
     return static_cast<const char*>(page_of(pages, pos)) + at * element_bytes(layer);
   }
-  int64_t element_bytes(int64_t layer) const { return layers_[layer].bf16 ? 2 : 4; }
+  int64_t element_bytes(int64_t layer) const {
+    return layers_[layer].element == KvElement::kF32 ? 4 : 2;
+  }
   void store_row(int64_t layer, std::vector<const void*>& pages, int64_t pos, const float* row,
                  int64_t lane_stride, int64_t at);
   const float* read_row(int64_t layer, const std::vector<const void*>& pages, int64_t pos,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/bf16.h"
+#include "ops/f16.h"
 
 namespace hubzoo {
 namespace {
@@ -93,7 +94,7 @@ TEST(PagedKvCache, PagesFollowPositions) {
 // page_regions names each held page of the positions asked for, keys then
 // values, in position order; released pages and pages past the table are left out.
 TEST(PagedKvCache, PageRegionsNameThePagesOfPositions) {
-  KvCache cache({KvLayerSpec{kRow, 0}, KvLayerSpec{kRow, 20, false, true}}, 2);
+  KvCache cache({KvLayerSpec{kRow, 0}, KvLayerSpec{kRow, 20, false, KvElement::kBF16}}, 2);
   cache.reserve(1, 40);
   const int64_t half = kKvPage * kRow * 4;    // a page's float32 keys (or values)
   constexpr int64_t kBig = int64_t{1} << 40;  // no budget to speak of
@@ -183,31 +184,75 @@ TEST(PagedKvCache, BudgetIsNeverExceeded) {
   EXPECT_EQ(cache.bytes(), 0);
 }
 
-// bf16 layers: 2 bytes an element, and bf16 values read back as the same floats
-// (rows and blocked keys).
-TEST(PagedKvCache, Bf16PagesHoldBf16ValuesExactly) {
-  KvLayerSpec rows{kRow, 0}, blocked{kRow, 0, true}, fp32{kRow, 0};
-  rows.bf16 = blocked.bf16 = true;
-  KvCache cache({rows, blocked, fp32}, 1);
-  EXPECT_EQ(cache.page_bytes(0), kPageBytes / 2);
-  EXPECT_EQ(cache.page_bytes(1), kPageBytes / 2);
-  EXPECT_EQ(cache.page_bytes(2), kPageBytes);
-  cache.reserve(0, 20);
-  EXPECT_EQ(cache.bytes(), 2 * (kPageBytes / 2 + kPageBytes / 2 + kPageBytes));
-  std::vector<float> row(kRow), scratch(kRow);
-  for (int64_t c = 0; c < kRow; ++c) row[c] = round_bf16(0.37f * static_cast<float>(c) - 1.1f);
-  for (int64_t layer = 0; layer < 3; ++layer) {
-    cache.store_key(layer, 0, 17, row.data());
-    cache.store_value(layer, 0, 17, row.data());
-    const float* v = cache.read_value(layer, 0, 17, 2, kRow - 2, scratch.data());
-    for (int64_t c = 2; c < kRow; ++c) EXPECT_EQ(v[c - 2], row[c]) << layer;
+// 16-bit layers (bf16, half): 2 bytes an element, and values of the type
+// read back as the same floats (rows and blocked keys); other floats are
+// stored rounded as Numerics::round_kv rounds them (half: saturated).
+TEST(PagedKvCache, SixteenBitPagesHoldTheirValuesExactly) {
+  for (KvElement type : {KvElement::kBF16, KvElement::kF16}) {
+    const bool f16 = type == KvElement::kF16;
+    SCOPED_TRACE(f16 ? "f16" : "bf16");
+    const auto round16 = [&](float x) { return f16 ? round_f16_saturated(x) : round_bf16(x); };
+    KvLayerSpec rows{kRow, 0}, blocked{kRow, 0, true}, fp32{kRow, 0};
+    rows.element = blocked.element = type;
+    KvCache cache({rows, blocked, fp32}, 1);
+    EXPECT_EQ(cache.page_bytes(0), kPageBytes / 2);
+    EXPECT_EQ(cache.page_bytes(1), kPageBytes / 2);
+    EXPECT_EQ(cache.page_bytes(2), kPageBytes);
+    cache.reserve(0, 20);
+    EXPECT_EQ(cache.bytes(), 2 * (kPageBytes / 2 + kPageBytes / 2 + kPageBytes));
+    std::vector<float> row(kRow), scratch(kRow);
+    for (int64_t c = 0; c < kRow; ++c) row[c] = round16(0.37f * static_cast<float>(c) - 1.1f);
+    for (int64_t layer = 0; layer < 3; ++layer) {
+      cache.store_key(layer, 0, 17, row.data());
+      cache.store_value(layer, 0, 17, row.data());
+      const float* v = cache.read_value(layer, 0, 17, 2, kRow - 2, scratch.data());
+      for (int64_t c = 2; c < kRow; ++c) EXPECT_EQ(v[c - 2], row[c]) << layer;
+    }
+    const float* k = cache.read_key(0, 0, 17, 0, kRow, scratch.data());
+    for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(k[c], row[c]);
+    const auto* lanes = static_cast<const uint16_t*>(cache.key_pages(1, 0)[1]);
+    for (int64_t c = 0; c < kRow; ++c) {
+      EXPECT_EQ(f16 ? f16_to_f32(lanes[c * kKvPage + 1]) : bf16_to_float(lanes[c * kKvPage + 1]),
+                row[c]);
+    }
+    // Unrounded floats, one beyond the largest half: stored rounded.
+    const std::vector<float> raw = {1.0f / 3, -70000.0f, 1e-6f, 2.71828f,
+                                    -0.1f,    65519.0f,  7e4f,  -1e-9f};
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      cache.store_key(layer, 0, 3, raw.data());
+      cache.store_value(layer, 0, 3, raw.data());
+      const float* rk = cache.read_key(layer, 0, 3, 0, kRow, scratch.data());
+      for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(rk[c], round16(raw[c])) << layer << " " << c;
+      const float* rv = cache.read_value(layer, 0, 3, 0, kRow, scratch.data());
+      for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(rv[c], round16(raw[c])) << layer << " " << c;
+    }
+    if (f16) {
+      EXPECT_EQ(round16(raw[1]), -kF16Max);
+    }
+    cache.clear(0);
+    EXPECT_EQ(cache.bytes(), 0);
   }
-  const float* k = cache.read_key(0, 0, 17, 0, kRow, scratch.data());
-  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(k[c], row[c]);
-  const auto* lanes = static_cast<const uint16_t*>(cache.key_pages(1, 0)[1]);
-  for (int64_t c = 0; c < kRow; ++c) EXPECT_EQ(bf16_to_float(lanes[c * kKvPage + 1]), row[c]);
-  cache.clear(0);
-  EXPECT_EQ(cache.bytes(), 0);
+}
+
+// Half rows longer than the store's conversion buffer (256 elements), in
+// blocked keys (lanes 16 apart) and in value rows.
+TEST(PagedKvCache, LongHalfRowsRoundTrip) {
+  constexpr int64_t kLong = 600;
+  KvLayerSpec spec{kLong, 0, true};
+  spec.element = KvElement::kF16;
+  KvCache cache({spec}, 1);
+  cache.reserve(0, 40);
+  std::vector<float> row(kLong), scratch(kLong);
+  for (int64_t c = 0; c < kLong; ++c) row[c] = 0.013f * static_cast<float>(c) - 3.9f;
+  for (int64_t pos : {0, 21, 39}) {
+    cache.store_key(0, 0, pos, row.data());
+    cache.store_value(0, 0, pos, row.data());
+    const float* k = cache.read_key(0, 0, pos, 0, kLong, scratch.data());
+    for (int64_t c = 0; c < kLong; ++c) ASSERT_EQ(k[c], round_f16_saturated(row[c])) << pos;
+    const float* v = cache.read_value(0, 0, pos, 0, kLong, scratch.data());
+    for (int64_t c = 0; c < kLong; ++c) ASSERT_EQ(v[c], round_f16_saturated(row[c])) << pos;
+    for (float& x : row) x = -x * 1.5f;
+  }
 }
 
 TEST(PagedKvCache, SlotBytesAtCountsWholePages) {

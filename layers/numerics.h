@@ -22,7 +22,9 @@
 #include <string>
 
 #include "base/error.h"
+#include "ops/attend_online.h"
 #include "ops/bf16.h"
+#include "ops/f16.h"
 #include "tensor/quant_type.h"
 
 namespace hubzoo {
@@ -137,13 +139,21 @@ struct Numerics {
     if (bf16) round_bf16(x, n);
   }
   bool eager_bf16() const { return bf16 && eager; }
-  // Keys and values as the KV cache keeps them: bf16 in both bf16 modes and
-  // in int8 (half the bytes a decode step's attention reads, as llama.cpp's
-  // f16 cache; docs/architecture.md, "The int8 mode's KV cache"). Rounded
-  // before attention uses them, so a fresh chunk and the cache agree.
-  bool kv_bf16() const { return bf16 || int8; }
+  // Keys and values as the KV cache keeps them: bf16 in both bf16 modes
+  // (transformers' bf16 cache), IEEE half in int8 (half the bytes a decode
+  // step's attention reads, as llama.cpp's f16 cache, with 3 more mantissa
+  // bits than bf16; docs/architecture.md, "The int8 mode's KV cache"),
+  // float32 otherwise. Rounded before attention uses them, so a fresh chunk
+  // and the cache agree.
+  KvElement kv_element() const {
+    return bf16 ? KvElement::kBF16 : int8 ? KvElement::kF16 : KvElement::kF32;
+  }
   void round_kv(float* x, int64_t n) const {
-    if (kv_bf16()) round_bf16(x, n);
+    if (bf16) {
+      round_bf16(x, n);
+    } else if (int8) {
+      round_f16_saturated(x, n);
+    }
   }
 };
 

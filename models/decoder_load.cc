@@ -185,9 +185,10 @@ void Decoder::plan_cache() {
       continue;
     }
     layer.cache_layer = static_cast<int64_t>(cache_specs_.size());
-    // bf16 modes and int8: keys and values are bf16 values (Numerics::round_kv), kept in 2 bytes.
+    // bf16 modes (bf16) and int8 (half): keys and values are values of that type
+    // (Numerics::round_kv), kept in 2 bytes.
     cache_specs_.push_back(
-        {s.attn.num_kv_heads * s.attn.head_dim, s.attn.window, false, numerics_.kv_bf16()});
+        {s.attn.num_kv_heads * s.attn.head_dim, s.attn.window, false, numerics_.kv_element()});
   }
   for (const DecoderLayer& layer : layers_) {
     const LayerSpec& s = layer.spec;

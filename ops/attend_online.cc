@@ -3,20 +3,25 @@
 #include "ops/attend_online.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "hwy/base.h"
 #include "ops/bf16.h"
+#include "tensor/dtype.h"
 
 #ifndef HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
 #define HUBZOO_OPS_ATTEND_ONLINE_CONSTANTS
 namespace hubzoo {
+// The element types of keys and values in memory: float, uint16_t (bf16
+// bits) and hwy::float16_t (IEEE half bits); the 16-bit ones only in pages.
+//
 // Block b's keys and values as OnlineAttention places them: through the
-// page tables when set (elements KT / VT: float, or uint16_t bf16 bits,
-// which only pages hold), else from kt and values. A value block's lane i is
+// page tables when set, else from kt and values. A value block's lane i is
 // at the result + (vfirst + i) * v_stride (vfirst: 0 paged, else the block's
 // first key index).
 template <class KT>
@@ -35,6 +40,20 @@ const VT* BlockValues(const OnlineAttention& a, int64_t b) {
 }
 inline float kv_float(float x) { return x; }
 inline float kv_float(uint16_t x) { return bf16_to_float(x); }
+inline float kv_float(hwy::float16_t x) { return f16_to_f32(std::bit_cast<uint16_t>(x)); }
+
+// f(T{}) with T the element type of e.
+template <class F>
+decltype(auto) WithKvType(KvElement e, const F& f) {
+  switch (e) {
+    case KvElement::kBF16:
+      return f(uint16_t{});
+    case KvElement::kF16:
+      return f(hwy::float16_t{});
+    default:
+      return f(float{});
+  }
+}
 
 }  // namespace hubzoo
 #endif
@@ -94,11 +113,15 @@ void TransposeKeyBlocks(const float* HWY_RESTRICT keys, int64_t stride, int64_t 
   }
 }
 
-// kN keys or values from p as floats: bf16 bits widen exactly (x << 16).
+// kN keys or values from p as floats: bf16 bits widen exactly (x << 16),
+// halves by a hardware conversion (x86: F16C's vcvtph2ps, which every FMA
+// target of Highway has).
 template <class T>
 HWY_INLINE V LoadKv(DF df, const T* HWY_RESTRICT p) {
   if constexpr (std::is_same_v<T, float>) {
     return hn::LoadU(df, p);
+  } else if constexpr (std::is_same_v<T, hwy::float16_t>) {
+    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
   } else {
     const hn::Rebind<uint16_t, DF> du16;
     const hn::Rebind<uint32_t, DF> du32;
@@ -111,7 +134,7 @@ HWY_INLINE V LoadKvN(DF df, const T* HWY_RESTRICT p, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     return hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(n)), df, p);
   } else {
-    uint16_t buf[kN] = {};
+    T buf[kN] = {};
     std::copy_n(p, n, buf);
     return LoadKv(df, buf);
   }
@@ -397,11 +420,17 @@ void AttendOnlineT(const OnlineAttention& a) {
   Normalize(a, state, 0, d);
 }
 
+// Keys of the values' type (a cache's pages) or floats (transposed from the
+// cache, or no cache): the pairs attention passes. Any other pair runs the
+// reference, the same bits.
 void AttendOnline(const OnlineAttention& a) {
-  if (a.kt_bf16 && a.v_bf16) return AttendOnlineT<uint16_t, uint16_t>(a);
-  if (a.kt_bf16) return AttendOnlineT<uint16_t, float>(a);
-  if (a.v_bf16) return AttendOnlineT<float, uint16_t>(a);
-  AttendOnlineT<float, float>(a);
+  if (a.kt_type != a.v_type && a.kt_type != KvElement::kF32) {
+    return attend_online_f32_reference(a);
+  }
+  WithKvType(a.v_type, [&]<class VT>(VT) HWY_ATTR {
+    if (a.kt_type == KvElement::kF32) return AttendOnlineT<float, VT>(a);
+    AttendOnlineT<VT, VT>(a);
+  });
 }
 
 // attend_online_scores: BlockRows' scores, stored.
@@ -427,8 +456,7 @@ void OnlineScoresT(const OnlineAttention& a, int64_t b0, int64_t b1, float* HWY_
 }
 
 void OnlineScores(const OnlineAttention& a, int64_t b0, int64_t b1, float* scores) {
-  if (a.kt_bf16) return OnlineScoresT<uint16_t>(a, b0, b1, scores);
-  OnlineScoresT<float>(a, b0, b1, scores);
+  WithKvType(a.kt_type, [&]<class KT>(KT) HWY_ATTR { OnlineScoresT<KT>(a, b0, b1, scores); });
 }
 
 // attend_online_values: BlockRows' softmax and values steps from the stored
@@ -463,8 +491,7 @@ void OnlineValuesT(const OnlineAttention& a, const float* HWY_RESTRICT scores, i
 }
 
 void OnlineValues(const OnlineAttention& a, const float* scores, int64_t dim0, int64_t dim1) {
-  if (a.v_bf16) return OnlineValuesT<uint16_t>(a, scores, dim0, dim1);
-  OnlineValuesT<float>(a, scores, dim0, dim1);
+  WithKvType(a.v_type, [&]<class VT>(VT) HWY_ATTR { OnlineValuesT<VT>(a, scores, dim0, dim1); });
 }
 
 #else  // no native FMA: the scalar reference
@@ -599,15 +626,13 @@ void zero_out(const OnlineAttention& a, int64_t dim0, int64_t dim1) {
 
 void attend_online_scores_reference(const OnlineAttention& a, int64_t b0, int64_t b1,
                                     float* scores) {
-  if (a.kt_bf16) return scores_reference<uint16_t>(a, b0, b1, scores);
-  scores_reference<float>(a, b0, b1, scores);
+  WithKvType(a.kt_type, [&]<class KT>(KT) { scores_reference<KT>(a, b0, b1, scores); });
 }
 
 void attend_online_values_reference(const OnlineAttention& a, const float* scores, int64_t dim0,
                                     int64_t dim1) {
   if (a.len <= 0) return zero_out(a, dim0, dim1);
-  if (a.v_bf16) return values_reference<uint16_t>(a, scores, dim0, dim1);
-  values_reference<float>(a, scores, dim0, dim1);
+  WithKvType(a.v_type, [&]<class VT>(VT) { values_reference<VT>(a, scores, dim0, dim1); });
 }
 
 void attend_online_f32_reference(const OnlineAttention& a) {

@@ -33,6 +33,15 @@ namespace hubzoo {
 
 constexpr int64_t kKeyBlock = 16;
 
+// How a paged KV cache keeps keys or values (layers/kv_cache.h): float32, or
+// 16-bit elements, bf16 or IEEE binary16 (half) bits, each standing for the
+// float it widens to exactly.
+enum class KvElement : uint8_t { kF32, kBF16, kF16 };
+// "float32", "bfloat16", "float16" (torch's names).
+inline const char* kv_element_name(KvElement e) {
+  return e == KvElement::kBF16 ? "bfloat16" : e == KvElement::kF16 ? "float16" : "float32";
+}
+
 // Number of blocks a range of `len` positions starting at lane `lane0` spans.
 inline int64_t key_blocks(int64_t lane0, int64_t len) {
   return (lane0 + len + kKeyBlock - 1) / kKeyBlock;
@@ -70,15 +79,15 @@ struct OnlineAttention {
   // block b's keys are at kt_pages[b] + kt_offset elements instead of
   // kt + b * kt_stride, and the value of lane i of block b at v_pages[b] +
   // v_offset + i * v_stride elements instead of values + j * v_stride. The
-  // elements are floats, or bf16 bits (uint16_t) where kt_bf16 / v_bf16 say
-  // so (pages only), read as the floats they stand for. Only addresses and
-  // loads change: the arithmetic, and so every bit of the result, is the same.
+  // elements are floats, or 16-bit ones where kt_type / v_type say so (pages
+  // only), read as the floats they stand for. Only addresses and loads
+  // change: the arithmetic, and so every bit of the result, is the same.
   const void* const* kt_pages = nullptr;
   int64_t kt_offset = 0;
   const void* const* v_pages = nullptr;
   int64_t v_offset = 0;
-  bool kt_bf16 = false;
-  bool v_bf16 = false;
+  KvElement kt_type = KvElement::kF32;
+  KvElement v_type = KvElement::kF32;
 };
 
 void attend_online_f32(const OnlineAttention& a);

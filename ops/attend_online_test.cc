@@ -11,6 +11,7 @@
 
 #include "hwy/targets.h"
 #include "ops/bf16.h"
+#include "ops/f16.h"
 #include "ops/test_values.h"
 
 namespace hubzoo {
@@ -234,14 +235,25 @@ TEST(AttendOnline, RowResultIndependentOfBlocksBuiltAndOfOtherRows) {
 
 // Keys and values read through page tables (a paged KV cache: each 16-position
 // block in an allocation of its own, one KV head at an offset in it), as
-// floats or as bf16 bits, give the bits the contiguous float blocks give, on
-// every target and in the reference. Values are bf16 values, as bf16 modes store.
-void check_paged_blocks(int64_t d) {
-  SCOPED_TRACE("d " + std::to_string(d));
+// floats or as 16-bit elements of type `e` (bf16 or half bits), give the bits
+// the contiguous float blocks give, on every target and in the reference.
+// Keys and values are values of that type, as the cache stores them.
+void check_paged_blocks(int64_t d, KvElement e) {
+  const bool f16 = e == KvElement::kF16;
+  const char* name = f16 ? "f16" : "bf16";
+  SCOPED_TRACE(std::string(name) + " d " + std::to_string(d));
   const int64_t heads = 2, row = heads * d, n = 77;
   auto k = random_values(n * row, 21), v = random_values(n * row, 22);
-  round_bf16(k.data(), n * row);
-  round_bf16(v.data(), n * row);
+  const auto round16 = [&](std::vector<float>& x) {
+    f16 ? round_f16_saturated(x.data(), x.size()) : round_bf16(x.data(), x.size());
+  };
+  const auto to16 = [&](const std::vector<float>& x, std::vector<uint16_t>& out) {
+    out.resize(x.size());
+    f16 ? to_f16_saturated(x.data(), x.size(), out.data())
+        : to_bf16(x.data(), x.size(), out.data());
+  };
+  round16(k);
+  round16(v);
   const auto q = random_values(3 * d, 23, 4);
   const int64_t pages = key_blocks(0, n);
   // Page b: keys [row][16] (head h's [d][16] block at h * d * 16), values [16][row].
@@ -259,10 +271,8 @@ void check_paged_blocks(int64_t d) {
     std::copy_n(v.data() + b * kKeyBlock * row, len * row, value_pages[b].data());
     kp[b] = key_pages[b].data();
     vp[b] = value_pages[b].data();
-    key_pages16[b].resize(row * kKeyBlock);
-    value_pages16[b].resize(kKeyBlock * row);
-    to_bf16(key_pages[b].data(), row * kKeyBlock, key_pages16[b].data());
-    to_bf16(value_pages[b].data(), kKeyBlock * row, value_pages16[b].data());
+    to16(key_pages[b], key_pages16[b]);
+    to16(value_pages[b], value_pages16[b]);
     kp16[b] = key_pages16[b].data();
     vp16[b] = value_pages16[b].data();
   }
@@ -304,27 +314,41 @@ void check_paged_blocks(int64_t d) {
           paged.out = ref_got.data();
           attend_online_f32_reference(flat);
           attend_online_f32_reference(paged);
-          OnlineAttention paged16 = paged;  // bf16 pages
+          OnlineAttention paged16 = paged;  // 16-bit pages
           paged16.kt_pages = kp16.data() + lo / kKeyBlock;
           paged16.v_pages = vp16.data() + lo / kKeyBlock;
-          paged16.kt_bf16 = paged16.v_bf16 = true;
+          paged16.kt_type = paged16.v_type = e;
           paged16.out = got16.data();
           attend_online_f32(paged16);
           paged16.out = ref_got16.data();
           attend_online_f32_reference(paged16);
           std::vector<float> split16(3 * d);
           attend_split(paged16, 2, 1, split16.data());
-          OnlineAttention mixed = paged16;  // float key blocks, bf16 value pages
+          OnlineAttention mixed = paged16;  // float key blocks, 16-bit value pages
           mixed.kt = flat.kt;
           mixed.kt_pages = nullptr;
-          mixed.kt_bf16 = false;
+          mixed.kt_type = KvElement::kF32;
           mixed.out = got_mixed.data();
           attend_online_f32(mixed);
+          std::vector<float> split_mixed(3 * d);
+          attend_split(mixed, 3, 2, split_mixed.data());
+          // 16-bit keys with float values: not a pair attention passes (the
+          // reference serves it), still the same bits.
+          OnlineAttention swapped = paged16;
+          swapped.values = flat.values;
+          swapped.v_pages = nullptr;
+          swapped.v_type = KvElement::kF32;
+          std::vector<float> got_swapped(3 * d);
+          swapped.out = got_swapped.data();
+          attend_online_f32(swapped);
           for (int64_t i = 0; i < 3 * d; ++i) {
-            ASSERT_EQ(bits(want[i]), bits(got16[i])) << "bf16 head " << h << " lo " << lo;
-            ASSERT_EQ(bits(want[i]), bits(ref_got16[i])) << "bf16 head " << h << " lo " << lo;
-            ASSERT_EQ(bits(want[i]), bits(split16[i])) << "bf16 split, head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(got16[i])) << "16-bit head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(ref_got16[i])) << "16-bit head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(split16[i]))
+                << "16-bit split, head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(got_mixed[i])) << "mixed head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(split_mixed[i])) << "mixed split " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(got_swapped[i])) << "swapped " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(got[i])) << "head " << h << " lo " << lo << " p " << p;
             ASSERT_EQ(bits(ref_want[i]), bits(ref_got[i])) << "head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(ref_want[i])) << "head " << h << " lo " << lo;
@@ -337,9 +361,11 @@ void check_paged_blocks(int64_t d) {
 }
 
 // Head sizes of one chunk of output vectors and of several (Gemma 3's 256):
-// a chunk before the last loads whole vectors of bf16 values.
+// a chunk before the last loads whole vectors of 16-bit values.
 TEST(AttendOnline, PagedBlocksBitIdenticalToContiguous) {
-  for (int64_t d : {48, 128, 256}) check_paged_blocks(d);
+  for (KvElement e : {KvElement::kBF16, KvElement::kF16}) {
+    for (int64_t d : {48, 128, 256}) check_paged_blocks(d, e);
+  }
 }
 
 TEST(AttendOnline, EmptyRangeGivesZeros) {

@@ -308,11 +308,13 @@ class PyCausalLM {
   }
 
   // The KV cache's own accounting after the last forward(): per layer, its
-  // window (0: every position), row size, and bytes held for each slot.
+  // window (0: every position), row size, element type ("float32",
+  // "bfloat16", "float16") and bytes held for each slot.
   nb::dict kv_cache_stats() const {
     nb::dict d;
     d["windows"] = last_cache_.windows;
     d["row_sizes"] = last_cache_.row_sizes;
+    d["elements"] = last_cache_.elements;
     d["layer_slot_bytes"] = last_cache_.layer_slot_bytes;
     d["lengths"] = last_cache_.lengths;
     d["bytes"] = last_cache_.bytes;
@@ -350,6 +352,7 @@ class PyCausalLM {
 
   struct CacheStats {
     std::vector<int64_t> windows, row_sizes, lengths;
+    std::vector<std::string> elements;
     std::vector<std::vector<int64_t>> layer_slot_bytes;
     int64_t bytes = 0;
   };
@@ -358,6 +361,7 @@ class PyCausalLM {
     for (int64_t l = 0; l < cache.num_layers(); ++l) {
       s.windows.push_back(cache.window(l));
       s.row_sizes.push_back(cache.row_size(l));
+      s.elements.push_back(kv_element_name(cache.element_type(l)));
       auto& per_slot = s.layer_slot_bytes.emplace_back();
       for (int64_t slot = 0; slot < cache.num_slots(); ++slot) {
         per_slot.push_back(cache.bytes(l, slot));

@@ -210,7 +210,8 @@ class CausalLM:
 
     def kv_cache_stats(self) -> dict:
         """The KV cache's accounting after the last forward()/forward_incremental():
-        per layer its window (0: every position) and row size, and bytes held per slot."""
+        per layer its window (0: every position), row size and element type ("float32",
+        "bfloat16", "float16"), and bytes held per slot."""
         return dict(self._model.kv_cache_stats())
 
     def kv_slot_bytes_at(self, n: int) -> int:

@@ -66,8 +66,8 @@ def test_long_input_past_the_window(variant, hf_tiny, our_tiny):
 
 @pytest.mark.parametrize("variant", ["mistral_window", "smollm3_norope"])
 def test_int8_mode_past_the_window(variant, hf_tiny, hz, tiny_paths):
-    """The int8 mode's bf16 KV cache on the ring buffer: a chunk past the window attends to
-    its fresh keys and values and to cached ones, so both must be the same bf16 values
+    """The int8 mode's half KV cache on the ring buffer: a chunk past the window attends to
+    its fresh keys and values and to cached ones, so both must be the same half values
     (Numerics::round_kv) for cached decoding to stay bit-identical to the full forward."""
     w = window(hf_tiny(variant))
     ours = hz.CausalLM.from_pretrained(str(tiny_paths[variant]), quantize="q8_0", mode="int8")

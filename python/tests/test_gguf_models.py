@@ -325,12 +325,21 @@ def test_dequantize_on_load_stacked_experts(hz, tmp_path):
     assert_argmax_equal(got, want)
 
 
-def test_int8_mode_keeps_a_bf16_kv_cache(hz, tiny_gguf):
-    """The int8 mode keeps keys and values as bf16, half the bytes of the fused mode's float32
-    cache (docs/architecture.md, "The int8 mode's KV cache"). That fresh keys and values are
-    rounded as the cached ones are is test_families.py's test_int8_mode_past_the_window (the
-    ring buffer reads both; here every layer writes its chunk first and reads the cache)."""
+def test_int8_mode_keeps_a_half_kv_cache(hz, tiny_gguf):
+    """The int8 mode keeps keys and values as IEEE halves (float16), half the bytes of the
+    fused mode's float32 cache; the bf16 modes keep bf16 (docs/architecture.md, "The int8
+    mode's KV cache"). That fresh keys and values are rounded as the cached ones are is
+    test_families.py's test_int8_mode_past_the_window (the ring buffer reads both; here every
+    layer writes its chunk first and reads the cache)."""
     path, _ = tiny_gguf("llama", "Q8_0")
-    fused = hz.CausalLM.from_pretrained(path).kv_slot_bytes_at(64)
-    int8 = hz.CausalLM.from_pretrained(path, mode="int8").kv_slot_bytes_at(64)
+    ids = np.array([[5, 9, 33, 70]], dtype=np.int64)
+    bytes_at, elements = {}, {}
+    for mode, dtype in (("fused", "float32"), ("int8", "float32"), ("fused", "bfloat16")):
+        model = hz.CausalLM.from_pretrained(path, mode=mode, dtype=dtype)
+        bytes_at[mode, dtype] = model.kv_slot_bytes_at(64)
+        model.forward(ids)
+        elements[mode, dtype] = set(model.kv_cache_stats()["elements"])
+    fused, int8 = bytes_at["fused", "float32"], bytes_at["int8", "float32"]
     assert fused > 0 and int8 * 2 == fused, (fused, int8)
+    assert elements == {("fused", "float32"): {"float32"}, ("int8", "float32"): {"float16"},
+                        ("fused", "bfloat16"): {"bfloat16"}}, elements
