@@ -180,8 +180,7 @@ TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
   opt.window = kWindow;
   for (int64_t ring : {kWindow, int64_t{20}}) {
     for (KvElement type : {KvElement::kF32, KvElement::kBF16, KvElement::kF16}) {
-      SCOPED_TRACE("ring " + std::to_string(ring) + " element " +
-                   std::to_string(static_cast<int>(type)));
+      SCOPED_TRACE("ring " + std::to_string(ring) + " " + kv_element_name(type));
       KvLayerSpec spec{kKv, ring, true, type};
       KvCache blocked({spec}, 2);
       spec.blocked_keys = false;
@@ -202,7 +201,7 @@ TEST(BlockedKeyCache, WindowedLayerSameBitsAsRowCache) {
 TEST(SixteenBitKvCache, SameBitsAsFloat32Cache) {
   ThreadPool pool(2);
   for (KvElement type : {KvElement::kBF16, KvElement::kF16}) {
-    SCOPED_TRACE(type == KvElement::kF16 ? "f16" : "bf16");
+    SCOPED_TRACE(kv_element_name(type));
     std::vector<Rows> seqs = {random_rows(45, 31), random_rows(45, 32)};
     for (auto& r : seqs) {
       for (auto* x : {&r.k, &r.v}) {
