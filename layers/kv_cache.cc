@@ -235,19 +235,18 @@ void KvCache::store_row(int64_t layer, std::vector<const void*>& pages, int64_t 
   void* page = page_of(pages, pos);
   const int64_t n = layers_[layer].row_size;
   const KvElement type = layers_[layer].element;
-  if (type == KvElement::kF16 && lane_stride == 1) {
-    to_f16_saturated(row, n, static_cast<uint16_t*>(page) + at);
-  } else if (type != KvElement::kF32) {
+  if (type != KvElement::kF32) {
+    // Converted a run at a time (as Numerics::round_kv rounds), then placed.
     uint16_t* out = static_cast<uint16_t*>(page) + at;
-    if (type == KvElement::kBF16) {
-      for (int64_t c = 0; c < n; ++c) out[c * lane_stride] = bf16_bits(row[c]);
-    } else {
-      uint16_t bits[256];
-      for (int64_t c0 = 0; c0 < n; c0 += std::ssize(bits)) {
-        const int64_t cn = std::min<int64_t>(std::ssize(bits), n - c0);
+    uint16_t bits[256];
+    for (int64_t c0 = 0; c0 < n; c0 += std::ssize(bits)) {
+      const int64_t cn = std::min<int64_t>(std::ssize(bits), n - c0);
+      if (type == KvElement::kBF16) {
+        to_bf16(row + c0, cn, bits);
+      } else {
         to_f16_saturated(row + c0, cn, bits);
-        for (int64_t c = 0; c < cn; ++c) out[(c0 + c) * lane_stride] = bits[c];
       }
+      for (int64_t c = 0; c < cn; ++c) out[(c0 + c) * lane_stride] = bits[c];
     }
   } else {
     float* out = static_cast<float*>(page) + at;

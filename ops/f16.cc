@@ -30,48 +30,33 @@ HWY_INLINE hn::Vec<DH> Demote(DF df, hn::Vec<DF> v) {
   return hn::DemoteTo(DH(), hn::IfThenElse(clip, hn::CopySign(max, v), v));
 }
 
-// f(i, count): elements [i, i + count), count = kN but for the tail.
-template <class F>
-HWY_INLINE void Chunks(int64_t n, const F& f) {
-  int64_t i = 0;
-  for (; i + kN <= n; i += kN) f(i, kN);
-  if (i < n) f(i, n - i);
-}
-
+// Whole vectors in SIMD, the tail (fewer than kN) by the scalar functions.
 void RoundF16(float* HWY_RESTRICT x, int64_t n) {
   const DF df;
-  Chunks(n, [&](int64_t i, int64_t count) HWY_ATTR {
-    const auto m = hn::FirstN(df, static_cast<size_t>(count));
-    const auto v = hn::PromoteTo(df, Demote(df, hn::MaskedLoad(m, df, x + i)));
-    if (count == kN) {
-      hn::StoreU(v, df, x + i);
-    } else {
-      hn::BlendedStore(v, m, df, x + i);
-    }
-  });
+  int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
+    hn::StoreU(hn::PromoteTo(df, Demote(df, hn::LoadU(df, x + i))), df, x + i);
+  }
+  for (; i < n; ++i) x[i] = round_f16_saturated(x[i]);
 }
 
 void ToF16(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT out) {
   const DF df;
-  Chunks(n, [&](int64_t i, int64_t count) HWY_ATTR {
-    if (count < kN) {
-      for (int64_t j = i; j < n; ++j) out[j] = f16_bits_saturated(x[j]);
-      return;
-    }
+  int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
     hn::StoreU(Demote(df, hn::LoadU(df, x + i)), DH(), reinterpret_cast<hwy::float16_t*>(out + i));
-  });
+  }
+  for (; i < n; ++i) out[i] = f16_bits_saturated(x[i]);
 }
 
 void FromF16(const uint16_t* HWY_RESTRICT x, int64_t n, float* HWY_RESTRICT out) {
   const DF df;
-  Chunks(n, [&](int64_t i, int64_t count) HWY_ATTR {
-    if (count < kN) {
-      for (int64_t j = i; j < n; ++j) out[j] = f16_to_f32(x[j]);
-      return;
-    }
-    hn::StoreU(hn::PromoteTo(df, hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(x + i))),
-               df, out + i);
-  });
+  int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
+    const auto h = hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(x + i));
+    hn::StoreU(hn::PromoteTo(df, h), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = f16_to_f32(x[i]);
 }
 
 #else  // no F16C: the scalar functions
