@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hwy/base.h"
+#include "hwy/cache_control.h"
 #include "ops/bf16.h"
 #include "tensor/dtype.h"
 
@@ -140,6 +141,12 @@ HWY_INLINE V LoadKvN(DF df, const T* HWY_RESTRICT p, int64_t n) {
   }
 }
 
+// A prefetch every 64 bytes of [p, p + bytes): each line of the range when p
+// starts a line (pages and the rows read here do).
+HWY_INLINE void PrefetchLines(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) hwy::Prefetch(static_cast<const char*>(p) + o);
+}
+
 // Rows interleaved per pass: their FMA chains are independent, so R rows
 // keep the FMA unit busy where one row would wait on each chain's latency.
 // Score chains take 4 * kS registers per row: 4 rows on AVX-512 (kS = 1),
@@ -151,7 +158,8 @@ constexpr int kAccChunk = 4;  // output vectors per row held in registers at a t
 // FMA chains over the dims d % 4 == 0, 1, 2, 3, then (c0 + c1) + (c2 + c3).
 template <int R, class KT>
 HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
-                            const KT* HWY_RESTRICT block, int64_t d, V (*HWY_RESTRICT sv)[kS]) {
+                            const KT* HWY_RESTRICT block, int64_t d, V (*HWY_RESTRICT sv)[kS],
+                            const KT* ahead) {
   V c[R][4][kS];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -174,6 +182,7 @@ HWY_INLINE void BlockScores(DF df, const float* HWY_RESTRICT q, int64_t q_stride
   };
   int64_t k = 0;
   for (; k + 4 <= d; k += 4) {
+    if (ahead) PrefetchLines(ahead + k * kKeyBlock, 4 * kKeyBlock * int64_t{sizeof(KT)});
     step(0, k);
     step(1, k + 1);
     step(2, k + 2);
@@ -199,7 +208,7 @@ template <int NC, int R, class VT>
 HWY_INLINE void AccumulateValues(DF df, float* const* HWY_RESTRICT acc, const float* alpha,
                                  const float (*HWY_RESTRICT p)[kKeyBlock], int64_t lo, int64_t hi,
                                  const VT* HWY_RESTRICT v0, int64_t first, int64_t v_stride,
-                                 int64_t tail) {
+                                 int64_t tail, const VT* ahead) {
   V a[R][NC];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -208,6 +217,7 @@ HWY_INLINE void AccumulateValues(DF df, float* const* HWY_RESTRICT acc, const fl
     for (int c = 0; c < NC; ++c) a[r][c] = hn::Mul(hn::LoadU(df, acc[r] + c * kN), va);
   }
   for (int64_t i = lo; i < hi; ++i) {
+    if (ahead) PrefetchLines(ahead + i * v_stride, NC * kN * int64_t{sizeof(VT)});
     const VT* v = v0 + (first + i) * v_stride;
     V vv[NC];
 #pragma GCC unroll 4
@@ -289,7 +299,7 @@ template <int R, class VT>
 HWY_INLINE void ValuesStep(DF df, const RowState* state, const float* alpha,
                            const float (*HWY_RESTRICT p)[kKeyBlock], int64_t lo, int64_t hi,
                            const VT* HWY_RESTRICT values, int64_t first, int64_t v_stride,
-                           int64_t d, int64_t v_begin, int64_t v_end) {
+                           int64_t d, int64_t v_begin, int64_t v_end, const VT* ahead) {
   for (int64_t c0 = v_begin; c0 < v_end; c0 += kAccChunk) {
     const int64_t nc = std::min<int64_t>(kAccChunk, v_end - c0);
     // Floats of the chunk's last vector: a whole vector unless it is the row's last.
@@ -298,18 +308,19 @@ HWY_INLINE void ValuesStep(DF df, const RowState* state, const float* alpha,
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) chunk_acc[r] = state[r].acc + c0 * kN;
     const VT* v0 = values + c0 * kN;
+    const VT* a0 = ahead ? ahead + c0 * kN : nullptr;
     switch (nc) {
       case 1:
-        AccumulateValues<1, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<1, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail, a0);
         break;
       case 2:
-        AccumulateValues<2, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<2, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail, a0);
         break;
       case 3:
-        AccumulateValues<3, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<3, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail, a0);
         break;
       default:
-        AccumulateValues<4, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail);
+        AccumulateValues<4, R, VT>(df, chunk_acc, alpha, p, lo, hi, v0, first, v_stride, tail, a0);
     }
   }
 }
@@ -319,14 +330,16 @@ template <int R, class KT, class VT>
 HWY_INLINE void BlockRows(DF df, const float* HWY_RESTRICT q, int64_t q_stride,
                           const KT* HWY_RESTRICT block, int64_t d, float scale, int64_t lo,
                           int64_t hi, const VT* HWY_RESTRICT values, int64_t first,
-                          int64_t v_stride, RowState* state) {
+                          int64_t v_stride, RowState* state, const KT* keys_ahead,
+                          const VT* values_ahead) {
   V sv[R][kS];
-  BlockScores<R>(df, q, q_stride, block, d, sv);
+  BlockScores<R>(df, q, q_stride, block, d, sv, keys_ahead);
   ScaleAndMask<R>(df, scale, lo, hi, sv);
   HWY_ALIGN float p[R][kKeyBlock];
   float alpha[R];
   SoftmaxStep<R>(df, sv, state, alpha, p);
-  ValuesStep<R, VT>(df, state, alpha, p, lo, hi, values, first, v_stride, d, 0, (d + kN - 1) / kN);
+  ValuesStep<R, VT>(df, state, alpha, p, lo, hi, values, first, v_stride, d, 0, (d + kN - 1) / kN,
+                    values_ahead);
 }
 
 // The visible lanes [lo, hi) of block b of a call, and where its keys and
@@ -339,6 +352,25 @@ struct BlockAt {
         hi(std::min(kKeyBlock, a.len - first)),
         vfirst(a.v_pages ? 0 : first) {}
 };
+
+// Where the loops fetch ahead: the keys and values of block b + kAheadBlocks
+// of a paged cache, while block b is computed, a line at a time as block b's
+// own are read (a burst of a page's prefetches at once stalls the loads
+// behind it). A decode step's cache is cold (the layer's weights went
+// through the caches since) and every block is a page of its own
+// (layers/kv_cache.h), so the hardware prefetcher, which stops at page
+// boundaries, does not run ahead. Unpaged keys and values are contiguous:
+// no software prefetch. Prefetches never fault and change no result.
+// attention_decode_bench: bench/results/attention_prefetch.md.
+constexpr int64_t kAheadBlocks = 2;
+template <class KT>
+HWY_INLINE const KT* KeysAhead(const OnlineAttention& a, int64_t b, int64_t blocks) {
+  return a.kt_pages && b + kAheadBlocks < blocks ? BlockKeys<KT>(a, b + kAheadBlocks) : nullptr;
+}
+template <class VT>
+HWY_INLINE const VT* ValuesAhead(const OnlineAttention& a, int64_t b, int64_t blocks) {
+  return a.v_pages && b + kAheadBlocks < blocks ? BlockValues<VT>(a, b + kAheadBlocks) : nullptr;
+}
 
 // Calls f.template operator()<R>(g) for the row groups of nq rows, R <= kMaxRows rows each.
 template <class F>
@@ -412,9 +444,13 @@ void AttendOnlineT(const OnlineAttention& a) {
     const KT* block = BlockKeys<KT>(a, b);
     const BlockAt at(a, b);
     const VT* vb = BlockValues<VT>(a, b);
+    // The first row group fetches ahead; the others read what it read.
+    const KT* kt_ahead = KeysAhead<KT>(a, b, blocks);
+    const VT* v_ahead = ValuesAhead<VT>(a, b, blocks);
     ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
       BlockRows<R, KT, VT>(df, q + g * q_stride, q_stride, block, d, a.scale, at.lo, at.hi, vb,
-                           at.vfirst, v_stride, state + g);
+                           at.vfirst, v_stride, state + g, g == 0 ? kt_ahead : nullptr,
+                           g == 0 ? v_ahead : nullptr);
     });
   }
   Normalize(a, state, 0, d);
@@ -441,9 +477,11 @@ void OnlineScoresT(const OnlineAttention& a, int64_t b0, int64_t b1, float* HWY_
   for (int64_t b = b0; b < b1; ++b) {
     const KT* block = BlockKeys<KT>(a, b);
     const BlockAt at(a, b);
+    const KT* kt_ahead = KeysAhead<KT>(a, b, b1);
     ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
       V sv[R][kS];
-      BlockScores<R>(df, a.q + g * a.q_stride, a.q_stride, block, a.d, sv);
+      BlockScores<R>(df, a.q + g * a.q_stride, a.q_stride, block, a.d, sv,
+                     g == 0 ? kt_ahead : nullptr);
       ScaleAndMask<R>(df, a.scale, at.lo, at.hi, sv);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
@@ -472,6 +510,7 @@ void OnlineValuesT(const OnlineAttention& a, const float* HWY_RESTRICT scores, i
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockAt at(a, b);
     const VT* vb = BlockValues<VT>(a, b);
+    const VT* v_ahead = ValuesAhead<VT>(a, b, blocks);
     ForRowGroups(a.nq, [&]<int R>(int64_t g) HWY_ATTR {
       V sv[R][kS];
 #pragma GCC unroll 4
@@ -484,7 +523,7 @@ void OnlineValuesT(const OnlineAttention& a, const float* HWY_RESTRICT scores, i
       float alpha[R];
       SoftmaxStep<R>(df, sv, state + g, alpha, p);
       ValuesStep<R, VT>(df, state + g, alpha, p, at.lo, at.hi, vb, at.vfirst, a.v_stride, d,
-                        v_begin, v_end);
+                        v_begin, v_end, g == 0 ? v_ahead : nullptr);
     });
   }
   Normalize(a, state, dim0, dim1);
