@@ -128,6 +128,13 @@ void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_
   const KvCache& stored = c.cache;
   // Row t's query heads [h0, h0 + nq), all of KV head kvh, in one call: the
   // keys and values are read once for them.
+  // Rows alone in their slot in this chunk (a decode step's) read pages that
+  // no other row brought into the cache: their calls fetch ahead. A prompt's
+  // rows read their slot's pages one after another, hot after the first.
+  thread_local std::vector<int32_t> kept_rows_of_slot;
+  std::vector<int32_t>& rows_of_slot = kept_rows_of_slot;  // workers see the caller's
+  rows_of_slot.assign(static_cast<size_t>(stored.num_slots()), 0);
+  for (int64_t t = 0; t < c.m; ++t) ++rows_of_slot[c.batch.slot[t]];
   const auto call = [&](int64_t t, int64_t kvh, int64_t h0, int64_t nq) {
     const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
     const int64_t at = t * c.q_size + h0 * c.d;
@@ -143,7 +150,8 @@ void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_
                       .out_stride = c.d,
                       .v_pages = stored.value_pages(c.layer, slot) + lo / kKvPage,
                       .v_offset = kvh * c.d,
-                      .v_type = stored.element_type(c.layer)};
+                      .v_type = stored.element_type(c.layer),
+                      .fetch_ahead = rows_of_slot[slot] == 1};
     keys_of(slot, kvh, lo / kKeyBlock, a);
     return a;
   };

@@ -353,23 +353,26 @@ struct BlockAt {
         vfirst(a.v_pages ? 0 : first) {}
 };
 
-// Where the loops fetch ahead: the keys and values of block b + kAheadBlocks
-// of a paged cache, while block b is computed, a line at a time as block b's
-// own are read (a burst of a page's prefetches at once stalls the loads
-// behind it). A decode step's cache is cold (the layer's weights went
-// through the caches since) and every block is a page of its own
-// (layers/kv_cache.h), so the hardware prefetcher, which stops at page
+// Where the loops fetch ahead (OnlineAttention::fetch_ahead): the keys and
+// values of block b + kAheadBlocks of a paged cache, while block b is computed, a line at a time as
+// block b's own are read (a burst of a page's prefetches at once stalls the loads behind it). A
+// decode step's cache is cold (the layer's weights went through the caches since) and every block
+// is a page of its own (layers/kv_cache.h), so the hardware prefetcher, which stops at page
 // boundaries, does not run ahead. Unpaged keys and values are contiguous:
 // no software prefetch. Prefetches never fault and change no result.
 // attention_decode_bench: bench/results/attention_prefetch.md.
 constexpr int64_t kAheadBlocks = 2;
 template <class KT>
 HWY_INLINE const KT* KeysAhead(const OnlineAttention& a, int64_t b, int64_t blocks) {
-  return a.kt_pages && b + kAheadBlocks < blocks ? BlockKeys<KT>(a, b + kAheadBlocks) : nullptr;
+  return a.fetch_ahead && a.kt_pages && b + kAheadBlocks < blocks
+             ? BlockKeys<KT>(a, b + kAheadBlocks)
+             : nullptr;
 }
 template <class VT>
 HWY_INLINE const VT* ValuesAhead(const OnlineAttention& a, int64_t b, int64_t blocks) {
-  return a.v_pages && b + kAheadBlocks < blocks ? BlockValues<VT>(a, b + kAheadBlocks) : nullptr;
+  return a.fetch_ahead && a.v_pages && b + kAheadBlocks < blocks
+             ? BlockValues<VT>(a, b + kAheadBlocks)
+             : nullptr;
 }
 
 // Calls f.template operator()<R>(g) for the row groups of nq rows, R <= kMaxRows rows each.

@@ -88,6 +88,12 @@ struct OnlineAttention {
   int64_t v_offset = 0;
   KvElement kt_type = KvElement::kF32;
   KvElement v_type = KvElement::kF32;
+  // With pages: fetch the keys and values of the block two ahead while a
+  // block is computed (software prefetch; the hardware prefetcher stops at
+  // every page). For pages that are cold, a decode step's; a prompt's rows
+  // read their pages one after another, hot after the first. No effect on
+  // the result.
+  bool fetch_ahead = false;
 };
 
 void attend_online_f32(const OnlineAttention& a);

@@ -307,6 +307,7 @@ void check_paged_blocks(int64_t d, KvElement e) {
           paged.kt_offset = h * d * kKeyBlock;
           paged.v_pages = vp.data() + lo / kKeyBlock;
           paged.v_offset = h * d;
+          paged.fetch_ahead = true;  // and its copies below; `quiet` without
           paged.out = got.data();
           attend_online_f32(flat);
           attend_online_f32(paged);
@@ -324,6 +325,12 @@ void check_paged_blocks(int64_t d, KvElement e) {
           attend_online_f32_reference(paged16);
           std::vector<float> split16(3 * d);
           attend_split(paged16, 2, 1, split16.data());
+          OnlineAttention quiet = paged16;  // no software prefetch: the same bits
+          quiet.fetch_ahead = false;
+          std::vector<float> got_quiet(3 * d), split_quiet(3 * d);
+          quiet.out = got_quiet.data();
+          attend_online_f32(quiet);
+          attend_split(quiet, 2, 1, split_quiet.data());
           OnlineAttention mixed = paged16;  // float key blocks, 16-bit value pages
           mixed.kt = flat.kt;
           mixed.kt_pages = nullptr;
@@ -346,6 +353,8 @@ void check_paged_blocks(int64_t d, KvElement e) {
             ASSERT_EQ(bits(want[i]), bits(ref_got16[i])) << "16-bit head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(split16[i]))
                 << "16-bit split, head " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(got_quiet[i])) << "no prefetch " << h << " lo " << lo;
+            ASSERT_EQ(bits(want[i]), bits(split_quiet[i])) << "no prefetch split " << h;
             ASSERT_EQ(bits(want[i]), bits(got_mixed[i])) << "mixed head " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(split_mixed[i])) << "mixed split " << h << " lo " << lo;
             ASSERT_EQ(bits(want[i]), bits(got_swapped[i])) << "swapped " << h << " lo " << lo;
