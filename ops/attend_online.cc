@@ -354,13 +354,14 @@ struct BlockAt {
 };
 
 // Where the loops fetch ahead (OnlineAttention::fetch_ahead): the keys and
-// values of block b + kAheadBlocks of a paged cache, while block b is computed, a line at a time as
-// block b's own are read (a burst of a page's prefetches at once stalls the loads behind it). A
-// decode step's cache is cold (the layer's weights went through the caches since) and every block
-// is a page of its own (layers/kv_cache.h), so the hardware prefetcher, which stops at page
-// boundaries, does not run ahead. Unpaged keys and values are contiguous:
-// no software prefetch. Prefetches never fault and change no result.
-// attention_decode_bench: bench/results/attention_prefetch.md.
+// values of block b + kAheadBlocks of a paged cache while block b is
+// computed, a line at a time as block b's own are read (a page's prefetches
+// in one burst stall the loads behind them). A decode step's pages are cold
+// (the layer's weights went through the caches since they were written) and
+// each is a block of its own (layers/kv_cache.h), so the hardware
+// prefetcher, which stops at page boundaries, does not run ahead. Unpaged
+// keys and values are contiguous: no software prefetch. A prefetch never
+// faults and changes no result (bench/results/attention_prefetch.md).
 constexpr int64_t kAheadBlocks = 2;
 template <class KT>
 HWY_INLINE const KT* KeysAhead(const OnlineAttention& a, int64_t b, int64_t blocks) {
