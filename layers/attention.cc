@@ -126,8 +126,6 @@ struct Chunk {
 template <class KeysOf>
 void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_of) {
   const KvCache& stored = c.cache;
-  // Row t's query heads [h0, h0 + nq), all of KV head kvh, in one call: the
-  // keys and values are read once for them.
   // Rows alone in their slot in this chunk (a decode step's) read pages that
   // no other row brought into the cache: their calls fetch ahead. A prompt's
   // rows read their slot's pages one after another, hot after the first.
@@ -135,6 +133,8 @@ void attend_online_cache(const Chunk& c, LayerWorkspace& ws, const KeysOf& keys_
   std::vector<int32_t>& rows_of_slot = kept_rows_of_slot;  // workers see the caller's
   rows_of_slot.assign(static_cast<size_t>(stored.num_slots()), 0);
   for (int64_t t = 0; t < c.m; ++t) ++rows_of_slot[c.batch.slot[t]];
+  // Row t's query heads [h0, h0 + nq), all of KV head kvh, in one call: the
+  // keys and values are read once for them.
   const auto call = [&](int64_t t, int64_t kvh, int64_t h0, int64_t nq) {
     const int64_t slot = c.batch.slot[t], lo = c.first_visible(c.batch.pos[t]);
     const int64_t at = t * c.q_size + h0 * c.d;
