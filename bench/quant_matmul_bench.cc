@@ -30,7 +30,8 @@
 // the default vpdpbusd quad tile ("i8p").
 //
 // m = 1 cycles through enough copies of the weights to overflow the last-level
-// cache, so its GB/s is the weight streaming rate a decode step sees.
+// cache, so its GB/s is the weight streaming rate a decode step sees (the
+// panels on huge pages, as a load leaves them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +50,7 @@
 #include "ops/quant.h"
 #include "ops/quant_internal.h"
 #include "ops/thread_pool.h"
+#include "ops/weight_arena.h"
 
 namespace {
 
@@ -197,7 +199,13 @@ void run_shape(const Shape& s, const Options& o, ThreadPool& pool) {
       }
       quant::set_int8_fused_allowed(true);
       if (!quant_has_panel_layout(t)) continue;
-      for (QuantMatrix& mc : mats) attach_panels(mc);  // the int8 mode as a GGUF loads it
+      // The int8 mode as a GGUF loads it: panels in a WeightArena, on huge pages
+      // once collapsed (Zen 4, 262144x640 Q8_0, m = 1: 1.10x the GB/s of
+      // heap pages, median of 12 alternating runs; quant_bench_huge_pages.md).
+      WeightArena arena;
+      for (QuantMatrix& mc : mats) attach_panels(mc, {}, &arena);
+      arena.collapse();
+      WeightArena::wait_for_collapses();
       const auto panels_int8 = [&](int64_t c) {
         quant_matmul({x.data(), m, s.k, &mats[c], nullptr, y.data(), s.n, QuantMode::kInt8}, pool);
       };
