@@ -98,6 +98,8 @@ int main(int argc, char** argv) {
   bool bf16 = false;  // hubzoo's weights as bf16 (oneDNN stays fp32: its sgemm is the baseline)
   bool bf16_activations = false;
   bool tiles = false;
+  bool coded = false;
+  bool hot = false;  // M = 1 from one copy of the weights (cache-resident where they fit)
   std::string only_shape;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
@@ -109,6 +111,10 @@ int main(int argc, char** argv) {
       bf16 = bf16_activations = true;
     } else if (!std::strcmp(argv[i], "--tiles")) {
       bf16 = bf16_activations = tiles = true;
+    } else if (!std::strcmp(argv[i], "--hot")) {
+      hot = true;
+    } else if (!std::strcmp(argv[i], "--coded")) {
+      bf16 = bf16_activations = coded = true;
     } else if (!std::strcmp(argv[i], "--no-bf16-dot")) {
       hubzoo::set_matmul_bf16_dot_allowed(false);
     } else if (!std::strcmp(argv[i], "--quick")) {
@@ -120,7 +126,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--bf16] [--bf16-activations "
-                   "[--no-bf16-dot] [--tiles]] [--shape NAME|NxK] [--m M]\n",
+                   "[--no-bf16-dot] [--tiles | --coded]] [--shape NAME|NxK] [--m M] [--hot]\n",
                    argv[0]);
       return 2;
     }
@@ -153,7 +159,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     if (!only_shape.empty() && only_shape != s.name) continue;
     const int64_t w_bytes = s.n * s.k * (bf16 ? 2 : 4);
-    const int copies = static_cast<int>(std::max<int64_t>(1, cold_bytes / w_bytes + 1));
+    const int copies = hot ? 1 : static_cast<int>(std::max<int64_t>(1, cold_bytes / w_bytes + 1));
     std::vector<std::vector<float>> w_raw;
     std::vector<PackedMatrix> w_packed;
     for (int c = 0; c < copies; ++c) {
@@ -162,6 +168,7 @@ int main(int argc, char** argv) {
                               : hubzoo::pack_weights(w_raw.back().data(), s.n, s.k));
       w_packed.back().bf16_activations = bf16_activations;
       if (tiles) w_packed.back() = hubzoo::to_bf16_tiles(std::move(w_packed.back()));
+      if (coded) w_packed.back() = hubzoo::to_bf16_coded(std::move(w_packed.back()));
     }
     for (int64_t m : ms) {
       if (only_m && m != only_m) continue;

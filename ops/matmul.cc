@@ -1,6 +1,7 @@
 // Packed-panel fp32 matmul: the scalar reference and a register-tiled Highway
 // kernel compiled once per SIMD target and dispatched at run time (packing:
-// ops/matmul_pack.cc; bf16 dot products: ops/matmul_bf16_dot-inl.h).
+// ops/matmul_pack.cc; bf16 dot products: ops/matmul_bf16_dot-inl.h; coded
+// bf16 weights on them: ops/matmul_bf16_coded-inl.h).
 //
 // Every output element is reduced in the fixed order of matmul.h (one FMA chain
 // per block of kKBlock k's, block sums added in k order, then + bias), so all
@@ -117,6 +118,7 @@ inline void tile_chain_rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t
 }
 
 std::atomic<bool> g_bf16_dot_allowed{true};
+std::atomic<bool> g_bf16_coded_allowed{true};
 std::atomic<bool> g_bf16_tiles_allowed{true};
 std::atomic<int64_t> g_amx_products{0};
 
@@ -448,6 +450,8 @@ void ForEachRowBlock(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, in
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // MatmulTileDot, MatmulTileAmx
 #include "ops/matmul_bf16_amx-inl.h"
 #include "ops/matmul_bf16_dot-inl.h"
+// After the bf16 dot product kernel, whose tiles it shares.
+#include "ops/matmul_bf16_coded-inl.h"
 #endif
 
 // dst = round_bf16(flush_denormal(src)) over k floats (the copy of x the FMA
@@ -476,6 +480,12 @@ void RoundBf16Flushed(const float* HWY_RESTRICT src, int64_t k, float* HWY_RESTR
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const bool flushed = a.w->bf16_activations;
   FlushDenormals guard(flushed);
+  if (a.w->is_coded()) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
+    if (UseBf16Dot()) return MatmulTileCoded(a, r0, r1, p0, p1);
+#endif
+    return coded_through_plain(a, r0, r1, p0, p1, &MatmulTile);
+  }
   if (a.w->bf16_tiles) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AMX tiles
     if (amx_bf16_ready()) return MatmulTileAmx(a, r0, r1, p0, p1);
@@ -551,6 +561,7 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
 constexpr int kMR = 1;
 
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  if (a.w->is_coded()) return coded_through_plain(a, r0, r1, p0, p1, &MatmulTile);
   if (a.w->bf16_tiles) return tile_chain_rows(a, r0, r1, p0, p1);
   const int64_t K = a.w->k;
   const int64_t n_end = std::min(a.w->n, p1 * kPanel);
@@ -579,6 +590,10 @@ constexpr int64_t kMinDecodeBytesPerThread = 160 * 1024;
 // and those after it.
 ThreadPool::Region PanelStart(const void* ctx, int64_t p) {
   const PackedMatrix& w = *static_cast<const PackedMatrix*>(ctx);
+  if (w.is_coded()) {
+    if (p >= w.num_panels()) return {};
+    return {w.coded->panel(p), (w.num_panels() - p) * w.coded->panel_bytes};
+  }
   const int64_t panel_bytes = w.panel_elements() * (w.is_half() ? 2 : 4);
   const char* base = w.is_half() ? reinterpret_cast<const char*>(w.half.get())
                                  : reinterpret_cast<const char*>(w.data.get());
@@ -657,7 +672,8 @@ HWY_EXPORT(UsesBf16Dot);
 namespace {
 
 void check_args(const MatmulArgs& a) {
-  if (!a.w || (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->half && a.w->quant.empty()))
+  if (!a.w ||
+      (a.w->n > 0 && a.w->k > 0 && !a.w->data && !a.w->half && !a.w->coded && a.w->quant.empty()))
     throw InvalidArgument("matmul: weights are not packed");
   if (a.w && a.w->bf16_activations && (a.w->k > 0 && a.w->n > 0) && !a.w->is_bf16())
     throw InvalidArgument("matmul: bf16_activations on weights that are not bf16");
@@ -705,6 +721,11 @@ void matmul_quantized(const MatmulArgs& a, ThreadPool* pool) {
 void matmul_reference(const MatmulArgs& a) {
   check_args(a);
   if (a.w->is_quantized()) return matmul_quantized(a, nullptr);
+  if (a.w->is_coded()) {
+    return coded_through_plain(
+        a, 0, a.m, 0, a.w->num_panels(),
+        [](const MatmulArgs& b, int64_t, int64_t, int64_t, int64_t) { matmul_reference(b); });
+  }
   const PackedMatrix& w = *a.w;
   if (w.bf16_tiles) return tile_chain_rows(a, 0, a.m, 0, w.num_panels());
   for (int64_t m = 0; m < a.m; ++m) {
@@ -739,6 +760,11 @@ bool matmul_has_vector_kernel() { return HWY_DYNAMIC_DISPATCH(HasVectorKernel)()
 
 bool matmul_bf16_dot() { return HWY_DYNAMIC_DISPATCH(UsesBf16Dot)(); }
 void set_matmul_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
+
+bool matmul_bf16_coded() {
+  return matmul_bf16_dot() && !matmul_bf16_tiles() && g_bf16_coded_allowed.load();
+}
+void set_matmul_bf16_coded_allowed(bool allowed) { g_bf16_coded_allowed.store(allowed); }
 
 bool matmul_bf16_tiles() { return amx_bf16_ready() && g_bf16_tiles_allowed.load(); }
 void set_matmul_bf16_tiles_allowed(bool allowed) { g_bf16_tiles_allowed.store(allowed); }

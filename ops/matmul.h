@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "ops/matmul_coded.h"
 #include "ops/quant.h"
 #include "ops/thread_pool.h"
 
@@ -72,11 +73,16 @@ struct PackedMatrix {
   // zero past K and N. Made by to_bf16_tiles where matmul_bf16_tiles() says
   // so; on a CPU without AMX-BF16 the chain runs in scalar code (tests).
   bool bf16_tiles = false;
+  // bf16_activations weights coded in 12 bits each (ops/matmul_coded.h)
+  // instead of `half`: the same values, the same chain, a quarter fewer bytes
+  // to stream. Made by to_bf16_coded where matmul_bf16_coded() says so.
+  std::shared_ptr<const CodedBf16> coded;
   int64_t tile_k() const { return (k + kTileK - 1) / kTileK * kTileK; }
   // 16-bit or float elements from one panel to the next.
   int64_t panel_elements() const { return (bf16_tiles ? tile_k() : k) * kPanel; }
   bool is_half() const { return half != nullptr; }
-  bool is_bf16() const { return half != nullptr && !f16; }
+  bool is_bf16() const { return (half != nullptr && !f16) || coded != nullptr; }
+  bool is_coded() const { return coded != nullptr; }
   bool is_f16() const { return half != nullptr && f16; }
   bool is_quantized() const { return !quant.empty(); }
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
@@ -157,6 +163,13 @@ void set_matmul_bf16_dot_allowed(bool allowed);
 bool matmul_bf16_tiles();
 void set_matmul_bf16_tiles_allowed(bool allowed);
 int64_t matmul_amx_products();
+
+// Whether this process codes bf16_activations matrices (ops/matmul_coded.h;
+// the model loader asks at load): they run on the bf16 dot product kernel
+// (matmul_bf16_dot()) and not on the tile chain, and it is allowed (a switch
+// for tests and benchmarks; the values and bits of every product are the same).
+bool matmul_bf16_coded();
+void set_matmul_bf16_coded_allowed(bool allowed);
 
 // Whether that target runs the register-tiled SIMD kernel. Targets without a
 // native FMA (SSE2, SSSE3, SSE4, EMU128) and scalable vectors run the scalar

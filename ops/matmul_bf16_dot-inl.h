@@ -32,9 +32,59 @@ alignas(64) constexpr int32_t kToCols1[16] = {8,  9,  10, 11, 24, 25, 26, 27,
                                               12, 13, 14, 15, 28, 29, 30, 31};
 HWY_INLINE __m512i Index(const int32_t (&i)[16]) { return _mm512_load_si512(i); }
 
-// Tile's arithmetic (same totals, same k blocks, same stores) on x as bf16
-// pairs: xp row 0 at the tile's first pair, rows ldxp pairs apart.
+// A k block's sums added to the tile's totals.
 template <int MR, int NP>
+HWY_INLINE void AddBlockSums(__m512 (&total)[MR][NP][2], const __m512 (&acc)[MR][NP][2]) {
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+      total[r][p][0] = _mm512_add_ps(total[r][p][0], acc[r][p][0]);
+      total[r][p][1] = _mm512_add_ps(total[r][p][1], acc[r][p][1]);
+    }
+  }
+}
+
+// A tile's totals (in the lanes' (lo, hi) order) permuted back to columns and
+// stored into y, plus bias where given (the last k range).
+template <int MR, int NP>
+HWY_INLINE void StoreTotalsDot(const __m512 (&total)[MR][NP][2], const float* HWY_RESTRICT bias,
+                               float* HWY_RESTRICT y, int64_t ldy, int64_t n_valid) {
+  const DF d;
+#pragma GCC unroll 64
+  for (int r = 0; r < MR; ++r) {
+    float* out_row = y + r * ldy;
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+      const __m512 cols[2] = {
+          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols0), total[r][p][1]),
+          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols1), total[r][p][1])};
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; ++v) {
+        const int64_t col = p * kPanel + v * 16;
+        const float* b = bias;
+        if (col + 16 <= n_valid) {
+          V t{cols[v]};
+          if (b) t = hn::Add(t, hn::LoadU(d, b + col));
+          hn::StoreU(t, d, out_row + col);
+        } else if (col < n_valid) {  // last, partial panel
+          alignas(64) float tmp[16];
+          _mm512_store_ps(tmp, cols[v]);
+          for (int64_t i = 0; i < n_valid - col; ++i) {
+            out_row[col + i] = b ? tmp[i] + b[col + i] : tmp[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tile's arithmetic (same totals, same k blocks, same stores) on x as bf16
+// pairs: xp row 0 at the tile's first pair, rows ldxp pairs apart. kPairs:
+// w holds the pairs already in the order they are multiplied (the lo and hi
+// vectors of each pair of k's, 64 words at kk * kPanel), as a coded
+// matrix's blocks are decoded (ops/matmul_bf16_coded-inl.h).
+template <int MR, int NP, bool kPairs = false>
 HWY_INLINE void TileDot(const uint32_t* HWY_RESTRICT xp, int64_t ldxp,
                         const uint16_t* HWY_RESTRICT w, int64_t k_len, int64_t panel_stride,
                         bool first, bool last, const float* HWY_RESTRICT bias,
@@ -73,6 +123,11 @@ HWY_INLINE void TileDot(const uint32_t* HWY_RESTRICT xp, int64_t ldxp,
 #pragma GCC unroll 4
       for (int p = 0; p < NP; ++p) {
         const uint16_t* wk = w + p * panel_stride + kk * kPanel;
+        if constexpr (kPairs) {
+          lo[p] = _mm512_load_si512(wk);
+          hi[p] = _mm512_load_si512(wk + kPanel);
+          continue;
+        }
         const __m512i a = _mm512_load_si512(wk);
         const __m512i b = kk + 1 < k1 ? _mm512_load_si512(wk + kPanel) : _mm512_setzero_si512();
         lo[p] = _mm512_unpacklo_epi16(b, a);
@@ -88,41 +143,9 @@ HWY_INLINE void TileDot(const uint32_t* HWY_RESTRICT xp, int64_t ldxp,
         }
       }
     }
-#pragma GCC unroll 64
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-      for (int p = 0; p < NP; ++p) {
-        total[r][p][0] = _mm512_add_ps(total[r][p][0], acc[r][p][0]);
-        total[r][p][1] = _mm512_add_ps(total[r][p][1], acc[r][p][1]);
-      }
-    }
+    AddBlockSums<MR, NP>(total, acc);
   }
-#pragma GCC unroll 64
-  for (int r = 0; r < MR; ++r) {
-    float* out_row = y + r * ldy;
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p) {
-      const __m512 cols[2] = {
-          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols0), total[r][p][1]),
-          _mm512_permutex2var_ps(total[r][p][0], Index(kToCols1), total[r][p][1])};
-#pragma GCC unroll 2
-      for (int v = 0; v < 2; ++v) {
-        const int64_t col = p * kPanel + v * 16;
-        const float* b = last ? bias : nullptr;
-        if (col + 16 <= n_valid) {
-          V t{cols[v]};
-          if (b) t = hn::Add(t, hn::LoadU(d, b + col));
-          hn::StoreU(t, d, out_row + col);
-        } else if (col < n_valid) {  // last, partial panel
-          alignas(64) float tmp[16];
-          _mm512_store_ps(tmp, cols[v]);
-          for (int64_t i = 0; i < n_valid - col; ++i) {
-            out_row[col + i] = b ? tmp[i] + b[col + i] : tmp[i];
-          }
-        }
-      }
-    }
-  }
+  StoreTotalsDot<MR, NP>(total, last ? bias : nullptr, y, ldy, n_valid);
 }
 
 // RowBlock on x as bf16 pairs (xp row 0 at k = 0).
@@ -177,19 +200,23 @@ bool UseBf16Dot() {
   return has && g_bf16_dot_allowed.load(std::memory_order_relaxed);
 }
 
+// Pairs per row of x, padded to an odd number of cache lines (see RowsShareL1Sets).
+int64_t PairsStride(int64_t K) { return (CeilDiv(CeilDiv(K, 2), 16) | 1) * 16; }
+
+// Rows [b, e) of x as bf16 pairs, ldp apart, in a per-thread buffer.
+const uint32_t* XPairs(const MatmulArgs& a, int64_t b, int64_t e, int64_t ldp) {
+  thread_local std::vector<uint32_t> pairs;
+  pairs.resize((e - b) * ldp);
+  ToBf16Pairs(a.x + b * a.ldx, a.ldx, e - b, a.w->k, pairs.data(), ldp);
+  return pairs.data();
+}
+
 // MatmulTile on bf16 dot products: x converted to bf16 pairs per row chunk
 // (per thread: threads split columns, so each converts its rows), the same
 // blocking as the FMA kernel.
 void MatmulTileDot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  const int64_t K = a.w->k;
-  // Pairs per row, padded to an odd number of cache lines (see RowsShareL1Sets).
-  const int64_t ldp = (CeilDiv(CeilDiv(K, 2), 16) | 1) * 16;
-  thread_local std::vector<uint32_t> pairs;
-  const auto x_pairs = [&](int64_t b, int64_t e) {
-    pairs.resize((e - b) * ldp);
-    ToBf16Pairs(a.x + (r0 + b) * a.ldx, a.ldx, e - b, K, pairs.data(), ldp);
-    return static_cast<const uint32_t*>(pairs.data());
-  };
+  const int64_t ldp = PairsStride(a.w->k);
+  const auto x_pairs = [&](int64_t b, int64_t e) { return XPairs(a, r0 + b, r0 + e, ldp); };
   ForEachRowBlock(a, r0, r1, p0, p1, 2, ldp, x_pairs,
                   [&](int64_t mr, const uint32_t* x, int64_t pg, int64_t pe, int64_t k0, int64_t k1,
                       int64_t r) {

@@ -132,6 +132,7 @@ int64_t PackedMatrix::bytes() const {
     for (const auto& part : quant) total += part->bytes();
     return total;
   }
+  if (is_coded()) return coded->bytes(num_panels());
   return num_panels() * panel_elements() * (is_half() ? 2 : 4);
 }
 
@@ -141,6 +142,7 @@ float PackedMatrix::at(int64_t row, int64_t col) const {
     copy_row(row, values.data());
     return values[col];
   }
+  if (is_coded()) return bf16_to_float(coded_at(*this, row, col));
   if (bf16_tiles) {
     return bf16_to_float(half[(row / kPanel) * panel_elements() + (col / 2) * 2 * kPanel +
                               (row % kPanel) * 2 + col % 2]);
@@ -153,6 +155,12 @@ void PackedMatrix::copy_row(int64_t row, float* out) const {
   if (is_quantized()) {
     const auto [part, r] = quant_part(*this, row);
     part->dequantize_row(r, out);
+    return;
+  }
+  if (is_coded()) {
+    std::vector<uint16_t> bits(static_cast<size_t>(k));
+    coded_row(*this, row, bits.data());
+    for (int64_t c = 0; c < k; ++c) out[c] = bf16_to_float(bits[c]);
     return;
   }
   if (bf16_tiles) {
@@ -282,6 +290,7 @@ PackedMatrix pack_weights_concat(const std::vector<WeightRows>& parts, int64_t k
 }
 
 PackedMatrix to_bf16_tiles(PackedMatrix p) {
+  if (p.is_coded()) p = from_bf16_coded(p);
   if (!p.is_bf16() || !p.bf16_activations) {
     throw InvalidArgument("to_bf16_tiles: the tile chain needs bf16 weights and bf16 activations");
   }
@@ -319,6 +328,18 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
       all.insert(all.end(), part->quant.begin(), part->quant.end());
     }
     return pack_quantized(std::move(all), parts[0]->quant_mode);
+  }
+  if (std::any_of(parts.begin(), parts.end(),
+                  [](const PackedMatrix* m) { return m->is_coded(); })) {
+    // Coded parts (ops/matmul_coded.h) stacked as plain bf16 panels, coded again.
+    std::vector<PackedMatrix> plain;
+    std::vector<const PackedMatrix*> ptrs;
+    plain.reserve(parts.size());
+    for (const PackedMatrix* part : parts) {
+      if (part->is_coded()) plain.push_back(from_bf16_coded(*part));
+      ptrs.push_back(part->is_coded() ? &plain.back() : part);
+    }
+    return to_bf16_coded(concat_packed(ptrs));
   }
   const int64_t k = parts[0]->k;
   // The parts' panel type where every part has it; parts of different types
