@@ -86,15 +86,8 @@ void code_panel(const uint16_t* plain, int64_t K, const CodedBf16& c, uint8_t* o
       for (int col = 0; col < kPanel; ++col) pair[pos[col]] = plain[k * kPanel + col];
     }
     const int64_t used = pairs * 64;
-    // Four histograms (no chain of increments through one counter), summed.
-    std::array<std::array<uint32_t, 256>, 4> counts{};
-    for (int64_t i = 0; i < used; i += 4) {
-      for (int h = 0; h < 4; ++h) ++counts[h][words[i + h] >> 8];
-    }
-    std::array<uint32_t, 256> count;
-    for (int v = 0; v < 256; ++v) {
-      count[v] = counts[0][v] + counts[1][v] + counts[2][v] + counts[3][v];
-    }
+    std::array<uint16_t, 256> count{};  // at most 2048 each
+    for (int64_t i = 0; i < used; ++i) ++count[words[i] >> 8];
     // The 15 most frequent high bytes (ties: the smaller byte), codes 0..14.
     std::array<uint8_t, 256> order;
     for (int v = 0; v < 256; ++v) order[v] = static_cast<uint8_t>(v);
