@@ -1,7 +1,7 @@
 // Per-target part of ops/matmul.cc, split off for size: coded bf16 matrices
 // (ops/matmul_coded.h) on the CPU's bf16 dot products. A fragment of
 // matmul.cc's HWY_NAMESPACE, included there for AVX-512 targets only, after
-// ops/matmul_bf16_dot-inl.h (whose TileDot, DotBf16 and ToBf16Pairs it
+// ops/matmul_bf16_dot-inl.h (whose TileDot, DotBf16 and XPairs it
 // uses); not a header of its own.
 //
 // A pair of k's of a panel is rebuilt in registers: the 64 high bytes are
