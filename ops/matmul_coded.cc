@@ -41,20 +41,6 @@ uint8_t* alloc_coded(int64_t size) {
   return static_cast<uint8_t*>(mem);
 }
 
-// Column and k offset (0 or 1) of byte position j of a pair (matmul_coded.h).
-struct Slot {
-  int8_t column;
-  int8_t dk;
-};
-constexpr std::array<Slot, 64> kSlots = [] {
-  std::array<Slot, 64> s{};
-  for (int j = 0; j < 64; ++j) {
-    s[j] = {static_cast<int8_t>(8 * (j / 16) + 4 * (j % 16 / 8) + j % 8 / 2),
-            static_cast<int8_t>(1 - j % 2)};
-  }
-  return s;
-}();
-
 // Pairs of k block b multiplies: the last block's pairs stop at ceil((K - k0) / 2).
 int64_t pairs_in_block(int64_t K, int64_t b) {
   return (std::min(kKBlock, K - b * kKBlock) + 1) / 2;
@@ -208,12 +194,11 @@ void coded_panels(const PackedMatrix& p, int64_t p0, int64_t p1, uint16_t* out) 
     uint16_t* plain = out + (panel - p0) * K * kPanel;
     for (int64_t b = 0; b < c.kblocks; ++b) {
       decode_block(c, K, panel, b, words.data());
-      const int64_t k0 = b * kKBlock, pairs = pairs_in_block(K, b);
-      for (int64_t q = 0; q < pairs; ++q) {
-        for (int j = 0; j < 64; ++j) {
-          const int64_t k = k0 + 2 * q + kSlots[j].dk;
-          if (k < K) plain[k * kPanel + kSlots[j].column] = words[q * 64 + j];
-        }
+      const int64_t k0 = b * kKBlock;
+      for (int64_t k = k0; k < std::min(K, k0 + kKBlock); ++k) {
+        const uint16_t* pair = words.data() + (k - k0) / 2 * 64;
+        const auto& pos = kPositions[(k - k0) % 2];
+        for (int col = 0; col < kPanel; ++col) plain[k * kPanel + col] = pair[pos[col]];
       }
     }
   }
