@@ -340,8 +340,9 @@ PackedMatrix WeightLoader::mark_activations(PackedMatrix p) const {
   // the matrix, a decode step's included, then runs that one chain. The
   // loader's own packing writes that layout at once; others are converted.
   if (p.bf16_activations && tiles_wanted()) return to_bf16_tiles(std::move(p));
-  // Elsewhere, on bf16 dot products, coded in 12 bits per weight (ops/matmul_coded.h).
-  if (p.bf16_activations && matmul_bf16_coded()) return to_bf16_coded(std::move(p));
+  // Elsewhere coded in 12 bits per weight (ops/matmul_coded.h), where a coded
+  // kernel multiplies them: bf16 dot products, or the FMA kernel on AVX-512.
+  if (p.is_bf16() && matmul_bf16_coded(p.bf16_activations)) return to_bf16_coded(std::move(p));
   return p;
 }
 

@@ -176,7 +176,11 @@ TEST(WeightLoader, HalfMatricesStayHalfUnderFloat32Numerics) {
       EXPECT_EQ(a.is_f16(), f16);
       EXPECT_EQ(a.is_bf16(), !f16);
       EXPECT_FALSE(a.bf16_activations);
-      EXPECT_EQ(a.bytes(), 2 * 64 * k);  // two panels of 32 rows, 2 bytes a weight
+      // Two panels of 32 rows, 2 bytes a weight (bf16 is coded where an AVX-512
+      // kernel multiplies it so and that saves bytes, ops/matmul_coded.h: not
+      // at this K, whose last k block would be stored whole).
+      EXPECT_FALSE(a.is_coded());
+      EXPECT_EQ(a.bytes(), 2 * 64 * k);
       expect_product(a, {0});
       const PackedMatrix ab =
           loader.take_packed_concat({"b.weight", "c.weight"}, {rows[1], rows[2]}, k);
@@ -228,7 +232,16 @@ TEST(WeightLoader, StackedHalfMatricesStayHalf) {
         const PackedMatrix& p = stack[b];
         EXPECT_EQ(p.is_f16(), f16 && !bf16_numerics);
         EXPECT_EQ(p.is_bf16(), !f16 || bf16_numerics);
-        EXPECT_EQ(p.bytes(), 2 * 32 * k);  // one panel of 32 rows, 2 bytes a weight
+        // One panel of 32 rows, 2 bytes a weight (bf16: coded in fewer where an
+        // AVX-512 kernel multiplies them so, ops/matmul_coded.h; not on AMX tiles).
+        const bool coded =
+            !p.bf16_tiles && (!f16 || bf16_numerics) && matmul_bf16_coded(p.bf16_activations);
+        EXPECT_EQ(p.is_coded(), coded);
+        if (coded) {
+          EXPECT_LT(p.bytes(), 2 * 32 * k * 13 / 16);  // 12 bits, a header, escapes
+        } else {
+          EXPECT_EQ(p.bytes(), 2 * 32 * k);
+        }
         const std::vector<float> w(wide.begin() + b * rows * k, wide.begin() + (b + 1) * rows * k);
         if (bf16_numerics) {  // rounded to bf16 (in the tile layout where AMX is)
           for (int64_t i = 0; i < rows * k; ++i)

@@ -480,11 +480,14 @@ void RoundBf16Flushed(const float* HWY_RESTRICT src, int64_t k, float* HWY_RESTR
 void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const bool flushed = a.w->bf16_activations;
   FlushDenormals guard(flushed);
+  bool widen_coded = false;  // many rows of fp32 x on a coded matrix: widened below
   if (a.w->is_coded()) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
-    if (UseBf16Dot()) return MatmulTileCoded(a, r0, r1, p0, p1);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the coded kernels
+    if (flushed && UseBf16Dot()) return MatmulTileCoded(a, r0, r1, p0, p1);
+    if (!flushed && r1 - r0 <= kDirectRows) return MatmulTileCodedFma(a, r0, r1, p0, p1);
+    widen_coded = !flushed;
 #endif
-    return coded_through_plain(a, r0, r1, p0, p1, &MatmulTile);
+    if (!widen_coded) return coded_through_plain(a, r0, r1, p0, p1, &MatmulTile);
   }
   if (a.w->bf16_tiles) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AMX tiles
@@ -522,7 +525,7 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
     }
     return static_cast<const float*>(copied.data());
   };
-  if (WidensPanels(*a.w, rows)) {
+  if (widen_coded || WidensPanels(*a.w, rows)) {
     // ForEachRowBlock passes every row block of a chunk over one panel group
     // and k range in a row: widened when the group or range changes.
     // (The group and range fix its panels: pe and k1 follow from pg and k0.)
@@ -540,7 +543,15 @@ void MatmulTile(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t
               if (!wide) throw std::bad_alloc();
               wide_capacity = floats;
             }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+            if (widen_coded) {
+              WidenCodedPanels(*a.w, pg, pe, k0, k1, wide.get());
+            } else {
+              WidenPanels(*a.w, pg, pe, k0, k1, wide.get());
+            }
+#else
             WidenPanels(*a.w, pg, pe, k0, k1, wide.get());
+#endif
             wide_pg = pg;
             wide_k0 = k0;
           }
@@ -649,6 +660,16 @@ void Matmul(const MatmulArgs& a, ThreadPool& pool) {
   });
 }
 
+// Whether this target multiplies coded matrices of fp32 x on their own kernel
+// (MatmulTileCodedFma, WidenCodedPanels).
+bool HasCodedFma() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool UsesBf16Dot() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the bf16 dot product kernel
   return UseBf16Dot();
@@ -668,6 +689,7 @@ HWY_EXPORT(Matmul);
 HWY_EXPORT(DispatchedTarget);
 HWY_EXPORT(HasVectorKernel);
 HWY_EXPORT(UsesBf16Dot);
+HWY_EXPORT(HasCodedFma);
 
 namespace {
 
@@ -761,8 +783,10 @@ bool matmul_has_vector_kernel() { return HWY_DYNAMIC_DISPATCH(HasVectorKernel)()
 bool matmul_bf16_dot() { return HWY_DYNAMIC_DISPATCH(UsesBf16Dot)(); }
 void set_matmul_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
 
-bool matmul_bf16_coded() {
-  return matmul_bf16_dot() && !matmul_bf16_tiles() && g_bf16_coded_allowed.load();
+bool matmul_bf16_coded(bool bf16_activations) {
+  if (!g_bf16_coded_allowed.load()) return false;
+  if (!bf16_activations) return HWY_DYNAMIC_DISPATCH(HasCodedFma)();
+  return matmul_bf16_dot() && !matmul_bf16_tiles();
 }
 void set_matmul_bf16_coded_allowed(bool allowed) { g_bf16_coded_allowed.store(allowed); }
 

@@ -164,11 +164,13 @@ bool matmul_bf16_tiles();
 void set_matmul_bf16_tiles_allowed(bool allowed);
 int64_t matmul_amx_products();
 
-// Whether this process codes bf16_activations matrices (ops/matmul_coded.h;
-// the model loader asks at load): they run on the bf16 dot product kernel
-// (matmul_bf16_dot()) and not on the tile chain, and it is allowed (a switch
-// for tests and benchmarks; the values and bits of every product are the same).
-bool matmul_bf16_coded();
+// Whether this process codes bf16 matrices (ops/matmul_coded.h; the model
+// loader asks at load), those with bf16_activations or those without: with,
+// where they run on the bf16 dot product kernel (matmul_bf16_dot()) and not on
+// the tile chain; without (fp32 x, the FMA kernel), where the target is
+// AVX-512; and where it is allowed (a switch for tests and benchmarks; the
+// values and bits of every product are the same).
+bool matmul_bf16_coded(bool bf16_activations = true);
 void set_matmul_bf16_coded_allowed(bool allowed);
 
 // Whether that target runs the register-tiled SIMD kernel. Targets without a

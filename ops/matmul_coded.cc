@@ -134,9 +134,8 @@ const CodedBf16& coded_of(const PackedMatrix& p) {
 
 }  // namespace
 
-PackedMatrix to_bf16_coded(PackedMatrix p) {
-  if (p.is_coded() || !p.is_half() || p.f16 || !p.bf16_activations || p.bf16_tiles || p.n == 0 ||
-      p.k == 0) {
+PackedMatrix to_bf16_coded(PackedMatrix p, bool only_if_smaller) {
+  if (p.is_coded() || !p.is_half() || p.f16 || p.bf16_tiles || p.n == 0 || p.k == 0) {
     return p;
   }
   const int64_t panels = p.num_panels(), K = p.k;
@@ -144,6 +143,9 @@ PackedMatrix to_bf16_coded(PackedMatrix p) {
   c->kblocks = (K + kKBlock - 1) / kKBlock;
   c->header_bytes = (c->kblocks * 24 + 63) / 64 * 64;
   c->panel_bytes = c->header_bytes + c->kblocks * kCodedBlockBytes;
+  // A short K's last block is stored whole: where that leaves nothing saved
+  // (K = 96: 12 bits a weight for 128 k's), the matrix stays plain.
+  if (only_if_smaller && panels * c->panel_bytes >= p.bytes()) return p;
   c->data = {alloc_coded(panels * c->panel_bytes), &free_coded};
   // Panels coded in parallel (a load codes every bf16 matrix once), each
   // thread's escapes kept apart, then joined in panel order.
@@ -181,7 +183,7 @@ PackedMatrix to_bf16_coded(PackedMatrix p) {
   PackedMatrix coded;
   coded.n = p.n;
   coded.k = p.k;
-  coded.bf16_activations = true;
+  coded.bf16_activations = p.bf16_activations;
   coded.coded = std::move(c);
   return coded;
 }
@@ -254,7 +256,7 @@ void coded_through_plain(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0
     view.n = std::min(a.w->n, pe * kPanel) - pg * kPanel;
     view.k = K;
     view.half = {plain.get(), [](uint16_t*) {}};  // not owned
-    view.bf16_activations = true;
+    view.bf16_activations = a.w->bf16_activations;
     MatmulArgs b = a;
     b.w = &view;
     b.y = a.y + pg * kPanel;
@@ -269,7 +271,7 @@ PackedMatrix from_bf16_coded(const PackedMatrix& p) {
   for (int64_t r = 0; r < p.n; ++r) coded_row(p, r, rows.data() + r * p.k);
   PackedMatrix plain =
       pack_weights_concat({{.rows = p.n, .bf16_bits = rows.data()}}, p.k, PanelType::kBF16);
-  plain.bf16_activations = true;
+  plain.bf16_activations = p.bf16_activations;
   return plain;
 }
 

@@ -1,5 +1,6 @@
 // bf16 weights in 12 bits each, losslessly: the exponent-coded panels that
-// bf16_activations matrices use on CPUs with bf16 dot products.
+// bf16 matrices use on AVX-512 CPUs (bf16_activations ones where the CPU has
+// bf16 dot products, the others on the FMA kernel).
 //
 // A decode step streams every weight once, so its speed is bytes per token.
 // The high byte of a bf16 weight (sign and the top 7 exponent bits) takes few
@@ -76,11 +77,13 @@ constexpr int coded_position(int64_t c, int64_t dk) {
   return static_cast<int>(16 * (c / 8) + 8 * (c % 8 / 4) + 2 * (c % 4) + (1 - dk));
 }
 
-// `p` (bf16 weights with bf16_activations, plain panels) coded, where that
+// `p` (bf16 weights in plain panels, bf16_activations or not) coded, where that
 // pays: a matrix with more than one weight in 64 escaping (weights no
-// language model has, e.g. random bit patterns) stays as it is, as does any
-// other matrix. The values, and every product with them, are unchanged.
-PackedMatrix to_bf16_coded(PackedMatrix p);
+// language model has, e.g. random bit patterns) or too short a K to save
+// bytes (the last k block is stored whole; tests of short K's pass
+// only_if_smaller false) stays as it is, as does any other matrix. The
+// values, and every product with them, are unchanged.
+PackedMatrix to_bf16_coded(PackedMatrix p, bool only_if_smaller = true);
 // A coded matrix as plain bf16 panels (any other matrix: an InvalidArgument).
 PackedMatrix from_bf16_coded(const PackedMatrix& p);
 // The bf16 bits of W[row, col] / of W[row, :] of a coded matrix.
@@ -93,9 +96,9 @@ void coded_panels(const PackedMatrix& p, int64_t p0, int64_t p1, uint16_t* out);
 // Rows [r0, r1) x panels [p0, p1) of a coded matrix through plain bf16
 // panels: groups of panels decoded into a per-thread buffer, each multiplied
 // by tile(args, r0, r1, 0, panels) as a plain matrix (the same values, so the
-// same bits). Where the bf16 dot product kernel does not run (a switch for
-// tests, or a CPU without one; the loader codes matrices only where it does)
-// and in matmul_reference.
+// same bits). Where no coded kernel runs (bf16_activations without the bf16
+// dot products, a switch for tests; any coded matrix below AVX-512; the
+// loader codes matrices only where one does) and in matmul_reference.
 using PlainTile = void (*)(const MatmulArgs&, int64_t, int64_t, int64_t, int64_t);
 void coded_through_plain(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t p0, int64_t p1,
                          PlainTile tile);

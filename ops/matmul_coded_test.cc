@@ -50,9 +50,11 @@ std::vector<float> model_like(int64_t count, uint32_t seed, int64_t special) {
   return w;
 }
 
-PackedMatrix plain_bf16(const std::vector<float>& w, int64_t n, int64_t k) {
+// bf16 panels of w, with bf16_activations (eager, bf16dot) or without (fused: fp32 x).
+PackedMatrix plain_bf16(const std::vector<float>& w, int64_t n, int64_t k,
+                        bool bf16_activations = true) {
   PackedMatrix p = pack_weights_bf16(w.data(), n, k);
-  p.bf16_activations = true;
+  p.bf16_activations = bf16_activations;
   return p;
 }
 
@@ -80,9 +82,13 @@ TEST(MatmulCoded, RoundTripsEveryBit) {
     for (int64_t k : {1, 2, 7, 63, 64, 65, 130, 577}) {
       SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
       const auto w = model_like(n * k, static_cast<uint32_t>(n * 1000 + k), n * k / 256 + 1);
-      const PackedMatrix plain = plain_bf16(w, n, k);
-      const PackedMatrix coded = to_bf16_coded(plain_bf16(w, n, k));
-      expect_same_weights(plain, coded);
+      for (bool act : {true, false}) {
+        const PackedMatrix plain = plain_bf16(w, n, k, act);
+        const PackedMatrix coded = to_bf16_coded(plain_bf16(w, n, k, act), false);
+        EXPECT_EQ(coded.bf16_activations, act);
+        expect_same_weights(plain, coded);
+        EXPECT_EQ(from_bf16_coded(coded).bf16_activations, act);
+      }
     }
   }
 }
@@ -114,17 +120,29 @@ TEST(MatmulCoded, KeepsPlainWhereCodingDoesNotPay) {
   const PackedMatrix p = to_bf16_coded(plain_bf16(w, n, k));
   EXPECT_FALSE(p.is_coded());
   EXPECT_TRUE(p.is_half());
-  // Nor does it code what its kernel does not multiply.
-  EXPECT_FALSE(to_bf16_coded(pack_weights(w.data(), n, k)).is_coded());
-  EXPECT_FALSE(to_bf16_coded(pack_weights_bf16(w.data(), n, k)).is_coded());  // no bf16 x
+  EXPECT_FALSE(to_bf16_coded(plain_bf16(w, n, k, false)).is_coded());
+  // Nor where a short K's whole last block would make it no smaller (K = 96:
+  // two blocks for 1.5 blocks' weights), unless asked to.
+  const auto fits = model_like(n * 96, 4, 0);
+  const PackedMatrix short_k = plain_bf16(fits, n, 96);
+  EXPECT_FALSE(to_bf16_coded(plain_bf16(fits, n, 96)).is_coded());
+  EXPECT_GE(to_bf16_coded(plain_bf16(fits, n, 96), false).bytes(), short_k.bytes());
+  EXPECT_TRUE(to_bf16_coded(plain_bf16(model_like(n * 128, 4, 0), n, 128)).is_coded());
+  // Nor does it code what no kernel of it multiplies.
+  const auto model = model_like(n * k, 3, 0);
+  EXPECT_FALSE(to_bf16_coded(pack_weights(model.data(), n, k)).is_coded());
+  EXPECT_FALSE(
+      to_bf16_coded(pack_weights_concat({{model.data(), n}}, k, PanelType::kF16)).is_coded());
   EXPECT_THROW(from_bf16_coded(p), InvalidArgument);
 }
 
 // A coded matrix multiplies to the bits of its plain panels (which
-// Matmul.Bf16ActivationsBitIdenticalToFlushedContract holds to matmul.h's
-// contract), on every target, with the bf16 dot products and without, for one
-// row block (decode), several (the direct kernel again), and many (the panels
-// decoded per row chunk), 1 and 2 threads, escapes in any of a tile's panels.
+// Matmul.Bf16ActivationsBitIdenticalToFlushedContract and the FMA kernel's
+// tests hold to matmul.h's contract), with bf16_activations (on every target,
+// with the bf16 dot products and without) and without (fp32 x: the FMA
+// kernel), for one row block (decode), several (the direct kernels again),
+// and many (the panels decoded or widened per row chunk), 1 and 2 threads,
+// escapes in any of a tile's panels.
 TEST(MatmulCoded, MultipliesToThePlainBits) {
   struct Shape {
     int64_t m, n, k;
@@ -146,63 +164,77 @@ TEST(MatmulCoded, MultipliesToThePlainBits) {
     const auto w = model_like(s.n * s.k, static_cast<uint32_t>(i), s.n * s.k / 256 + 1);
     const auto x = test::spread_values(s.m * s.k, static_cast<uint32_t>(i + 7), -4, 4);
     const auto bias = test::spread_values(s.n, static_cast<uint32_t>(i + 9), -2, 2);
-    const PackedMatrix plain = plain_bf16(w, s.n, s.k);
-    const PackedMatrix coded = to_bf16_coded(plain_bf16(w, s.n, s.k));
-    ASSERT_TRUE(coded.is_coded());
-    escapes += coded.coded->escapes.size();
-    const auto product = [&](const PackedMatrix& m, ThreadPool* pool) {
-      std::vector<float> y(static_cast<size_t>(s.m * s.n), -1.0f);
-      const MatmulArgs a{x.data(), s.m, s.k, &m, i % 2 ? bias.data() : nullptr, y.data(), s.n};
-      pool ? matmul(a, *pool) : matmul_reference(a);
-      return y;
-    };
-    const auto want = product(plain, &one);
-    const auto expect_want = [&](const std::vector<float>& got) {
-      for (size_t e = 0; e < want.size(); ++e) {
-        if (bits(got[e]) != bits(want[e]) && !(std::isnan(got[e]) && std::isnan(want[e]))) {
-          FAIL() << "element " << e << ": got " << got[e] << " want " << want[e];
+    for (bool act : {true, false}) {
+      SCOPED_TRACE(act ? "bf16_activations" : "fp32 x");
+      const PackedMatrix plain = plain_bf16(w, s.n, s.k, act);
+      const PackedMatrix coded = to_bf16_coded(plain_bf16(w, s.n, s.k, act), false);
+      ASSERT_TRUE(coded.is_coded());
+      escapes += coded.coded->escapes.size();
+      const auto product = [&](const PackedMatrix& m, ThreadPool* pool) {
+        std::vector<float> y(static_cast<size_t>(s.m * s.n), -1.0f);
+        const MatmulArgs a{x.data(), s.m, s.k, &m, i % 2 ? bias.data() : nullptr, y.data(), s.n};
+        pool ? matmul(a, *pool) : matmul_reference(a);
+        return y;
+      };
+      const auto want = product(plain, &one);
+      const auto expect_want = [&](const std::vector<float>& got) {
+        for (size_t e = 0; e < want.size(); ++e) {
+          if (bits(got[e]) != bits(want[e]) && !(std::isnan(got[e]) && std::isnan(want[e]))) {
+            FAIL() << "element " << e << ": got " << got[e] << " want " << want[e];
+          }
         }
+      };
+      expect_want(product(coded, nullptr));
+      hwy::SetSupportedTargetsForTest(0);
+      for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        hwy::SetSupportedTargetsForTest(target);
+        SCOPED_TRACE(hwy::TargetName(target));
+        for (bool dot : {true, false}) {
+          set_matmul_bf16_dot_allowed(dot);
+          for (ThreadPool* pool : {&one, &two}) expect_want(product(coded, pool));
+        }
+        set_matmul_bf16_dot_allowed(true);
       }
-    };
-    expect_want(product(coded, nullptr));
-    hwy::SetSupportedTargetsForTest(0);
-    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-      hwy::SetSupportedTargetsForTest(target);
-      SCOPED_TRACE(hwy::TargetName(target));
-      for (bool dot : {true, false}) {
-        set_matmul_bf16_dot_allowed(dot);
-        for (ThreadPool* pool : {&one, &two}) expect_want(product(coded, pool));
-      }
-      set_matmul_bf16_dot_allowed(true);
+      hwy::SetSupportedTargetsForTest(0);
     }
-    hwy::SetSupportedTargetsForTest(0);
   }
-  EXPECT_GT(escapes, 1000u);  // the escapes' path ran
+  EXPECT_GT(escapes, 2000u);  // the escapes' paths ran
 }
 
 // Stacking coded matrices (fused projections) gives the coded stack of their values.
 TEST(MatmulCoded, StacksAndConvertsToTiles) {
-  const auto a = model_like(40 * 96, 1, 3), b = model_like(64 * 96, 2, 3);
-  const PackedMatrix ca = to_bf16_coded(plain_bf16(a, 40, 96));
-  const PackedMatrix cb = to_bf16_coded(plain_bf16(b, 64, 96));
+  const auto a = model_like(40 * 192, 1, 3), b = model_like(64 * 192, 2, 3);
+  const PackedMatrix ca = to_bf16_coded(plain_bf16(a, 40, 192));
+  const PackedMatrix cb = to_bf16_coded(plain_bf16(b, 64, 192));
   const PackedMatrix stacked = concat_packed({&ca, &cb});
   std::vector<float> ab(a);
   ab.insert(ab.end(), b.begin(), b.end());
-  expect_same_weights(plain_bf16(ab, 104, 96), stacked);
-  const PackedMatrix tiles = to_bf16_tiles(to_bf16_coded(plain_bf16(a, 40, 96)));
+  expect_same_weights(plain_bf16(ab, 104, 192), stacked);
+  // The same without bf16_activations (the fused mode's q/k/v and gate/up).
+  const PackedMatrix fa = to_bf16_coded(plain_bf16(a, 40, 192, false));
+  const PackedMatrix fb = to_bf16_coded(plain_bf16(b, 64, 192, false));
+  const PackedMatrix fused = concat_packed({&fa, &fb});
+  EXPECT_FALSE(fused.bf16_activations);
+  expect_same_weights(plain_bf16(ab, 104, 192, false), fused);
+  const PackedMatrix tiles = to_bf16_tiles(to_bf16_coded(plain_bf16(a, 40, 192)));
   EXPECT_TRUE(tiles.bf16_tiles);
   for (int64_t r = 0; r < 40; ++r) {
-    for (int64_t c = 0; c < 96; ++c)
-      ASSERT_EQ(bits(tiles.at(r, c)), bits(round_bf16(a[r * 96 + c])));
+    for (int64_t c = 0; c < 192; ++c)
+      ASSERT_EQ(bits(tiles.at(r, c)), bits(round_bf16(a[r * 192 + c])));
   }
 }
 
-// The loader codes matrices where the bf16 dot product kernel multiplies them
-// and the tile chain does not.
-TEST(MatmulCoded, ChosenWhereTheBf16DotKernelRuns) {
+// The loader codes bf16_activations matrices where the bf16 dot product
+// kernel multiplies them and the tile chain does not, the others where the
+// target is AVX-512 (the coded FMA kernel's).
+TEST(MatmulCoded, ChosenWhereACodedKernelRuns) {
   EXPECT_EQ(matmul_bf16_coded(), matmul_bf16_dot() && !matmul_bf16_tiles());
+  EXPECT_EQ(matmul_bf16_coded(true), matmul_bf16_coded());
+  const int64_t best = hwy::SupportedAndGeneratedTargets().front();  // what dispatch runs
+  EXPECT_EQ(matmul_bf16_coded(false), best <= HWY_AVX3) << hwy::TargetName(best);
   set_matmul_bf16_coded_allowed(false);
   EXPECT_FALSE(matmul_bf16_coded());
+  EXPECT_FALSE(matmul_bf16_coded(false));
   set_matmul_bf16_coded_allowed(true);
 }
 
