@@ -12,11 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "base/error.h"
 #include "hwy/aligned_allocator.h"
 #include "ops/matmul.h"
+#include "ops/panel_memory.h"
 
 namespace hubzoo {
 namespace {
@@ -25,21 +24,6 @@ constexpr int64_t kPairs = kKBlockPairs;
 static_assert(kKBlockPairs * 2 == kKBlock, "a block of pairs is a block of matmul.h's chain");
 
 void free_coded(uint8_t* p) { std::free(p); }
-
-// As matmul_pack.cc's panels: 64-byte aligned, 2 MiB aligned and advised as
-// huge pages from 16 MiB on (the embedding / lm_head), zeroed.
-uint8_t* alloc_coded(int64_t size) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(size, 64) + 63) / 64 * 64;
-  constexpr size_t kHuge = 2 << 20;
-  const bool huge = bytes >= 8 * kHuge;
-  void* mem = nullptr;
-  if (posix_memalign(&mem, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(mem, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice: failure is harmless
-#endif
-  std::memset(mem, 0, bytes);
-  return static_cast<uint8_t*>(mem);
-}
 
 // Pairs of k block b multiplies: the last block's pairs stop at ceil((K - k0) / 2).
 int64_t pairs_in_block(int64_t K, int64_t b) {
@@ -146,7 +130,7 @@ PackedMatrix to_bf16_coded(PackedMatrix p, bool only_if_smaller) {
   // A short K's last block is stored whole: where that leaves nothing saved
   // (K = 96: 12 bits a weight for 128 k's), the matrix stays plain.
   if (only_if_smaller && panels * c->panel_bytes >= p.bytes()) return p;
-  c->data = {alloc_coded(panels * c->panel_bytes), &free_coded};
+  c->data = {static_cast<uint8_t*>(alloc_panel_memory(panels * c->panel_bytes, 0)), &free_coded};
   // Panels coded in parallel (a load codes every bf16 matrix once), each
   // thread's escapes kept apart, then joined in panel order.
   const int64_t threads = std::clamp<int64_t>(

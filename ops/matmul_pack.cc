@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "ops/bf16.h"
 #include "ops/matmul.h"
+#include "ops/panel_memory.h"
 #include "tensor/dtype.h"
 
 namespace hubzoo {
@@ -22,32 +23,15 @@ namespace {
 void free_aligned(float* p) { std::free(p); }
 void free_aligned16(uint16_t* p) { std::free(p); }
 
-// Panels of `panels` x k x kPanel elements, 64-byte aligned; only the last
-// panel (whose rows past n are padding) is zeroed, the packing writes the
-// rest. Large matrices are 2 MiB aligned and asked for transparent huge pages:
-// loading then faults a page per 2 MiB instead of per 4 KiB (a fifth of the
-// fp32 load time of SmolLM2-135M went to page faults). Only the whole 2 MiB
-// pages of the buffer are advised: rounding the size up to 2 MiB cost up to
-// ~1 MiB per matrix (fp32 SmolLM2's fused gate/up, 7.1 MiB each: +28 MiB RSS).
+// Panels of `panels` x k x kPanel elements (alloc_panel_memory); only the
+// last panel (whose rows past n are padding) is zeroed, the packing writes
+// the rest.
 template <typename T>
 T* alloc_panels(int64_t panels, int64_t k) {
   const int64_t elements = panels * k * kPanel;
-  const size_t bytes = (std::max<int64_t>(elements, 32) * sizeof(T) + 63) / 64 * 64;
-  constexpr size_t kHuge = 2 << 20;
-  // Huge pages only for the largest matrices (the embedding/lm_head): asking
-  // for them on every 4+ MiB matrix (fp32 fused gate/up) made loads slower and
-  // erratic (0.47-0.80 s vs 0.46-0.50 s, SmolLM2 fp32), the kernel compacting
-  // memory to find them.
-  const bool huge = bytes >= 8 * kHuge;
-  void* mem = nullptr;
-  if (posix_memalign(&mem, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
-  T* data = static_cast<T*>(mem);
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(data, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice: failure is harmless
-#endif
   const int64_t last = panels > 0 ? (panels - 1) * k * kPanel : 0;
-  std::memset(data + last, 0, bytes - last * sizeof(T));
-  return data;
+  return static_cast<T*>(alloc_panel_memory(
+      static_cast<size_t>(std::max<int64_t>(elements, 32)) * sizeof(T), last * sizeof(T)));
 }
 
 // Row-major W [n, k] into rows [row0, row0 + n) of the panels (`stride`
@@ -401,6 +385,27 @@ PackedMatrix concat_packed(const std::vector<const PackedMatrix*>& parts) {
     dst += part->bytes();
   }
   return p;
+}
+
+// Huge pages only for the largest matrices (the embedding / lm_head): asking
+// for them on every 4+ MiB matrix (fp32 fused gate/up) made loads slower and
+// erratic (0.47-0.80 s vs 0.46-0.50 s, SmolLM2 fp32), the kernel compacting
+// memory to find them; on those, loading faulted a page per 2 MiB instead of
+// per 4 KiB (a fifth of the fp32 load time of SmolLM2-135M went to page
+// faults). Only the whole 2 MiB pages of the buffer are advised: rounding the
+// size up to 2 MiB cost up to ~1 MiB per matrix (fp32 SmolLM2's fused gate/up,
+// 7.1 MiB each: +28 MiB RSS).
+void* alloc_panel_memory(size_t bytes, size_t zero_from) {
+  bytes = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+  constexpr size_t kHuge = 2 << 20;
+  const bool huge = bytes >= 8 * kHuge;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(mem, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice: failure is harmless
+#endif
+  if (zero_from < bytes) std::memset(static_cast<char*>(mem) + zero_from, 0, bytes - zero_from);
+  return mem;
 }
 
 }  // namespace hubzoo
