@@ -27,17 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant import bytes_read_per_token  # noqa: E402
-from run import ROOT, log, machine_description  # noqa: E402
+from run import ROOT, log, machine_description, machine_now  # noqa: E402
 
 TWO_CCD_NS = 250.0  # core-to-core round trip above which the two vCPUs sit on two CCDs
-
-
-def machine_reading(build: Path, threads: int) -> tuple[float, float]:
-    out = subprocess.run([str(build / "bench/machine_bench"), "--threads", str(threads), "--mib", "256"],
-                         check=True, capture_output=True, text=True, timeout=600).stdout
-    lim = json.loads(out)
-    gbs = next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"]
-    return gbs, float(lim.get("pingpong_ns") or 0.0)
 
 
 def decode_b1(binary: str, model: str, args) -> float:
@@ -72,9 +64,11 @@ def main() -> int:
     for r in range(args.rounds):
         order = list(binaries) if r % 2 == 0 else list(binaries)[::-1]
         for k in order:
-            gbs0, ns0 = machine_reading(build, args.threads)
+            gbs0, ns0 = machine_now(build, args.threads, mib=256)
+            ns0 = ns0 or 0.0  # (None with one thread: no round trip)
             tok_s = decode_b1(binaries[k], args.model, args)
-            gbs1, ns1 = machine_reading(build, args.threads)
+            gbs1, ns1 = machine_now(build, args.threads, mib=256)
+            ns1 = ns1 or 0.0
             same = state_of(ns0) == state_of(ns1) and abs(gbs0 - gbs1) <= 0.15 * max(gbs0, gbs1)
             gbs = (gbs0 + gbs1) / 2
             run = {"round": r, "tok_s": tok_s, "read_gbs": [gbs0, gbs1], "pingpong_ns": [ns0, ns1],

@@ -108,17 +108,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def machine_limits(build: Path, threads: int) -> dict:
-    out, _ = run_process([str(build / "bench/machine_bench"), "--threads", str(threads)])
+def machine_limits(build: Path, threads: int, mib: int | None = None) -> dict:
+    """machine_bench's JSON; `mib`: its buffer (default 1 GiB; 256 takes ~1.7 s instead of ~5)."""
+    cmd = [str(build / "bench/machine_bench"), "--threads", str(threads)]
+    out, _ = run_process(cmd + (["--mib", str(mib)] if mib else []))
     return json.loads(out)
 
 
-def machine_now(build: Path, threads: int) -> tuple[float, float | None]:
+def machine_now(build: Path, threads: int, mib: int | None = None) -> tuple[float, float | None]:
     """The read bandwidth at `threads` threads now and the core-to-core round trip in ns (None with
     one thread): machine_bench, a few seconds. On a host whose two vCPUs sit on one CCD or on two
     (an EPYC), the round trip says which: ~140 ns on one, ~350 on two, where the bandwidth is ~35
     and ~60 GB/s."""
-    lim = machine_limits(build, threads)
+    lim = machine_limits(build, threads, mib)
     return (next(x for x in lim["threads"] if x["threads"] == threads)["read_gbs"], lim.get("pingpong_ns"))
 
 
